@@ -1,0 +1,20 @@
+// What GPU (if any) this process can use. Works in CPU-only builds (then: none).
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace swapffn {
+
+struct GpuInfo {
+  bool present = false;
+  std::string why_absent;  // when !present: "built without CUDA", "no CUDA device", ...
+  std::string name;
+  int sm_count = 0, cc_major = 0, cc_minor = 0;
+  size_t l2_bytes = 0, smem_per_block_optin = 0, global_mem_bytes = 0;
+  int driver_version = 0, runtime_version = 0;
+  bool is_hopper() const { return present && cc_major == 9; }
+};
+
+GpuInfo query_gpu();
+
+}  // namespace swapffn

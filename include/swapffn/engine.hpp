@@ -1,0 +1,70 @@
+// The engine interface every backend implements (reference, unfused, fused, ...): one decode step
+// x [B, D] -> delta [B, D] that updates a State, with optional recording of the decision trace and
+// optional following of a given trace (SPEC section 5).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "swapffn/state.hpp"
+#include "swapffn/weights.hpp"
+
+namespace swapffn {
+
+// Hard decisions of one decode step, indexed [event, sequence, core] (E * B * C entries).
+struct Trace {
+  int64_t events = 0, batch = 0, cores = 0;
+  std::vector<uint8_t> gate;  // 1 when the swap gate was open (s > 0)
+  std::vector<uint8_t> slot;  // logical slot j = argmax of the bank logits (0..3), recorded always
+  void resize(int64_t e, int64_t b, int64_t c);
+  int64_t index(int64_t e, int64_t b, int64_t c) const { return (e * batch + b) * cores + c; }
+  bool operator==(const Trace&) const = default;
+};
+
+// What a backend saw at each decision while following a trace: its own decision and margin.
+struct FollowReport {
+  Trace own;                      // the decisions the backend would have made itself
+  std::vector<float> gate_margin;  // |s|, [E, B, C]
+  std::vector<float> slot_margin;  // top-1 minus top-2 bank logit, [E, B, C]
+};
+
+struct StepOptions {
+  Trace* record = nullptr;          // when set, filled with this step's decisions
+  const Trace* follow = nullptr;    // when set, these decisions are applied instead of computed
+  FollowReport* report = nullptr;   // with follow: filled with own decisions and margins
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::string name() const = 0;
+  virtual const Config& config() const = 0;
+
+  // One decode step for state.batch sequences. x and delta are host arrays [B, D] fp32.
+  // Validation (shapes, non-finite x, trace sizes) happens before anything changes: on an error the
+  // state is left bitwise unchanged.
+  virtual void step(const float* x, float* delta, State& state, const StepOptions& opt = {}) = 0;
+
+  // T steps: x [T, B, D], delta [T, B, D]. Backends on a device keep the state there between
+  // tokens; traces (when given) hold T entries. The default calls step() T times.
+  virtual void decode(const float* x, float* delta, int64_t tokens, State& state,
+                      std::vector<Trace>* record = nullptr);
+};
+
+struct EngineOptions {
+  int threads = 0;        // CPU threads for the reference (0 = hardware concurrency)
+  bool graph = true;      // GPU backends: capture a token step in a CUDA graph
+  std::string tune_file;  // fused backend: tuning cache ("" = built-in defaults)
+};
+
+// Names of the backends compiled into this build ("reference", and "unfused"/"fused" with CUDA).
+std::vector<std::string> backend_names();
+// Creates a backend by name; throws naming the backend when it is unknown or cannot run cfg.
+std::unique_ptr<Engine> make_engine(const std::string& backend, const Weights& w,
+                                    const EngineOptions& opt = {});
+
+// Throws naming the first non-finite element (index) of x[n].
+void check_finite(const float* x, int64_t n, const char* what);
+
+}  // namespace swapffn

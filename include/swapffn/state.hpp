@@ -1,0 +1,44 @@
+// State: the recurrent memory of B sequences (SPEC section 3): ram [B, C, 4, D] bf16 and
+// stream_map [B, C] u8, whose four 2-bit lanes always form a permutation of {0,1,2,3}.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "swapffn/bf16.hpp"
+#include "swapffn/config.hpp"
+
+namespace swapffn {
+
+inline constexpr uint8_t kIdentityStreamMap = 0xE4;  // lanes (0,1,2,3)
+
+inline int lane_of(uint8_t map, int j) { return (map >> (2 * j)) & 3; }
+// True when the four lanes of map are a permutation of {0,1,2,3}.
+bool is_valid_stream_map(uint8_t map);
+// Swaps lanes 0 and j (j == 0 leaves map unchanged).
+uint8_t swap_lanes(uint8_t map, int j);
+
+struct State {
+  int64_t batch = 0, cores = 0, d_model = 0;
+  std::vector<bf16> ram;            // [B, C, 4, D]
+  std::vector<uint8_t> stream_map;  // [B, C]
+
+  // Zeros in ram, identity maps (SPEC section 3).
+  static State init(const Config& cfg, int64_t batch);
+
+  // Throws naming the first invalid stream map byte by its (sequence, core) index, or a size mismatch.
+  void validate() const;
+  // Throws unless the state fits cfg (cores, d_model) and holds `batch` sequences.
+  void check_matches(const Config& cfg, int64_t batch) const;
+
+  // safetensors with tensors `ram` (BF16 [B,C,4,D]) and `stream_map` (U8 [B,C]).
+  void save(const std::string& path) const;
+  static State load(const std::string& path);
+
+  // Copies sequence b of this state into sequence dst_b of out (same C, D).
+  void copy_sequence_to(int64_t b, State& out, int64_t dst_b) const;
+
+  bool operator==(const State&) const = default;
+};
+
+}  // namespace swapffn

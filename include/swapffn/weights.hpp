@@ -1,0 +1,56 @@
+// Weights: the parameters of SPEC section 2 in bf16 on the host, their safetensors form,
+// deterministic random initialisation, and the per-core FiLM/alpha tables derived from them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "swapffn/bf16.hpp"
+#include "swapffn/config.hpp"
+
+namespace swapffn {
+
+struct Weights {
+  Config cfg;
+  // Each member holds the tensor named in the comment, row-major, in bf16 (SPEC section 2).
+  std::vector<bf16> core_embed;        // core_embed.weight      [C, Ce]
+  std::vector<bf16> core_scale_w;      // core_scale_proj.weight [D, Ce]
+  std::vector<bf16> core_scale_b;      // core_scale_proj.bias   [D]
+  std::vector<bf16> core_shift_w;      // core_shift_proj.weight [D, Ce]
+  std::vector<bf16> core_shift_b;      // core_shift_proj.bias   [D]
+  std::vector<bf16> core_alpha_w;      // core_alpha_proj.weight [K, Ce]
+  std::vector<bf16> core_alpha_b;      // core_alpha_proj.bias   [K]
+  std::vector<bf16> router_norm;       // router_norm            [D]
+  std::vector<bf16> router_w;          // router_w               [R, D]
+  std::vector<bf16> router_swap_w;     // router_swap_w          [R]
+  std::vector<bf16> router_swap_b;     // router_swap_b          [1]
+  std::vector<bf16> bank_w;            // bank_w                 [R, 4]
+  std::vector<bf16> bank_b;            // bank_b                 [4]
+  std::vector<bf16> norm_w;            // norm.weight            [D]
+  std::vector<bf16> w1;                // w1.weight              [F, D]
+  std::vector<bf16> w3;                // w3.weight              [F, D]
+  std::vector<bf16> w2;                // w2.weight              [D, F]
+  std::vector<bf16> collapse_basis;    // collapse_basis         [K, Rc, D]
+  std::vector<bf16> collapse_decoder;  // collapse_decoder       [D, Rc]
+
+  // Deterministic random parameters for cfg (validated first). Distribution: see docs/MODEL.md.
+  static Weights random(const Config& cfg, uint64_t seed);
+
+  // Reads a safetensors file (SPEC section 2); refuses missing/extra/mis-shaped tensors, bad dtypes
+  // and invalid configs with an error naming the tensor or field. F32 tensors are rounded to bf16.
+  static Weights load(const std::string& path);
+  void save(const std::string& path) const;
+
+  // Throws naming the tensor whose size does not match cfg.
+  void validate() const;
+};
+
+// Tables that depend on parameters only, computed once at load in fp32 (SPEC section 2).
+struct CoreTables {
+  std::vector<float> scale;  // [C, D] = 1 + core_scale_proj(core_embed)
+  std::vector<float> shift;  // [C, D] = core_shift_proj(core_embed)
+  std::vector<float> alpha;  // [C, K] = softmax_k(core_alpha_proj(core_embed))
+  static CoreTables compute(const Weights& w);
+};
+
+}  // namespace swapffn

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Whole test suite: install, build, run every test (GPU tests skip without a GPU), then check the
+# reference's dump against the independent NumPy implementation of SPEC.md.
+set -euo pipefail
+cd "$(dirname "$0")"
+bash scripts/deps.sh
+ctest --test-dir build/release --output-on-failure -j "$(nproc)"
+bash scripts/spec-oracle-check.sh build/release/apps/swapffn
