@@ -4,68 +4,20 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 
 #include "core/weight_tensors.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/random.hpp"
 
 namespace swapffn {
 namespace {
 
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
+// FNV-1a of a tensor name: the key of that tensor's random stream.
 uint64_t fnv1a(std::string_view s) {
   uint64_t h = 0xCBF29CE484222325ull;
   for (unsigned char ch : s) h = (h ^ ch) * 0x100000001B3ull;
   return h;
 }
-
-// xoshiro256** with Box-Muller normals: fixed integer arithmetic, so the same seed gives the same
-// weights with every compiler and standard library (std::normal_distribution does not).
-class Rng {
- public:
-  Rng(uint64_t seed, std::string_view stream) {
-    uint64_t s = seed ^ fnv1a(stream);
-    for (auto& w : s_) w = splitmix64(s);
-  }
-  uint64_t next() {
-    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-  // Uniform in [0, 1) with 53 random bits.
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  double normal() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const double u1 = 1.0 - uniform();  // (0, 1]: log stays finite
-    const double u2 = uniform();
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    const double a = 2.0 * std::numbers::pi * u2;
-    spare_ = r * std::sin(a);
-    has_spare_ = true;
-    return r * std::cos(a);
-  }
-
- private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-  bool has_spare_ = false;
-  double spare_ = 0;
-};
 
 // mean + sd * N(0, 1), rounded to bf16.
 void fill_normal(std::vector<bf16>& t, Rng& rng, double mean, double sd) {
@@ -86,7 +38,7 @@ Weights Weights::random(const Config& cfg, uint64_t seed) {
                                 std::vector<bf16>& t) {
     t.assign(static_cast<size_t>(shape_numel(shape)), bf16{});
     // One stream per tensor, keyed by its name, so no tensor's values depend on another's size.
-    Rng rng(seed, name);
+    Rng rng(mix_seed(seed, fnv1a(name)));
     if (name == "core_embed.weight") {
       fill_normal(t, rng, 0.0, 1.0);
     } else if (name == "core_scale_proj.weight") {

@@ -1,0 +1,108 @@
+// A self-contained safetensors reader and writer: little-endian u64 header length, a JSON header
+// (tensor name -> dtype, shape, data_offsets; optional __metadata__ string map), then the data.
+// The reader memory-maps the file and validates the whole header before anything is read; every
+// error names the file, the tensor and the problem. The writer goes through a temporary file and a
+// rename, so a failed save never leaves a partial file at the destination.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "swapffn/bf16.hpp"
+
+namespace swapffn::safetensors {
+
+enum class DType { BF16, F16, F32, F64, U8 };
+
+const char* dtype_name(DType t);
+size_t dtype_size(DType t);
+// Throws naming the dtype when it is not one of the supported ones.
+DType parse_dtype(std::string_view name);
+
+// IEEE binary16 bits -> float (exact).
+float f16_to_float(uint16_t bits);
+
+// Refuses headers larger than this: a corrupt length must not make us parse gigabytes.
+inline constexpr uint64_t kMaxHeaderBytes = 100ull * 1024 * 1024;
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::U8;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte offsets into the data section
+  int64_t numel() const;
+};
+
+class Reader {
+ public:
+  // Maps path read-only and validates its header (see docs/FORMATS.md).
+  explicit Reader(const std::string& path);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Tensors sorted by name.
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find(std::string_view name) const;
+  // Throws naming the file and the tensor when it is absent.
+  const TensorInfo& at(std::string_view name) const;
+  // Throws naming the file and the key when it is absent.
+  const std::string& metadata_at(const std::string& key) const;
+
+  // The raw little-endian bytes of a tensor (not necessarily aligned).
+  const std::byte* data(const TensorInfo& t) const { return data_ + t.begin; }
+
+  // Typed copies. to_float/to_double/to_bf16 accept BF16, F16, F32 and F64 (narrowing rounds to
+  // nearest even); to_u8 accepts U8 only. A U8 tensor asked for as a number, or the reverse, is
+  // refused naming the tensor and both dtypes.
+  std::vector<float> to_float(std::string_view name) const;
+  std::vector<double> to_double(std::string_view name) const;
+  std::vector<bf16> to_bf16(std::string_view name) const;
+  std::vector<uint8_t> to_u8(std::string_view name) const;
+
+  // Throws naming the file and tensor unless it has exactly this shape.
+  void require_shape(const TensorInfo& t, const std::vector<int64_t>& shape) const;
+
+ private:
+  std::string path_;
+  const std::byte* map_ = nullptr;
+  size_t map_size_ = 0;
+  const std::byte* data_ = nullptr;
+  std::map<std::string, std::string> metadata_;
+  std::vector<TensorInfo> tensors_;
+};
+
+class Writer {
+ public:
+  void set_metadata(const std::string& key, const std::string& value);
+  // Adds a tensor whose bytes (little-endian, bytes == numel * dtype_size) are copied now.
+  void add(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+           const void* bytes, size_t size);
+  void add_bf16(const std::string& name, const std::vector<int64_t>& shape,
+                const std::vector<bf16>& v);
+  void add_f32(const std::string& name, const std::vector<int64_t>& shape,
+               const std::vector<float>& v);
+  void add_u8(const std::string& name, const std::vector<int64_t>& shape,
+              const std::vector<uint8_t>& v);
+  // Writes path via a temporary file in the same directory and a rename.
+  void write(const std::string& path) const;
+
+ private:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<std::byte> bytes;
+  };
+  std::map<std::string, std::string> metadata_;
+  std::vector<Entry> entries_;
+};
+
+std::string shape_string(const std::vector<int64_t>& shape);
+
+}  // namespace swapffn::safetensors
