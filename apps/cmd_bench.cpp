@@ -1,12 +1,252 @@
-// swapffn bench (placeholder until its issue lands)
+// swapffn bench: token-step time of each backend for several batch sizes, against the floor set by
+// this GPU's dense bf16 GEMM rate measured in the same run (SPEC section 6).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
 #include "commands.hpp"
+#include "swapffn/device.hpp"
+#include "swapffn/engine.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/random.hpp"
+#include "swapffn/state.hpp"
+#include "swapffn/weights.hpp"
+#ifdef SWAPFFN_WITH_CUDA
+#include "cuda/bench_runner.hpp"
+#endif
 
 namespace swapffn::cli {
 
+namespace {
+
+struct BenchArgs {
+  std::string model, preset = "default", json;
+  std::vector<std::string> backends;
+  std::vector<int64_t> batches{1, 4, 16, 64};
+  int tokens = 16, warmup = 2, repeats = 5, peak_n = 8192;
+  uint64_t seed = 1;
+  bool breakdown = false, eager = false;
+};
+
+struct Row {
+  std::string backend;
+  int64_t batch = 0;
+  double ms = 0;
+};
+
+// A mid-decode state: RAM rows ~ N(0,1) in bf16 and random lane permutations, so that swaps move
+// real data from the first timed step on.
+State random_state(const Config& cfg, int64_t batch, uint64_t seed) {
+  State s = State::init(cfg, batch);
+  Rng rng(mix_seed(seed, 0x5747415053544154ull));
+  for (bf16& v : s.ram) v = float_to_bf16(rng.normal());
+  for (uint8_t& m : s.stream_map) {
+    int lanes[4] = {0, 1, 2, 3};
+    for (int i = 3; i > 0; --i) std::swap(lanes[i], lanes[rng.next_u64() % static_cast<uint64_t>(i + 1)]);
+    m = static_cast<uint8_t>(lanes[0] | lanes[1] << 2 | lanes[2] << 4 | lanes[3] << 6);
+  }
+  return s;
+}
+
+bool is_gpu_backend(const std::string& b) { return b != "reference"; }
+
+// Host backends (the reference): wall time of decode() over `tokens` steps, median of repeats.
+double time_host_decode(Engine& e, const State& initial, const BenchArgs& a) {
+  State s = initial;
+  const int64_t n = static_cast<int64_t>(a.tokens) * s.batch * e.config().d_model;
+  std::vector<float> delta(static_cast<size_t>(n));
+  std::vector<double> ms;
+  for (int r = 0; r < a.warmup + a.repeats; ++r) {
+    const std::vector<float> x = decode_inputs(mix_seed(a.seed, static_cast<uint64_t>(r)), a.tokens, s.batch,
+                                               e.config().d_model);
+    const auto t0 = std::chrono::steady_clock::now();
+    e.decode(x.data(), delta.data(), a.tokens, s);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (r >= a.warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / a.tokens);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void run_bench(const BenchArgs& a) {
+  SWAPFFN_REQUIRE(a.tokens > 0 && a.repeats > 0 && a.warmup >= 0, "--tokens and --repeats must be > 0");
+  SWAPFFN_REQUIRE(!a.batches.empty(), "--batches is empty");
+  for (int64_t b : a.batches) SWAPFFN_REQUIRE(b > 0, "batch sizes must be > 0 (got " + std::to_string(b) + ")");
+  const Weights w = a.model.empty() ? Weights::random(Config::preset(a.preset), a.seed) : Weights::load(a.model);
+  const Config& cfg = w.cfg;
+  const bool tiny = a.model.empty() && a.preset == "tiny";
+
+  // Backends: the requested ones, or all compiled in. The reference runs only on tiny.
+  const bool explicit_list = !a.backends.empty();
+  std::vector<std::string> backends = explicit_list ? a.backends : backend_names();
+  std::vector<std::string> skipped;
+  std::vector<std::string> run_list;
+  for (const auto& b : backends) {
+    if (b == "reference" && !tiny) {
+      SWAPFFN_REQUIRE(!explicit_list, "backend 'reference' is benchmarked only with --config tiny");
+      skipped.push_back("reference (only on --config tiny)");
+      continue;
+    }
+    run_list.push_back(b);
+  }
+  const bool wants_gpu = std::any_of(run_list.begin(), run_list.end(), is_gpu_backend);
+  const GpuInfo gpu = query_gpu();
+  if (wants_gpu) {
+#ifndef SWAPFFN_WITH_CUDA
+    SWAPFFN_FAIL("GPU backends need a CUDA build (this build has no CUDA); only '--backends reference "
+                 "--config tiny' runs without one");
+#endif
+    SWAPFFN_REQUIRE(gpu.present, "no usable GPU (" + gpu.why_absent +
+                                     "); only '--backends reference --config tiny' runs without one");
+  }
+  SWAPFFN_REQUIRE(!run_list.empty(), "nothing to benchmark (the reference runs only on --config tiny)");
+
+  double peak = 0;
+#ifdef SWAPFFN_WITH_CUDA
+  if (gpu.present) peak = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10);
+#endif
+  std::printf("swapffn bench: %s, commit %s, %s\n", gpu.present ? gpu.name.c_str() : "no GPU", SWAPFFN_GIT_COMMIT,
+              utc_now().c_str());
+  std::printf("config %s: %.4g GFLOP per token per sequence; %d tokens x %d repeats (+%d warm-up) per point\n",
+              a.model.empty() ? a.preset.c_str() : a.model.c_str(), cfg.flops_per_token() * 1e-9, a.tokens,
+              a.repeats, a.warmup);
+  if (peak > 0)
+    std::printf("floor: bf16 GEMM %dx%dx%d measured at %.1f TFLOP/s -> %.4f ms per token step per sequence\n",
+                a.peak_n, a.peak_n, a.peak_n, peak, cfg.flops_per_token() / (peak * 1e12) * 1e3);
+  for (const auto& s : skipped) std::printf("skipped: %s\n", s.c_str());
+
+  std::vector<Row> rows;
+  std::vector<std::string> breakdown_lines;
+  for (const auto& b : run_list) {
+    std::vector<std::pair<std::string, bool>> variants{{b, true}};
+    if (a.eager && is_gpu_backend(b)) variants.push_back({b + "(eager)", false});
+    for (const auto& [label, graph] : variants) {
+      EngineOptions eo;
+      eo.graph = graph;
+      std::unique_ptr<Engine> engine;
+      try {
+        engine = make_engine(b, w, eo);
+      } catch (const Error& e) {
+        if (explicit_list) throw;
+        std::printf("skipped: %s (%s)\n", label.c_str(), e.what());
+        break;
+      }
+      for (int64_t batch : a.batches) {
+        const State initial = random_state(cfg, batch, a.seed);
+        Row r{label, batch, 0};
+        if (is_gpu_backend(b)) {
+#ifdef SWAPFFN_WITH_CUDA
+          r.ms = cuda::time_device_decode(*engine, initial, a.tokens, a.warmup, a.repeats, 4, a.seed)
+                     .median_ms_per_step;
+          if (a.breakdown && graph) {
+            const cuda::PhaseBreakdown pb = cuda::time_device_phases(*engine, initial, 3, a.seed);
+            double total = 0;
+            for (double v : pb.ms_per_step) total += v;
+            std::ostringstream line;
+            char buf[96];
+            std::snprintf(buf, sizeof(buf), "%-10s B=%-4lld eager %.3f ms:", label.c_str(),
+                          static_cast<long long>(batch), total);
+            line << buf;
+            for (size_t p = 0; p < pb.names.size(); ++p) {
+              std::snprintf(buf, sizeof(buf), "  %s %.3f (%.0f%%)", pb.names[p], pb.ms_per_step[p],
+                            total > 0 ? 100 * pb.ms_per_step[p] / total : 0.0);
+              line << buf;
+            }
+            breakdown_lines.push_back(line.str());
+          }
+#endif
+        } else {
+          r.ms = time_host_decode(*engine, initial, a);
+        }
+        rows.push_back(r);
+        std::fprintf(stderr, "  %s B=%lld: %.4f ms/step\n", label.c_str(), static_cast<long long>(batch), r.ms);
+      }
+    }
+  }
+
+  const auto unfused_ms = [&](int64_t batch) {
+    for (const auto& r : rows)
+      if (r.backend == "unfused" && r.batch == batch) return r.ms;
+    return 0.0;
+  };
+  nlohmann::json jrows = nlohmann::json::array();
+  std::printf("\n%-16s %5s %12s %12s %9s %9s %11s\n", "backend", "B", "ms/step", "tok/s", "TF/s", "% floor",
+              "vs unfused");
+  for (const auto& r : rows) {
+    const double tok_s = r.batch / (r.ms * 1e-3);
+    const double tflops = cfg.flops_per_token() * r.batch / (r.ms * 1e-3) / 1e12;
+    const double pct = peak > 0 ? 100 * tflops / peak : 0;
+    const double base = unfused_ms(r.batch);
+    const double speedup = base > 0 ? base / r.ms : 0;
+    char vs[32] = "-";
+    if (base > 0) std::snprintf(vs, sizeof(vs), "%.2fx", speedup);
+    std::printf("%-16s %5lld %12.4f %12.1f %9.2f %9.1f %11s\n", r.backend.c_str(), static_cast<long long>(r.batch),
+                r.ms, tok_s, tflops, pct, vs);
+    jrows.push_back({{"backend", r.backend}, {"batch", r.batch}, {"ms_per_step", r.ms}, {"tok_per_s", tok_s},
+                     {"tflops", tflops}, {"pct_of_floor", pct}, {"speedup_vs_unfused", speedup}});
+  }
+  if (!breakdown_lines.empty()) {
+    std::printf("\nbreakdown (eager steps, an event around each phase; graph replays skip the launch gaps):\n");
+    for (const auto& l : breakdown_lines) std::printf("%s\n", l.c_str());
+  }
+  if (!a.json.empty()) {
+    nlohmann::json j;
+    j["device"] = gpu.present ? gpu.name : "none";
+    j["driver"] = gpu.present ? std::to_string(gpu.driver_version) : "";
+    j["runtime"] = gpu.present ? std::to_string(gpu.runtime_version) : "";
+    j["commit"] = SWAPFFN_GIT_COMMIT;
+    j["date"] = utc_now();
+    j["config"] = cfg.to_json();
+    j["tokens"] = a.tokens;
+    j["repeats"] = a.repeats;
+    j["warmup"] = a.warmup;
+    j["flops_per_token"] = cfg.flops_per_token();
+    j["peak_tflops"] = peak;
+    j["rows"] = jrows;
+    std::ofstream f(a.json);
+    SWAPFFN_REQUIRE(f.good(), "cannot write " + a.json);
+    f << j.dump(2) << "\n";
+    SWAPFFN_REQUIRE(f.good(), "failed writing " + a.json);
+    std::printf("wrote %s\n", a.json.c_str());
+  }
+}
+
+}  // namespace
+
 void add_bench_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "not built yet");
-  cmd->callback([] { SWAPFFN_FAIL("swapffn bench is not implemented yet"); });
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench", "time token steps per backend and batch size against the GEMM floor");
+  cmd->add_option("--model", a->model, "model file (default: random parameters of --config)");
+  cmd->add_option("--config", a->preset, "config preset when no --model: default or tiny")->capture_default_str();
+  cmd->add_option("--backends", a->backends, "backends, comma-separated (default: all built; reference on tiny)")
+      ->delimiter(',');
+  cmd->add_option("--batches", a->batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str();
+  cmd->add_option("--tokens", a->tokens, "token steps per timed run")->capture_default_str();
+  cmd->add_option("--warmup", a->warmup, "untimed runs first")->capture_default_str();
+  cmd->add_option("--repeats", a->repeats, "timed runs (the median is reported)")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "seed of parameters, state and inputs")->capture_default_str();
+  cmd->add_option("--peak-n", a->peak_n, "size of the square GEMM that sets the floor")->capture_default_str();
+  cmd->add_option("--json", a->json, "also write the results as JSON to this file");
+  cmd->add_flag("--breakdown", a->breakdown, "time per phase (router+swap, FFN GEMMs, elementwise, collapse)");
+  cmd->add_flag("--eager", a->eager, "GPU backends: also time without CUDA graphs");
+  cmd->callback([a] { run_bench(*a); });
 }
 
 }  // namespace swapffn::cli

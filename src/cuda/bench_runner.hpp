@@ -1,0 +1,35 @@
+// Device-side timing for `swapffn bench`: the dense bf16 GEMM rate of this GPU (the floor's
+// denominator) and the per-token-step time of any backend that implements DeviceDecoder.
+// Host-only types in this header, so the CLI compiles the same way with and without CUDA.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "swapffn/engine.hpp"
+
+namespace swapffn::cuda {
+
+// Median TFLOP/s of an n x n x n cuBLASLt GEMM, bf16 operands (uniform random, never zeros),
+// fp32 accumulation, bf16 output.
+double measure_bf16_gemm_tflops(int n, int warmup, int repeats);
+
+struct DecodeTiming {
+  double median_ms_per_step = 0, min_ms_per_step = 0, max_ms_per_step = 0;
+};
+
+// Times engine (which must implement DeviceDecoder) decoding from `initial`: `rotations` device
+// input buffers [tokens, B, D] of random x are used in turn, the state carries over between runs;
+// `warmup` untimed runs, then `repeats` runs of `tokens` steps each timed with CUDA events.
+DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
+                                int rotations, uint64_t seed);
+
+// Milliseconds per eager token step spent in each phase (router+swap, FFN GEMMs, elementwise,
+// collapse), averaged over `steps` steps after one warm-up step; names in phase order.
+struct PhaseBreakdown {
+  std::array<const char*, 4> names{};
+  std::array<double, 4> ms_per_step{};
+};
+PhaseBreakdown time_device_phases(Engine& engine, const State& initial, int steps, uint64_t seed);
+
+}  // namespace swapffn::cuda

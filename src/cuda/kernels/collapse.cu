@@ -1,0 +1,93 @@
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/collapse.hpp"
+#include "cuda/kernels/row_reduce.cuh"
+
+namespace swapffn::cuda {
+
+namespace {
+constexpr int kChunk = 32;        // cores per partial sum
+constexpr int kPoolThreads = 128;  // d values per block in the pooling kernels
+constexpr int kWarpThreads = 256;  // 8 warps, one output each, in the dot-product kernels
+
+// partial[b, chunk, k, d] = sum over the chunk's cores c (ascending) of alpha[c, k] * h[b, c, d].
+__global__ void __launch_bounds__(kPoolThreads) collapse_pool_partial_kernel(CollapseArgs a) {
+  const int64_t d = blockIdx.x * int64_t{kPoolThreads} + threadIdx.x;
+  const int64_t chunk = blockIdx.y, b = blockIdx.z, D = a.d_model, K = a.collapse_k;
+  if (d >= D) return;
+  const int64_t c0 = chunk * kChunk;
+  const int64_t c1 = c0 + kChunk < a.cores ? c0 + kChunk : a.cores;
+  const int64_t chunks = gridDim.y;
+  for (int64_t k = 0; k < K; ++k) {
+    float acc = 0.f;
+    for (int64_t c = c0; c < c1; ++c) acc += a.alpha[c * K + k] * a.h[(b * a.cores + c) * D + d];
+    a.partial[((b * chunks + chunk) * K + k) * D + d] = acc;
+  }
+}
+
+// pooled[b, k, d] = sum over chunks (ascending) of partial[b, chunk, k, d].
+__global__ void __launch_bounds__(kPoolThreads) collapse_pool_finish_kernel(CollapseArgs a, int64_t chunks) {
+  const int64_t KD = a.collapse_k * a.d_model;
+  const int64_t i = blockIdx.x * int64_t{kPoolThreads} + threadIdx.x;
+  if (i >= a.batch * KD) return;
+  const int64_t b = i / KD, kd = i % KD;
+  float acc = 0.f;
+  for (int64_t ch = 0; ch < chunks; ++ch) acc += a.partial[(b * chunks + ch) * KD + kd];
+  a.pooled[i] = acc;
+}
+
+// zc[b, r] = sum_k pooled[b, k] . basis[k, r]; one warp per (b, r).
+__global__ void __launch_bounds__(kWarpThreads) collapse_basis_kernel(CollapseArgs a) {
+  const int64_t w = blockIdx.x * int64_t{kWarpThreads / 32} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t Rc = a.collapse_r, D = a.d_model;
+  if (w >= a.batch * Rc) return;
+  const int64_t b = w / Rc, r = w % Rc;
+  float acc = 0.f;
+  for (int64_t k = 0; k < a.collapse_k; ++k) {
+    const float* p = a.pooled + (b * a.collapse_k + k) * D;
+    const __nv_bfloat16* basis = a.basis + (k * Rc + r) * D;
+    for (int64_t d = lane; d < D; d += 32) acc += p[d] * __bfloat162float(basis[d]);
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) a.zc[w] = a.silu ? acc / (1.f + expf(-acc)) : acc;
+}
+
+// delta[b, d] = decoder[d] . zc[b]; one warp per (b, d).
+__global__ void __launch_bounds__(kWarpThreads) collapse_decode_kernel(CollapseArgs a) {
+  const int64_t w = blockIdx.x * int64_t{kWarpThreads / 32} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t Rc = a.collapse_r, D = a.d_model;
+  if (w >= a.batch * D) return;
+  const int64_t b = w / D, d = w % D;
+  const float* z = a.zc + b * Rc;
+  const __nv_bfloat16* dec = a.decoder + d * Rc;
+  float acc = 0.f;
+  for (int64_t r = lane; r < Rc; r += 32) acc += __bfloat162float(dec[r]) * z[r];
+  acc = warp_sum(acc);
+  if (lane == 0) a.io->delta[w] = acc;
+}
+
+unsigned blocks(int64_t items, int per_block) { return static_cast<unsigned>((items + per_block - 1) / per_block); }
+}  // namespace
+
+int64_t collapse_chunks(int64_t cores) { return (cores + kChunk - 1) / kChunk; }
+
+void launch_collapse(const CollapseArgs& a, cudaStream_t stream) {
+  if (a.batch == 0) return;
+  const int64_t chunks = collapse_chunks(a.cores);
+  SWAPFFN_REQUIRE(chunks <= 65535 && a.batch <= 65535,
+                  "collapse: too many cores or sequences for one launch grid");
+  const dim3 pool_grid(blocks(a.d_model, kPoolThreads), static_cast<unsigned>(chunks),
+                       static_cast<unsigned>(a.batch));
+  collapse_pool_partial_kernel<<<pool_grid, kPoolThreads, 0, stream>>>(a);
+  SWAPFFN_CHECK_LAUNCH();
+  collapse_pool_finish_kernel<<<blocks(a.batch * a.collapse_k * a.d_model, kPoolThreads), kPoolThreads, 0,
+                                stream>>>(a, chunks);
+  SWAPFFN_CHECK_LAUNCH();
+  collapse_basis_kernel<<<blocks(a.batch * a.collapse_r, kWarpThreads / 32), kWarpThreads, 0, stream>>>(a);
+  SWAPFFN_CHECK_LAUNCH();
+  collapse_decode_kernel<<<blocks(a.batch * a.d_model, kWarpThreads / 32), kWarpThreads, 0, stream>>>(a);
+  SWAPFFN_CHECK_LAUNCH();
+}
+
+}  // namespace swapffn::cuda

@@ -1,0 +1,33 @@
+// Collapse (SPEC section 4, last lines), per sequence b, all in fp32 with fixed summation orders:
+//   pooled[k]  = sum_c core_alpha[c, k] * h[b, c]          (cores summed in chunks, chunks in order)
+//   zc[r]      = sum_k pooled[k] . collapse_basis[k, r]    (silu when collapse_silu)
+//   delta[b]   = collapse_decoder @ zc                      (written to io->delta)
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/kernels/step_io.hpp"
+
+namespace swapffn::cuda {
+
+struct CollapseArgs {
+  const float* h;                   // [B*C, D]
+  const float* alpha;               // [C, K]
+  const __nv_bfloat16* basis;       // [K, Rc, D]
+  const __nv_bfloat16* decoder;     // [D, Rc]
+  float* partial;                   // workspace [B, collapse_chunks(C), K, D]
+  float* pooled;                    // workspace [B, K, D]
+  float* zc;                        // workspace [B, Rc]
+  const StepIO* io;                 // io->delta: [B, D] out
+  int64_t batch, cores, d_model, collapse_k, collapse_r;
+  bool silu;
+};
+
+// Number of core chunks summed in parallel (the partial workspace's second dimension).
+int64_t collapse_chunks(int64_t cores);
+
+void launch_collapse(const CollapseArgs& a, cudaStream_t stream);
+
+}  // namespace swapffn::cuda

@@ -1,0 +1,13 @@
+// Row RMSNorm into a bf16 GEMM operand: out[m] = bf16(h[m] * rsqrt(mean(h[m]^2) + eps) * gain).
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace swapffn::cuda {
+
+void launch_rmsnorm_bf16(const float* h, const float* gain, __nv_bfloat16* out, int64_t rows,
+                         int64_t d_model, float eps, cudaStream_t stream);
+
+}  // namespace swapffn::cuda

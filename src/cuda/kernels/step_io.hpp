@@ -1,0 +1,21 @@
+// StepIO: where the current token step reads x and writes delta and the decision trace.
+// It lives in device memory so that a captured CUDA graph (which bakes kernel arguments) can be
+// replayed for token after token: the last node of a step advances the pointers to the next token.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace swapffn::cuda {
+
+struct StepIO {
+  const float* x;  // [B, D] of the current token
+  float* delta;    // [B, D] of the current token
+  uint8_t* gate;   // [E, B, C] of the current token, or null when the trace is not recorded
+  uint8_t* slot;   // [E, B, C], null exactly when gate is
+};
+
+// io->x and io->delta advance by x_stride elements, gate/slot (when set) by trace_stride.
+void launch_advance_step_io(StepIO* io, int64_t x_stride, int64_t trace_stride, cudaStream_t stream);
+
+}  // namespace swapffn::cuda

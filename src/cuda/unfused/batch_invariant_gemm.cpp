@@ -1,0 +1,123 @@
+#include "cuda/unfused/batch_invariant_gemm.hpp"
+
+#include <cstdio>
+
+namespace swapffn::cuda {
+
+namespace {
+// cuBLAS is column-major: out^T [n x rows] = W^T-view [n x k] (op T on the col-major [k x n] view of
+// the row-major W) times X^T-view [k x rows] (the row-major X read as col-major, op N).
+constexpr cublasOperation_t kTransW = CUBLAS_OP_T, kTransX = CUBLAS_OP_N;
+
+uint32_t config_u32(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  uint32_t v = 0;
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &written));
+  return v;
+}
+uint16_t config_u16(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  uint16_t v = 0;
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &written));
+  return v;
+}
+int32_t split_k_of(const cublasLtMatmulAlgo_t& a) {
+  int32_t v = 0;
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof(v), &written));
+  return v;
+}
+}  // namespace
+
+BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k, cudaDataType_t out_type,
+                                       bool accumulate, int64_t reference_rows, size_t workspace_bytes)
+    : lt_(lt), n_(n), k_(k), out_type_(out_type), beta_(accumulate ? 1.f : 0.f), workspace_bytes_(workspace_bytes) {
+  SWAPFFN_REQUIRE(n > 0 && k > 0 && reference_rows > 0, "GEMM shape must be positive");
+  SWAPFFN_REQUIRE(out_type == CUDA_R_32F || out_type == CUDA_R_16BF, "GEMM output must be fp32 or bf16");
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &kTransW, sizeof(kTransW)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &kTransX, sizeof(kTransX)));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout_, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
+
+  cublasLtMatrixLayout_t x = nullptr, out = nullptr;
+  make_row_layouts(reference_rows, x, out);
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;  // excludes split-K
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                    &no_reduction, sizeof(no_reduction)));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace_bytes_, sizeof(workspace_bytes_)));
+  constexpr int kWanted = 8;
+  cublasLtMatmulHeuristicResult_t results[kWanted] = {};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_, op_, w_layout_, x, out, out, pref, kWanted, results, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(x);
+  cublasLtMatrixLayoutDestroy(out);
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
+  bool chosen = false;
+  for (int i = 0; i < found && !chosen; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS || split_k_of(results[i].algo) > 1) continue;
+    algo_ = results[i].algo;
+    chosen = true;
+  }
+  SWAPFFN_REQUIRE(chosen, "cuBLASLt offers no split-K-free bf16 GEMM for n=" + std::to_string(n) +
+                              " k=" + std::to_string(k) + " (this shape cannot run batch-invariantly)");
+}
+
+BatchInvariantGemm::~BatchInvariantGemm() {
+  if (x_layout_) cublasLtMatrixLayoutDestroy(x_layout_);
+  if (out_layout_) cublasLtMatrixLayoutDestroy(out_layout_);
+  if (w_layout_) cublasLtMatrixLayoutDestroy(w_layout_);
+  if (op_) cublasLtMatmulDescDestroy(op_);
+}
+
+void BatchInvariantGemm::make_row_layouts(int64_t rows, cublasLtMatrixLayout_t& x, cublasLtMatrixLayout_t& out) const {
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&x, CUDA_R_16BF, static_cast<uint64_t>(k_), static_cast<uint64_t>(rows), k_));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&out, out_type_, static_cast<uint64_t>(n_), static_cast<uint64_t>(rows), n_));
+}
+
+void BatchInvariantGemm::set_rows(int64_t rows) {
+  SWAPFFN_REQUIRE(rows > 0, "GEMM row count must be positive");
+  if (rows == rows_) return;
+  cublasLtMatrixLayout_t x = nullptr, out = nullptr;
+  make_row_layouts(rows, x, out);
+  cublasLtMatmulHeuristicResult_t check{};
+  const cublasStatus_t st = cublasLtMatmulAlgoCheck(lt_, op_, w_layout_, x, out, out, &algo_, &check);
+  if (st != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace_bytes_) {
+    cublasLtMatrixLayoutDestroy(x);
+    cublasLtMatrixLayoutDestroy(out);
+    SWAPFFN_FAIL("the pinned cuBLASLt algorithm (" + describe() + ") cannot run " + std::to_string(rows) +
+                 " rows for n=" + std::to_string(n_) + " k=" + std::to_string(k_) + ": " +
+                 (st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusString(st) : "workspace too small"));
+  }
+  if (x_layout_) cublasLtMatrixLayoutDestroy(x_layout_);
+  if (out_layout_) cublasLtMatrixLayoutDestroy(out_layout_);
+  x_layout_ = x;
+  out_layout_ = out;
+  rows_ = rows;
+}
+
+void BatchInvariantGemm::run(const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const {
+  SWAPFFN_REQUIRE(rows_ > 0, "BatchInvariantGemm::run before set_rows");
+  const float alpha = 1.f;
+  CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w, w_layout_, x, x_layout_, &beta_, out, out_layout_, out,
+                              out_layout_, &algo_, workspace, workspace_bytes_, stream));
+}
+
+std::string BatchInvariantGemm::describe() const {
+  int32_t id = 0;
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written));
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "algo=%d tile=%u stages=%u splitk=%d swizzle=%u custom=%u cluster=%u", id,
+                config_u32(algo_, CUBLASLT_ALGO_CONFIG_TILE_ID), config_u32(algo_, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                split_k_of(algo_), config_u32(algo_, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                config_u32(algo_, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+                static_cast<unsigned>(config_u16(algo_, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)));
+  return buf;
+}
+
+}  // namespace swapffn::cuda
