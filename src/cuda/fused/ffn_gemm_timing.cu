@@ -1,0 +1,99 @@
+#include "cuda/fused/ffn_gemm_timing.hpp"
+
+#include <algorithm>
+
+#include "cuda/device_buffer.hpp"
+#include "cuda/kernels/random_fill.hpp"
+#include "cuda/tma.hpp"
+
+namespace swapffn::cuda {
+namespace {
+
+// Median over `repeats` samples of the mean time of 10 back-to-back launches (hides launch gaps the
+// way a graph with programmatic dependent launch does).
+template <class F>
+double median_us(F&& launch, int repeats, cudaStream_t stream) {
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<float> t;
+  for (int r = 0; r < repeats; ++r) {
+    CUDA_CHECK(cudaEventRecord(e0, stream));
+    for (int i = 0; i < 10; ++i) launch();
+    CUDA_CHECK(cudaEventRecord(e1, stream));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms * 100.f);  // ms / 10 launches -> us
+  }
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// C[m, n] = A[m, k] B[n, k]^T through cuBLAS (bf16 operands, fp32 compute), as the unfused path does.
+void cublas_nt(cublasHandle_t h, const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, int m, int n, int k) {
+  const float one = 1.f, zero = 0.f;
+  // Column-major view: C^T[n, m] = B[n, k] * A^T[k, m].
+  CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, b, CUDA_R_16BF, k, a, CUDA_R_16BF, k, &zero, c,
+                            CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<int>& ms, int repeats) {
+  const int max_m = *std::max_element(ms.begin(), ms.end());
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t handle;
+  CUBLAS_CHECK(cublasCreate(&handle));
+  CUBLAS_CHECK(cublasSetStream(handle, stream));
+
+  DeviceBuffer<__nv_bfloat16> a(size_t(max_m) * d_model), w13(size_t(2) * d_ff * d_model), w2(size_t(d_model) * d_ff),
+      u(size_t(max_m) * d_ff), scratch(size_t(max_m) * 2 * d_ff);
+  DeviceBuffer<float> h(size_t(max_m) * d_model);
+  fill_random_bf16(a.get(), int64_t(a.size()), 1, 1.f, stream);
+  fill_random_bf16(w13.get(), int64_t(w13.size()), 2, 0.03f, stream);
+  fill_random_bf16(w2.get(), int64_t(w2.size()), 3, 0.015f, stream);
+  fill_random_bf16(u.get(), int64_t(u.size()), 4, 0.5f, stream);
+  fill_random_f32(h.get(), int64_t(h.size()), 5, 1.f, stream);
+
+  std::vector<GemmTiming> out;
+  for (int m : ms) {
+    const double f1 = 2.0 * m * 2.0 * d_ff * d_model, f2 = 2.0 * m * d_model * d_ff;
+    for (const auto& v : dual_gemm_variants()) {
+      DualGemmSwigluArgs args{make_tma_2d_bf16_sw128(a.get(), m, d_model, 128, 64),
+                              make_tma_2d_bf16_sw128(w13.get(), 2 * d_ff, d_model, v.bn, 64), u.get(), m, 2 * d_ff,
+                              d_model};
+      const double us = median_us([&] { launch_dual_gemm_swiglu(args, v, stream, true); }, repeats, stream);
+      out.push_back({"dual_swiglu", m, 2 * d_ff, d_model, v, us, f1 / us * 1e-6});
+    }
+    for (const auto& v : down_gemm_variants()) {
+      GemmResidualArgs args{make_tma_2d_bf16_sw128(u.get(), m, d_ff, 128, 64),
+                            make_tma_2d_bf16_sw128(w2.get(), d_model, d_ff, v.bn, 64), h.get(), m, d_model, d_ff, true};
+      const double us = median_us([&] { launch_gemm_residual(args, v, stream, true); }, repeats, stream);
+      out.push_back({"down_residual", m, d_model, d_ff, v, us, f2 / us * 1e-6});
+    }
+    const double us1 = median_us([&] { cublas_nt(handle, a.get(), w13.get(), scratch.get(), m, 2 * d_ff, d_model); },
+                                 repeats, stream);
+    out.push_back({"cublas_gate_up", m, 2 * d_ff, d_model, {}, us1, f1 / us1 * 1e-6});
+    const double us2 = median_us([&] { cublas_nt(handle, u.get(), w2.get(), scratch.get(), m, d_model, d_ff); },
+                                 repeats, stream);
+    out.push_back({"cublas_down", m, d_model, d_ff, {}, us2, f2 / us2 * 1e-6});
+  }
+  {
+    const int n = 8192;
+    DeviceBuffer<__nv_bfloat16> x(size_t(n) * n), y(size_t(n) * n), z(size_t(n) * n);
+    fill_random_bf16(x.get(), int64_t(x.size()), 6, 1.f, stream);
+    fill_random_bf16(y.get(), int64_t(y.size()), 7, 1.f, stream);
+    const double us = median_us([&] { cublas_nt(handle, x.get(), y.get(), z.get(), n, n, n); }, std::max(3, repeats / 4), stream);
+    out.push_back({"cublas_peak", n, n, n, {}, us, 2.0 * n * n * n / us * 1e-6});
+  }
+  CUBLAS_CHECK(cublasDestroy(handle));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return out;
+}
+
+}  // namespace swapffn::cuda

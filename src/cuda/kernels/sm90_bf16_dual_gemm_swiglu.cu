@@ -1,0 +1,87 @@
+// FFN up-projection of the fused backend: u = silu(n W1^T) * (n W3^T) in one GEMM.
+// W1 and W3 are interleaved offline in blocks of 8 rows (rows 16g..16g+7 = w1[8g..8g+7], rows
+// 16g+8..16g+15 = w3[8g..8g+7]; see interleave_w13), so the gate and up values of one output land
+// in the same thread's accumulators, two adjacent outputs per thread: the SwiGLU is a register-only
+// epilogue with bf16x2 stores, and the two [M, F] fp32 products never exist.
+#include <algorithm>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/sm90_bf16_gemm.cuh"
+#include "cuda/kernels/sm90_gemm_launch.hpp"
+
+namespace swapffn::cuda {
+namespace {
+
+struct SwigluEpilogue {
+  struct Params {
+    __nv_bfloat16* u;  // [M, F]
+    int ld_u;          // F
+  };
+  template <int BN>
+  __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int M, int t) {
+#pragma unroll
+    for (int g = 0; g < BN / 16; ++g) {
+      const sm90::AccCoord a = sm90::acc_coord(t, 0);
+      const int col = n_base / 2 + 8 * g + a.col;  // a.col = 2 * (lane % 4)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = m_base + a.row + 8 * half;
+        if (row < M) {
+          const float* gate = &acc[4 * (2 * g) + 2 * half];
+          const float* up = &acc[4 * (2 * g + 1) + 2 * half];
+          const __nv_bfloat162 v = __floats2bfloat162_rn(silu(gate[0]) * up[0], silu(gate[1]) * up[1]);
+          *reinterpret_cast<__nv_bfloat162*>(p.u + static_cast<size_t>(row) * p.ld_u + col) = v;
+        }
+      }
+    }
+  }
+  __device__ static float silu(float g) { return g / (1.f + __expf(-g)); }
+};
+
+template <int BN, int Stages>
+void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
+  using Tile = sm90::GemmTile<BN, Stages, 1>;
+  SWAPFFN_REQUIRE(a.n2 % BN == 0 && BN % 16 == 0, "dual GEMM: 2*F = " + std::to_string(a.n2) + " is not a multiple of the tile N " + std::to_string(BN));
+  SWAPFFN_REQUIRE(a.k % Tile::BK == 0, "dual GEMM: K = " + std::to_string(a.k) + " is not a multiple of 64");
+  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, SwigluEpilogue>;
+  const dim3 grid(a.n2 / BN, (a.m + Tile::BM - 1) / Tile::BM, 1);
+  launch_gemm_kernel(kernel, grid, Tile::kThreads, Tile::kSmemBytes, 1, stream, pdl, a.tma_a, a.tma_b,
+                     SwigluEpilogue::Params{a.u, a.n2 / 2}, a.m, a.k / Tile::BK);
+}
+
+// The compiled variants. Split-K is absent on purpose: the SwiGLU needs whole sums.
+// bn 256 x 4 stages: 192 KB of stages, each B tile feeds 128 rows x 128 outputs (the most reuse);
+// bn 128 x 6 stages: twice the tiles (fills the SMs better at B = 1), half the B reuse.
+struct DualEntry {
+  GemmVariant v;
+  void (*fn)(const DualGemmSwigluArgs&, cudaStream_t, bool);
+};
+constexpr DualEntry kDualVariants[] = {{{256, 4, 1}, launch<256, 4>}, {{128, 6, 1}, launch<128, 6>}};
+
+}  // namespace
+
+std::vector<bf16> interleave_w13(const std::vector<bf16>& w1, const std::vector<bf16>& w3, int64_t f, int64_t k) {
+  SWAPFFN_REQUIRE(f % 8 == 0, "d_ff = " + std::to_string(f) + " must be a multiple of 8 to interleave w1/w3");
+  SWAPFFN_REQUIRE(w1.size() == size_t(f * k) && w3.size() == size_t(f * k), "w1/w3 sizes do not match [F, K]");
+  std::vector<bf16> out(size_t(2 * f * k));
+  for (int64_t r = 0; r < f; ++r) {
+    const int64_t dst = (r / 8) * 16 + r % 8;
+    std::copy_n(&w1[size_t(r * k)], k, &out[size_t(dst * k)]);
+    std::copy_n(&w3[size_t(r * k)], k, &out[size_t((dst + 8) * k)]);
+  }
+  return out;
+}
+
+std::vector<GemmVariant> dual_gemm_variants() {
+  std::vector<GemmVariant> out;
+  for (const auto& e : kDualVariants) out.push_back(e.v);
+  return out;
+}
+
+void launch_dual_gemm_swiglu(const DualGemmSwigluArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl) {
+  for (const auto& e : kDualVariants)
+    if (e.v == v) return e.fn(a, stream, pdl);
+  SWAPFFN_FAIL("dual GEMM: no compiled variant " + v.name());
+}
+
+}  // namespace swapffn::cuda

@@ -1,0 +1,218 @@
+// A warp-specialised Hopper GEMM mainloop, D[M,N] = A[M,K] * B[N,K]^T with bf16 operands (both
+// K-major) and fp32 accumulators, parameterised by an epilogue. It exists because the Swap-FFN
+// GEMMs need epilogues that cuBLAS cannot fuse (SwiGLU of interleaved gate/up columns; residual add
+// into the fp32 state with a split-K reduction that is deterministic) and because the same tile of
+// weights must serve 128 core rows at once (the lesson of the seed's one-block-per-core kernel).
+//
+// Structure (per CTA, 384 threads): warpgroup 0 is the producer (one thread issues TMA loads of the
+// A and B tiles into a ring of `Stages` shared-memory buffers, completing on mbarriers); warpgroups
+// 1 and 2 are consumers, each owning 64 rows of the 128-row tile and issuing wgmma m64nBNk16 on the
+// swizzled tiles. Split-K (blockIdx.z) runs as a thread-block cluster along z: the CTA of rank 1
+// ships its accumulators into rank 0's shared memory (DSMEM) and rank 0 adds them in a fixed order,
+// so results are bitwise reproducible and do not depend on M (batch invariance).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <utility>
+
+#include <cute/arch/cluster_sm90.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90_desc.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+namespace swapffn::cuda::sm90 {
+
+// Compile-time tile configuration of one GEMM variant.
+template <int BN_, int Stages_, int SplitK_>
+struct GemmTile {
+  static constexpr int BM = 128;  // two consumer warpgroups of 64 rows
+  static constexpr int BN = BN_;
+  static constexpr int BK = 64;  // one 128-byte swizzle atom of bf16
+  static constexpr int Stages = Stages_;
+  static constexpr int SplitK = SplitK_;
+  static constexpr int kThreads = 384;
+  static constexpr int kConsumers = 2;
+  static constexpr int kAccPerThread = BN / 2;  // m64nBN f32 accumulators per thread
+  static constexpr int kStageBytesA = BM * BK * 2;
+  static constexpr int kStageBytesB = BN * BK * 2;
+  static constexpr int kReduceBytes = SplitK > 1 ? BM * BN * 4 : 0;
+  static constexpr int kSmemBytes =
+      1024 /*alignment slack*/ + Stages * (kStageBytesA + kStageBytesB) + kReduceBytes + 2 * Stages * 8;
+
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma tile N must be 64, 128 or 256 here");
+  static_assert(Stages >= 2 && Stages <= 8, "pipeline depth must be 2..8");
+  static_assert(SplitK == 1 || SplitK == 2, "split-K is a cluster of 1 or 2 CTAs along z");
+  static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
+                "stage buffers must keep the 1024-byte alignment of the 128B swizzle");
+};
+
+template <int BN>
+struct WgmmaAtom;
+template <>
+struct WgmmaAtom<64> {
+  using Op = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+};
+template <>
+struct WgmmaAtom<128> {
+  using Op = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+};
+template <>
+struct WgmmaAtom<256> {
+  using Op = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+};
+
+template <class Op, int N, size_t... I>
+__device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&d)[N], std::index_sequence<I...>) {
+  Op::fma(da, db, d[I]...);
+}
+
+// Shared-memory matrix descriptor of a K-major tile laid out by TMA with 128-byte swizzle:
+// 8-row groups of 128-byte rows, 1024 bytes apart.
+__device__ __forceinline__ uint64_t sw128_desc(const void* smem) {
+  cute::GmmaDescriptor d;
+  d.bitfield.start_address_ = static_cast<uint16_t>((cute::cast_smem_ptr_to_uint(smem) & 0x3FFFF) >> 4);
+  d.bitfield.leading_byte_offset_ = 1;
+  d.bitfield.stride_byte_offset_ = 1024 >> 4;
+  d.bitfield.base_offset_ = 0;
+  d.bitfield.layout_type_ = 1;  // SWIZZLE_128B
+  return d.desc_;
+}
+
+// Position of accumulator pair p (0..BN/4-1, covering columns 2p..2p+1 of one 8-column block) of a
+// thread of a consumer warpgroup: rows r and r + 8 share the same columns.
+struct AccCoord {
+  int row;  // within the warpgroup's 64 rows, for the first half (add 8 for the second)
+  int col;  // first of two adjacent columns within the tile
+};
+__device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
+  const int warp = thread_in_wg / 32, lane = thread_in_wg % 32;
+  return {warp * 16 + lane / 4, block8 * 8 + (lane % 4) * 2};
+}
+
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// The epilogue interface: `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg)` with acc holding
+// the (fully reduced) accumulators of 64 rows starting at m_base and BN columns from n_base.
+template <class Tile, class Epi>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    sm90_bf16_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
+                          const typename Epi::Params params, int M, int k_tiles_per_split) {
+  constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, S = Tile::Stages;
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
+  using EmptyBarrier = cutlass::arch::ClusterBarrier;
+
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem_a = smem;
+  uint8_t* smem_b = smem_a + S * Tile::kStageBytesA;
+  float* smem_reduce = reinterpret_cast<float*>(smem_b + S * Tile::kStageBytesB);
+  uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(smem_reduce) + Tile::kReduceBytes);
+  uint64_t* empty = full + S;
+
+  const int n_tile = blockIdx.x, m_tile = blockIdx.y;
+  const int split = Tile::SplitK > 1 ? static_cast<int>(cute::block_rank_in_cluster()) : 0;
+  const int k_tile0 = split * k_tiles_per_split;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      Barrier::init(&full[s], 1);
+      EmptyBarrier::init(&empty[s], Tile::kConsumers * 4);
+    }
+    cutlass::arch::fence_barrier_init();
+    cute::prefetch_tma_descriptor(&tma_a);
+    cute::prefetch_tma_descriptor(&tma_b);
+  }
+  __syncthreads();
+  // Everything below reads what the previous kernel of the step wrote.
+  pdl_wait();
+  pdl_launch_dependents();
+
+  if (wg == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<40>();
+    if (threadIdx.x == 0) {
+      for (int it = 0; it < k_tiles_per_split; ++it) {
+        const int s = it % S;
+        const uint32_t phase = (it / S) & 1;
+        EmptyBarrier::wait(&empty[s], phase ^ 1);
+        Barrier::arrive_and_expect_tx(&full[s], Tile::kStageBytesA + Tile::kStageBytesB);
+        const int k = (k_tile0 + it) * BK;
+        cute::SM90_TMA_LOAD_2D::copy(&tma_a, &full[s], 0, smem_a + s * Tile::kStageBytesA, k, m_tile * BM);
+        cute::SM90_TMA_LOAD_2D::copy(&tma_b, &full[s], 0, smem_b + s * Tile::kStageBytesB, k, n_tile * BN);
+      }
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<232>();
+    const int c = wg - 1;  // consumer index: rows [64c, 64c + 64) of the tile
+    const int t = threadIdx.x % 128;
+    float acc[Tile::kAccPerThread];
+#pragma unroll
+    for (int i = 0; i < Tile::kAccPerThread; ++i) acc[i] = 0.f;
+
+    for (int it = 0; it < k_tiles_per_split; ++it) {
+      const int s = it % S;
+      const uint32_t phase = (it / S) & 1;
+      Barrier::wait(&full[s], phase);
+      const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * 64 * 128;
+      const uint8_t* b = smem_b + s * Tile::kStageBytesB;
+#pragma unroll
+      for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+      cute::warpgroup_arrive();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk)
+        wgmma_call<typename WgmmaAtom<BN>::Op>(sw128_desc(a + kk * 32), sw128_desc(b + kk * 32), acc,
+                                               std::make_index_sequence<Tile::kAccPerThread>{});
+      cute::warpgroup_commit_batch();
+      // Keep this k-step's MMAs in flight while the previous one's stage is handed back.
+      cute::warpgroup_wait<1>();
+#pragma unroll
+      for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+      if (it > 0 && t % 32 == 0) EmptyBarrier::arrive(&empty[(it + S - 1) % S]);
+    }
+    cute::warpgroup_wait<0>();
+#pragma unroll
+    for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+
+    if constexpr (Tile::SplitK > 1) {
+      // Rank 1 ships its partial sums to rank 0 (same slot per thread, so the layout is private).
+      float2* red = reinterpret_cast<float2*>(smem_reduce) + c * (Tile::kAccPerThread / 2) * 128;
+      if (split == 1) {
+        const uint32_t local = cute::cast_smem_ptr_to_uint(red);
+        uint32_t remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(0));
+#pragma unroll
+        for (int p = 0; p < Tile::kAccPerThread / 2; ++p)
+          asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote + (p * 128 + t) * 8),
+                       "f"(acc[2 * p]), "f"(acc[2 * p + 1])
+                       : "memory");
+      }
+      cute::cluster_arrive();
+      cute::cluster_wait();
+      if (split == 0) {
+#pragma unroll
+        for (int p = 0; p < Tile::kAccPerThread / 2; ++p) {
+          const float2 o = red[p * 128 + t];
+          acc[2 * p] += o.x;
+          acc[2 * p + 1] += o.y;
+        }
+        Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t);
+      }
+      return;
+    } else {
+      Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t);
+    }
+  }
+  if constexpr (Tile::SplitK > 1) {
+    // The producer warpgroup takes part in the cluster barrier the consumers use above.
+    cute::cluster_arrive();
+    cute::cluster_wait();
+  }
+}
+
+}  // namespace swapffn::cuda::sm90

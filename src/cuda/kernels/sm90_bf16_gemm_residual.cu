@@ -1,0 +1,78 @@
+// FFN down-projection of the fused backend: h += u W2^T (or h = u W2^T without the residual), with
+// the fp32 state h updated in the epilogue so the [M, D] product never round-trips separately.
+// At B = 1 the problem has only 4 x D/BN tiles, too few for 132 SMs, so K is split across a
+// 2-CTA cluster whose partial sums meet in shared memory in a fixed order (deterministic and the
+// same for every batch size).
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/sm90_bf16_gemm.cuh"
+#include "cuda/kernels/sm90_gemm_launch.hpp"
+
+namespace swapffn::cuda {
+namespace {
+
+struct ResidualEpilogue {
+  struct Params {
+    float* h;  // [M, D]
+    int ld_h;  // D
+    bool residual;
+  };
+  template <int BN>
+  __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int M, int t) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const sm90::AccCoord a = sm90::acc_coord(t, j);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = m_base + a.row + 8 * half;
+        if (row < M) {
+          float2* dst = reinterpret_cast<float2*>(p.h + static_cast<size_t>(row) * p.ld_h + n_base + a.col);
+          float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+          if (p.residual) {
+            const float2 old = *dst;
+            v.x = old.x + v.x;
+            v.y = old.y + v.y;
+          }
+          *dst = v;
+        }
+      }
+    }
+  }
+};
+
+template <int BN, int Stages, int SplitK>
+void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
+  using Tile = sm90::GemmTile<BN, Stages, SplitK>;
+  SWAPFFN_REQUIRE(a.n % BN == 0, "down GEMM: D = " + std::to_string(a.n) + " is not a multiple of the tile N " + std::to_string(BN));
+  SWAPFFN_REQUIRE(a.k % (Tile::BK * SplitK) == 0,
+                  "down GEMM: F = " + std::to_string(a.k) + " is not a multiple of 64 * split_k");
+  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
+  const dim3 grid(a.n / BN, (a.m + Tile::BM - 1) / Tile::BM, SplitK);
+  launch_gemm_kernel(kernel, grid, Tile::kThreads, Tile::kSmemBytes, SplitK, stream, pdl, a.tma_a, a.tma_b,
+                     ResidualEpilogue::Params{a.h, a.n, a.residual}, a.m, a.k / Tile::BK / SplitK);
+}
+
+// The compiled variants. bn 64 with split-K 2: 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024);
+// bn 128 split 2: half the CTAs, more B reuse; bn 64 without split: different summation order, so
+// usable only when every batch size uses it (batch invariance), kept for large-B comparisons.
+struct ResidualEntry {
+  GemmVariant v;
+  void (*fn)(const GemmResidualArgs&, cudaStream_t, bool);
+};
+constexpr ResidualEntry kResidualVariants[] = {
+    {{64, 6, 2}, launch<64, 6, 2>}, {{128, 4, 2}, launch<128, 4, 2>}, {{64, 6, 1}, launch<64, 6, 1>}};
+
+}  // namespace
+
+std::vector<GemmVariant> down_gemm_variants() {
+  std::vector<GemmVariant> out;
+  for (const auto& e : kResidualVariants) out.push_back(e.v);
+  return out;
+}
+
+void launch_gemm_residual(const GemmResidualArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl) {
+  for (const auto& e : kResidualVariants)
+    if (e.v == v) return e.fn(a, stream, pdl);
+  SWAPFFN_FAIL("down GEMM: no compiled variant " + v.name());
+}
+
+}  // namespace swapffn::cuda

@@ -1,0 +1,17 @@
+// Tensor maps for the bulk tensor copy engine (TMA). The driver's encoder is fetched at run time
+// through the runtime's entry-point query, so the binaries don't link libcuda and still load (and
+// skip GPU tests) on machines without a driver.
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace swapffn::cuda {
+
+// A 2-D row-major bf16 matrix [rows, cols] (cols contiguous) read in boxes of
+// box_rows x box_cols with 128-byte swizzle (box_cols * 2 must be 128: one swizzle atom wide).
+// Out-of-range rows of a box read as zeros.
+CUtensorMap make_tma_2d_bf16_sw128(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
+                                   uint32_t box_cols);
+
+}  // namespace swapffn::cuda
