@@ -315,6 +315,7 @@ def forward(model, x, ram0, map0, trace=None, tau=0.0):
     slots = np.zeros((T, E, B, C), np.uint8)
     delta = np.zeros((T, B, D), np.float64)
     rows = np.arange(N)
+    live_writes = 0  # swaps that wrote a nonzero h (a zero h stays zero: such swaps exercise little)
     for t in range(T):
         xt = np.asarray(x[t], dtype=dt)
         h = (xt[:, None, :] * model.core_scale[None] + model.core_shift[None]).reshape(N, D)
@@ -339,6 +340,7 @@ def forward(model, x, ram0, map0, trace=None, tau=0.0):
                 phys = lanes[idx, j]
                 out = ram[idx, phys, :].copy()
                 ram[idx, phys, :] = round_to_bf16(h[idx])
+                live_writes += int(np.count_nonzero(np.any(h[idx] != 0, axis=1)))
                 h[idx] = out.astype(dt)
                 lane0 = lanes[idx, 0].copy()
                 lanes[idx, 0] = phys
@@ -355,7 +357,7 @@ def forward(model, x, ram0, map0, trace=None, tau=0.0):
             zc = _silu(zc)
         delta[t] = zc @ p["collapse_decoder"].T
     return {"delta": delta, "ram": ram.reshape(B, C, 4, D), "stream_map": encode_maps(lanes).reshape(B, C),
-            "gate": gates, "slot": slots, "decisions": decisions}
+            "gate": gates, "slot": slots, "decisions": decisions, "live_writes": live_writes}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,7 +432,7 @@ def judge(model, dump, tau, rtol, ram_flip_frac=0.01, require_swaps=False, log=p
     opened = int(dump["gate"].sum())
     log(f"shape: T={T} B={B} C={C} E={E} D={D}; gates open {opened}/{dec.gates} "
         f"({100.0 * opened / max(dec.gates, 1):.1f}%), open with slot != 0: "
-        f"{int(((dump['slot'] != 0) & (dump['gate'] == 1)).sum())}")
+        f"{int(((dump['slot'] != 0) & (dump['gate'] == 1)).sum())}, swaps writing a nonzero h: {r['live_writes']}")
     log(f"decisions checked: {dec.gates} gates + {dec.slots} slots (gate open); disagreeing: "
         f"{dec.gate_disagree} gates, {dec.slot_disagree} slots ({len(dec.failures)} beyond tau={tau:g}); "
         f"closed-gate slot disagreements (no effect): {dec.closed_slot_disagree}")
