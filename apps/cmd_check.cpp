@@ -1,12 +1,65 @@
-// swapffn check (placeholder until its issue lands)
+// swapffn check: a backend against the reference following its decision trace (SPEC section 5).
+#include <cstdio>
+#include <memory>
+#include <string>
+
 #include "commands.hpp"
+#include "swapffn/check.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/weights.hpp"
 
 namespace swapffn::cli {
 
+namespace {
+struct CheckArgs {
+  std::string model, backend, tolerance;
+  int64_t batch = 1, tokens = 2;
+  uint64_t seed = 1;
+  double tau = -1;
+  int threads = 0;
+  bool no_graph = false;
+};
+}  // namespace
+
 void add_check_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("check", "not built yet");
-  cmd->callback([] { SWAPFFN_FAIL("swapffn check is not implemented yet"); });
+  auto a = std::make_shared<CheckArgs>();
+  auto* cmd = app.add_subcommand("check", "check a backend against the reference (exit 1 on disagreement)");
+  cmd->add_option("--model", a->model, "model file (safetensors)")->required();
+  cmd->add_option("--backend", a->backend, "backend to check")->required();
+  cmd->add_option("--batch", a->batch, "sequences per step")->capture_default_str();
+  cmd->add_option("--tokens", a->tokens, "tokens to decode")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "seed of the inputs x ~ N(0,1)")->capture_default_str();
+  cmd->add_option("--tolerance", a->tolerance,
+                  "tolerance preset: bf16 or fp32 (default: fp32 for the reference, else bf16)");
+  cmd->add_option("--tau", a->tau, "decision margin tolerance (overrides the preset's)");
+  cmd->add_option("--threads", a->threads, "CPU threads of the reference (0 = all)")->capture_default_str();
+  cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
+  cmd->callback([a] {
+    const Weights w = Weights::load(a->model);
+    EngineOptions eo;
+    eo.threads = a->threads;
+    eo.graph = !a->no_graph;
+    auto engine = make_engine(a->backend, w, eo);
+    Tolerance tol = Tolerance::preset(
+        !a->tolerance.empty() ? a->tolerance : (a->backend == "reference" ? "fp32" : "bf16"));
+    if (a->tau >= 0) {
+      tol.tau = a->tau;
+      tol.name += " with tau " + std::to_string(a->tau);
+    }
+    const CheckReport r = check_backend(w, *engine, a->batch, a->tokens, a->seed, tol, a->threads);
+    std::printf("decisions checked: %lld (gate %lld, slot %lld)\n", static_cast<long long>(r.checked()),
+                static_cast<long long>(r.gate_checked), static_cast<long long>(r.slot_checked));
+    std::printf("decisions disagreeing: %lld (gate %lld, slot %lld), %lld with margin > tau %g, "
+                "max margin %.3g\n",
+                static_cast<long long>(r.disagreeing()), static_cast<long long>(r.gate_disagree),
+                static_cast<long long>(r.slot_disagree), static_cast<long long>(r.disagree_over_tau),
+                tol.tau, r.max_disagree_margin);
+    std::printf("delta: relative L2 error %.3g (tolerance %g)\n", r.delta_rel_l2, tol.delta_rel_l2);
+    std::printf("final state: relative L2 error %.3g (tolerance %g), stream maps %s\n", r.state_rel_l2,
+                tol.state_rel_l2, r.stream_maps_equal ? "equal" : "differ");
+    std::printf("%s\n", r.summary().c_str());
+    SWAPFFN_REQUIRE(r.passed(), "backend '" + a->backend + "' disagrees with the reference: " + r.summary());
+  });
 }
 
 }  // namespace swapffn::cli

@@ -1,12 +1,143 @@
-// swapffn run (placeholder until its issue lands)
+// swapffn run: decodes T tokens of random inputs x ~ N(0,1) with one backend, prints the rate and
+// checksums, optionally saves the final state and a dump an independent implementation can judge.
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
 #include "commands.hpp"
+#include "swapffn/dump.hpp"
+#include "swapffn/engine.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/random.hpp"
+#include "swapffn/weights.hpp"
 
 namespace swapffn::cli {
 
+namespace {
+
+struct RunArgs {
+  std::string model, backend = "reference", state_in, state_out, dump;
+  int64_t batch = 1, tokens = 8;
+  uint64_t seed = 1;
+  int threads = 0;
+  bool no_graph = false;
+};
+
+// FNV-1a over raw bytes: a checksum that changes with any bit of the data.
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 0xCBF29CE484222325ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  return h;
+}
+
+void draw_progress(int64_t done, int64_t total, double seconds) {
+  constexpr int kWidth = 40;
+  const int fill = static_cast<int>(kWidth * done / total);
+  std::fprintf(stderr, "\r[%.*s%.*s] %" PRId64 "/%" PRId64 " tokens, %.1f s", fill,
+               "########################################", kWidth - fill,
+               "........................................", done, total, seconds);
+  if (done == total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+void run(const RunArgs& a, bool batch_given) {
+  const Weights w = Weights::load(a.model);
+  const Config& cfg = w.cfg;
+  EngineOptions eo;
+  eo.threads = a.threads;
+  eo.graph = !a.no_graph;
+  auto engine = make_engine(a.backend, w, eo);
+
+  State st = a.state_in.empty() ? State::init(cfg, a.batch) : State::load(a.state_in);
+  const int64_t B = (!a.state_in.empty() && !batch_given) ? st.batch : a.batch;
+  SWAPFFN_REQUIRE(B > 0, "--batch must be > 0, got " + std::to_string(B));
+  SWAPFFN_REQUIRE(a.tokens > 0, "--tokens must be > 0, got " + std::to_string(a.tokens));
+  st.check_matches(cfg, B);
+  std::optional<State> initial;
+  if (!a.dump.empty() && !a.state_in.empty()) initial = st;
+
+  const int64_t T = a.tokens, n = B * cfg.d_model;
+  const std::vector<float> x = decode_inputs(a.seed, T, B, cfg.d_model);
+  std::vector<float> delta(static_cast<size_t>(T * n));
+  std::vector<Trace> traces;
+  const bool want_traces = !a.dump.empty();
+
+  // The first token runs alone; when the rest looks long and stderr is a terminal, the rest runs
+  // in chunks with a progress bar between them.
+  const bool tty = isatty(fileno(stderr)) != 0;
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  int64_t done = 0;
+  auto decode_chunk = [&](int64_t count) {
+    std::vector<Trace> chunk;
+    engine->decode(x.data() + done * n, delta.data() + done * n, count, st, want_traces ? &chunk : nullptr);
+    traces.insert(traces.end(), chunk.begin(), chunk.end());
+    done += count;
+  };
+  decode_chunk(1);
+  const double first = std::chrono::duration<double>(clock::now() - t0).count();
+  const bool progress = tty && first * static_cast<double>(T - 1) > 2.0;
+  const int64_t chunk = progress ? std::max<int64_t>(1, (T - 1) / 50) : T - 1;
+  while (done < T) {
+    decode_chunk(std::min(chunk, T - done));
+    if (progress) draw_progress(done, T, std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  const double secs = std::chrono::duration<double>(clock::now() - t0).count();
+
+  double sum = 0, abs_sum = 0;
+  for (float v : delta) sum += v, abs_sum += std::fabs(v);
+  const uint64_t delta_hash = fnv1a(delta.data(), delta.size() * sizeof(float));
+  const uint64_t state_hash =
+      fnv1a(st.stream_map.data(), st.stream_map.size(), fnv1a(st.ram.data(), st.ram.size() * sizeof(bf16)));
+  std::printf("decoded %" PRId64 " tokens x %" PRId64 " sequences with backend %s in %.3f s: %.2f tok/s "
+              "(%.3f ms per step)\n",
+              T, B, engine->name().c_str(), secs, static_cast<double>(T * B) / secs, 1e3 * secs / T);
+  std::printf("checksum: delta sum %.9g, sum|delta| %.9g, delta hash %016" PRIx64 ", state hash %016" PRIx64 "\n",
+              sum, abs_sum, delta_hash, state_hash);
+
+  if (!a.state_out.empty()) {
+    st.save(a.state_out);
+    std::printf("wrote state %s\n", a.state_out.c_str());
+  }
+  if (!a.dump.empty()) {
+    Dump d;
+    d.cfg = cfg;
+    d.backend = engine->name();
+    d.tokens = T;
+    d.batch = B;
+    d.x = x;
+    d.delta = delta;
+    d.set_traces(traces);
+    d.final_state = st;
+    d.initial_state = initial;
+    write_dump(a.dump, d);
+    std::printf("wrote dump %s\n", a.dump.c_str());
+  }
+}
+
+}  // namespace
+
 void add_run_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("run", "not built yet");
-  cmd->callback([] { SWAPFFN_FAIL("swapffn run is not implemented yet"); });
+  auto a = std::make_shared<RunArgs>();
+  auto* cmd = app.add_subcommand("run", "decode tokens of random inputs with a backend");
+  cmd->add_option("--model", a->model, "model file (safetensors)")->required();
+  cmd->add_option("--backend", a->backend, "backend")->capture_default_str();
+  auto* batch = cmd->add_option("--batch", a->batch, "sequences per step (default 1, or the --state-in batch)");
+  cmd->add_option("--tokens", a->tokens, "tokens to decode")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "seed of the inputs x ~ N(0,1)")->capture_default_str();
+  cmd->add_option("--state-in", a->state_in, "start from this state file instead of the initial state");
+  cmd->add_option("--state-out", a->state_out, "write the final state here");
+  cmd->add_option("--dump", a->dump, "write x, delta, decision trace and states here (safetensors)");
+  cmd->add_option("--threads", a->threads, "CPU threads of the reference (0 = all)")->capture_default_str();
+  cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
+  cmd->callback([a, batch] { run(*a, batch->count() > 0); });
 }
 
 }  // namespace swapffn::cli

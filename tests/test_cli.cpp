@@ -1,0 +1,175 @@
+// The `swapffn` command line, run as a separate process: init / run / check round trip on the tiny
+// config, and errors as one line on stderr with a non-zero exit.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "swapffn/device.hpp"
+#include "swapffn/dump.hpp"
+#include "swapffn/engine.hpp"
+#include "swapffn/random.hpp"
+#include "swapffn/weights.hpp"
+
+namespace swapffn {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() /
+          ("swapffn_cli_" + std::to_string(getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  static std::string slurp(const fs::path& p) {
+    std::ifstream f(p);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  Result cli(const std::string& args) {
+    const std::string cmd = std::string("'") + SWAPFFN_CLI_PATH + "' " + args + " >'" + (dir / "out").string() +
+                            "' 2>'" + (dir / "err").string() + "'";
+    const int st = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    r.out = slurp(dir / "out");
+    r.err = slurp(dir / "err");
+    return r;
+  }
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+  // A failure: non-zero exit, exactly one line on stderr that contains `what`.
+  void expect_error(const std::string& args, const std::string& what) {
+    const Result r = cli(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\nstderr: " << r.err;
+    EXPECT_NE(r.err.find(what), std::string::npos) << args << "\nstderr: " << r.err;
+  }
+
+  fs::path dir;
+};
+
+std::string line_with(const std::string& text, const std::string& key) {
+  std::istringstream s(text);
+  for (std::string l; std::getline(s, l);)
+    if (l.find(key) != std::string::npos) return l;
+  return "";
+}
+
+TEST_F(Cli, InitRunCheckRoundTrip) {
+  const std::string m = path("tiny.safetensors");
+  Result r = cli("init --config tiny --seed 3 --out " + m);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Weights w = Weights::load(m);
+  EXPECT_EQ(w.cfg, Config::preset("tiny"));
+
+  const std::string run_args = "run --model " + m + " --batch 2 --tokens 3 --seed 5";
+  r = cli(run_args + " --threads 2 --state-out " + path("s.safetensors") + " --dump " + path("d.safetensors"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("tok/s"), std::string::npos) << r.out;
+  const std::string checksum = line_with(r.out, "checksum");
+  ASSERT_FALSE(checksum.empty()) << r.out;
+  EXPECT_TRUE(r.err.empty()) << r.err;  // no progress bar: stderr is not a terminal
+
+  // Same arguments, another process: bitwise the same results.
+  r = cli(run_args + " --threads 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(line_with(r.out, "checksum"), checksum);
+
+  // The dump holds what an in-process run of the same inputs gives.
+  const Dump d = read_dump(path("d.safetensors"));
+  ASSERT_EQ(d.tokens, 3);
+  ASSERT_EQ(d.batch, 2);
+  EXPECT_EQ(d.x, decode_inputs(5, 3, 2, w.cfg.d_model));
+  EXPECT_FALSE(d.initial_state.has_value());
+  auto eng = make_engine("reference", w);
+  State st = State::init(w.cfg, 2);
+  std::vector<float> delta(d.x.size());
+  std::vector<Trace> traces;
+  eng->decode(d.x.data(), delta.data(), 3, st, &traces);
+  EXPECT_EQ(d.delta, delta);
+  EXPECT_EQ(d.traces(), traces);
+  EXPECT_EQ(d.final_state, st);
+  EXPECT_EQ(State::load(path("s.safetensors")), st);
+
+  // Continue from the saved state: batch comes from the state file; the dump records ram0.
+  r = cli("run --model " + m + " --tokens 1 --state-in " + path("s.safetensors") + " --dump " + path("d2.safetensors"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Dump d2 = read_dump(path("d2.safetensors"));
+  EXPECT_EQ(d2.batch, 2);
+  ASSERT_TRUE(d2.initial_state.has_value());
+  EXPECT_EQ(*d2.initial_state, st);
+
+  r = cli("check --model " + m + " --backend reference --batch 2 --tokens 2");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("decisions checked"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, InitAppliesSettings) {
+  const std::string m = path("m.safetensors");
+  const Result r = cli("init --config tiny --set d_model=96 --set n_events=1 --out " + m);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Weights w = Weights::load(m);
+  EXPECT_EQ(w.cfg.d_model, 96);
+  EXPECT_EQ(w.cfg.n_events, 1);
+  EXPECT_EQ(w.cfg.d_ff, Config::preset("tiny").d_ff);
+}
+
+TEST_F(Cli, ErrorsAreOneLineAndNonZero) {
+  const std::string m = path("tiny.safetensors");
+  ASSERT_EQ(cli("init --config tiny --out " + m).code, 0);
+  expect_error("run --model " + path("missing.safetensors"), "missing.safetensors");
+  expect_error("run --model " + m + " --backend nope", "unknown backend 'nope'");
+  expect_error("check --model " + m + " --backend nope", "unknown backend 'nope'");
+  expect_error("run --model " + m + " --tokens 0", "--tokens");
+  expect_error("run --model " + m + " --state-in " + path("missing_state.safetensors"), "missing_state");
+  expect_error("init --config tiny --set d_model=abc --out " + path("x.safetensors"), "d_model");
+  expect_error("init --config tiny --set nope=1 --out " + path("x.safetensors"), "nope");
+  expect_error("init --config tiny --set d_model=0 --out " + path("x.safetensors"), "d_model");
+  expect_error("init --config huge --out " + path("x.safetensors"), "huge");
+  EXPECT_FALSE(fs::exists(path("x.safetensors")));
+  // A model file that is not a safetensors file.
+  std::ofstream(path("junk.safetensors")) << "not a model";
+  expect_error("run --model " + path("junk.safetensors"), "junk.safetensors");
+}
+
+TEST_F(Cli, Info) {
+  Result r = cli("info");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(SWAPFFN_VERSION), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("GPU"), std::string::npos) << r.out;
+#ifdef SWAPFFN_WITH_CUDA
+  const bool cuda = true;
+#else
+  const bool cuda = false;
+#endif
+  EXPECT_NE(r.out.find(cuda ? "CUDA backends on" : "CUDA backends off"), std::string::npos) << r.out;
+  r = cli("info --has-gpu");
+  if (cuda && query_gpu().is_hopper()) {
+    EXPECT_EQ(r.code, 0) << r.err;
+  } else {
+    EXPECT_NE(r.code, 0);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("no usable GPU"), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace swapffn
