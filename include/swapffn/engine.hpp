@@ -55,7 +55,11 @@ class Engine {
 struct EngineOptions {
   int threads = 0;        // CPU threads for the reference (0 = hardware concurrency)
   bool graph = true;      // GPU backends: capture a token step in a CUDA graph
-  std::string tune_file;  // fused backend: tuning cache ("" = built-in defaults)
+  // fused backend: tuning cache written by `swapffn tune` ("" = $SWAPFFN_TUNE_FILE, else defaults)
+  std::string tune_file;
+  // fused backend: explicit kernel variants "up=<variant>,down=<variant>" (overrides the cache;
+  // variant names as `swapffn tune` prints them, e.g. bn256_st4_sk1)
+  std::string kernel_config;
 };
 
 // Names of the backends compiled into this build ("reference", and "unfused"/"fused" with CUDA).

@@ -67,8 +67,9 @@ struct WgmmaAtom<256> {
 };
 
 template <class Op, int N, size_t... I>
-__device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&d)[N], std::index_sequence<I...>) {
-  Op::fma(da, db, d[I]...);
+__device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&d)[N], cute::SM90::GMMA::ScaleOut scale,
+                                           std::index_sequence<I...>) {
+  Op::fma(da, db, d[I]..., scale);
 }
 
 // Shared-memory matrix descriptor of a K-major tile laid out by TMA with 128-byte swizzle:
@@ -151,9 +152,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     cutlass::arch::warpgroup_reg_alloc<232>();
     const int c = wg - 1;  // consumer index: rows [64c, 64c + 64) of the tile
     const int t = threadIdx.x % 128;
+    // No zero fill: the first MMA overwrites (scale-d 0). A fill would be a non-wgmma definition of
+    // the accumulators inside the MMA pipeline, which serialises the wgmmas (ptxas C7515).
     float acc[Tile::kAccPerThread];
-#pragma unroll
-    for (int i = 0; i < Tile::kAccPerThread; ++i) acc[i] = 0.f;
 
     for (int it = 0; it < k_tiles_per_split; ++it) {
       const int s = it % S;
@@ -166,8 +167,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       cute::warpgroup_arrive();
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk)
-        wgmma_call<typename WgmmaAtom<BN>::Op>(sw128_desc(a + kk * 32), sw128_desc(b + kk * 32), acc,
-                                               std::make_index_sequence<Tile::kAccPerThread>{});
+        wgmma_call<typename WgmmaAtom<BN>::Op>(
+            sw128_desc(a + kk * 32), sw128_desc(b + kk * 32), acc,
+            (it == 0 && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+            std::make_index_sequence<Tile::kAccPerThread>{});
       cute::warpgroup_commit_batch();
       // Keep this k-step's MMAs in flight while the previous one's stage is handed back.
       cute::warpgroup_wait<1>();

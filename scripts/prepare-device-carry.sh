@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Prepares .carry/sysroot on the CPU machine for building on the device machine, which has nvcc,
+# CMake and ninja but no internet: the header-only and static dependencies (nlohmann-json, CLI11,
+# GoogleTest) from this machine's Debian packages and the CUTLASS/CuTe headers from the pinned
+# nvidia-cutlass wheel. Name `.carry` in the device call's carry list; scripts/device-build.sh uses it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+S=.carry/sysroot
+rm -rf "$S"
+mkdir -p "$S/usr/include" "$S/usr/lib/x86_64-linux-gnu/cmake" "$S/usr/share/cmake" "$S/cutlass"
+cp -r /usr/include/nlohmann /usr/include/CLI /usr/include/gtest /usr/include/gmock "$S/usr/include/"
+cp /usr/lib/x86_64-linux-gnu/libgtest*.a /usr/lib/x86_64-linux-gnu/libgmock*.a "$S/usr/lib/x86_64-linux-gnu/"
+cp -r /usr/lib/x86_64-linux-gnu/cmake/GTest "$S/usr/lib/x86_64-linux-gnu/cmake/"
+cp -r /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json "$S/usr/share/cmake/"
+cutlass=$(python3 -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))")
+cp -r "$cutlass/cute" "$cutlass/cutlass" "$S/cutlass/"
+du -sh "$S"

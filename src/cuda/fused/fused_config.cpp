@@ -1,0 +1,106 @@
+#include "cuda/fused/fused_config.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "swapffn/device.hpp"
+#include "swapffn/error.hpp"
+
+namespace swapffn::cuda {
+
+// Why these defaults (H200, D = 1024, F = 4096; see docs/PERF.md for the numbers):
+// - up: bn 256 x 4 stages. At B = 1, M = 512 gives 4 x 32 = 128 CTAs for 132 SMs, one wave; each
+//   B tile serves 128 rows x 128 SwiGLU outputs. bn 128 doubles the CTAs (2 waves at B = 1) and the
+//   A traffic, and measured slower at every B.
+// - down: bn 64, split-K 2. At B = 1 the [512, 1024] output has only 32 tiles of 128 x 128; bn 64
+//   with a 2-CTA split-K cluster makes 128 CTAs. The split changes the summation order, so it is
+//   used at every batch size (batch invariance: a sequence's bits must not depend on B). bn 128
+//   split 2 is faster from B = 4 on and has the same summation order, so the tuner may pick it.
+//   Rejected: split-K through a global workspace (extra [M, D] fp32 round trip and a second pass),
+//   and atomics (order-dependent, not deterministic).
+namespace {
+
+void apply_override(FusedKernelConfig& k, const std::string& spec) {
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    const size_t end = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    SWAPFFN_REQUIRE(eq != std::string::npos, "kernel config item '" + item + "' is not key=value");
+    const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+    if (key == "up") {
+      k.up = parse_gemm_variant(val);
+    } else if (key == "down") {
+      k.down = parse_gemm_variant(val);
+    } else {
+      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down)");
+    }
+    pos = end + 1;
+  }
+}
+
+FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::string& tune_file) {
+  FusedKernelConfig k;
+  if (tune_file.empty()) return k;
+  std::ifstream in(tune_file);
+  SWAPFFN_REQUIRE(in.good(), "cannot open tuning cache " + tune_file);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    SWAPFFN_FAIL("tuning cache " + tune_file + " is not valid JSON: " + e.what());
+  }
+  const GpuInfo gpu = query_gpu();
+  if (j.value("device", std::string()) != gpu.name || j.value("d_model", int64_t{0}) != cfg.d_model ||
+      j.value("d_ff", int64_t{0}) != cfg.d_ff)
+    return k;  // tuned for another GPU or model shape: the defaults are the honest choice
+  // The entry for the largest tuned batch not above `batch` (tuned batches are sparse: 1, 4, 16, 64).
+  int64_t best = -1;
+  for (const auto& e : j.at("entries")) {
+    const int64_t b = e.at("batch").get<int64_t>();
+    if (b <= batch && b > best) {
+      best = b;
+      k.up = parse_gemm_variant(e.at("up").get<std::string>());
+      k.down = parse_gemm_variant(e.at("down").get<std::string>());
+    }
+  }
+  return k;
+}
+
+}  // namespace
+
+FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,
+                                      const std::string& kernel_config) {
+  std::string file = tune_file;
+  if (const char* env = std::getenv("SWAPFFN_TUNE_FILE"); file.empty() && env) file = env;
+  FusedKernelConfig k = from_tune_file(cfg, batch, file);
+  apply_override(k, kernel_config);
+  // The split factor fixes the summation order of the down GEMM: one value for every batch size.
+  SWAPFFN_REQUIRE(k.down.split_k == FusedKernelConfig{}.down.split_k,
+                  "fused: the down GEMM must use split_k " + std::to_string(FusedKernelConfig{}.down.split_k) +
+                      " at every batch size (batch invariance), got " + k.down.name());
+  return k;
+}
+
+GemmVariant parse_gemm_variant(const std::string& name) {
+  GemmVariant v;
+  if (std::sscanf(name.c_str(), "bn%d_st%d_sk%d", &v.bn, &v.stages, &v.split_k) != 3)
+    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected bn<N>_st<S>_sk<K>)");
+  return v;
+}
+
+void check_fused_supports(const Config& cfg) {
+  const auto need = [](bool ok, const std::string& what) {
+    SWAPFFN_REQUIRE(ok, "backend 'fused' cannot run this config: " + what + " (use backend 'unfused')");
+  };
+  need(cfg.d_model % 64 == 0, "d_model = " + std::to_string(cfg.d_model) + " is not a multiple of 64");
+  need(cfg.d_ff % 128 == 0, "d_ff = " + std::to_string(cfg.d_ff) + " is not a multiple of 128");
+  need(cfg.d_router % 8 == 0, "d_router = " + std::to_string(cfg.d_router) + " is not a multiple of 8");
+  need(cfg.d_model <= 16384 && cfg.d_ff <= 65536, "d_model/d_ff too large for 32-bit row offsets");
+}
+
+}  // namespace swapffn::cuda

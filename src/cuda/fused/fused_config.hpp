@@ -1,0 +1,29 @@
+// Kernel configuration of the fused backend, kept apart from the problem (Config, batch size) and
+// chosen in one place: select_fused_config(). See the .cpp for the reasons and rejected options.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "cuda/kernels/sm90_gemm_launch.hpp"
+#include "swapffn/config.hpp"
+
+namespace swapffn::cuda {
+
+struct FusedKernelConfig {
+  GemmVariant up{256, 4, 1};    // SwiGLU dual GEMM [M, D] x [2F, D]^T
+  GemmVariant down{64, 6, 2};   // residual GEMM [M, F] x [D, F]^T
+  bool pdl = true;              // programmatic dependent launch for the GEMMs
+};
+
+// Throws naming the first dimension the fused kernels cannot run (before any allocation).
+void check_fused_supports(const Config& cfg);
+
+// The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
+// and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
+// kernel_config ("up=<variant>,down=<variant>", either part optional) overrides both.
+FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,
+                                      const std::string& kernel_config);
+
+GemmVariant parse_gemm_variant(const std::string& name);
+
+}  // namespace swapffn::cuda

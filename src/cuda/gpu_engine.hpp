@@ -1,0 +1,87 @@
+// GpuEngine: the plumbing every GPU backend shares, so a backend is only its token step.
+// It owns the stream, the parameters every step needs (router vectors, per-core tables, collapse
+// weights), the device state (ram, stream maps, fp32 h), the device-resident StepIO through which a
+// captured CUDA graph finds x, delta and the trace of the current token, graph capture and replay,
+// and the host Engine / DeviceDecoder entry points (validation before any change, state round trips).
+// A backend derives, allocates its own per-batch buffers in allocate_batch() and enqueues one token
+// step in enqueue_step(), ending with enqueue_collapse_and_advance().
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_buffer.hpp"
+#include "cuda/device_decoder.hpp"
+#include "cuda/kernels/step_io.hpp"
+#include "swapffn/engine.hpp"
+
+namespace swapffn::cuda {
+
+struct OwnedStream {
+  cudaStream_t s = nullptr;
+  OwnedStream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~OwnedStream() {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+};
+
+std::vector<float> widen_bf16(const std::vector<bf16>& v);
+inline __nv_bfloat16* as_nv(bf16* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+inline const __nv_bfloat16* as_nv(const bf16* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
+
+class GpuEngine : public Engine, public DeviceDecoder {
+ public:
+  GpuEngine(const Weights& w, const EngineOptions& opt);
+  ~GpuEngine() override;
+
+  const Config& config() const override { return cfg_; }
+  void step(const float* x, float* delta, State& state, const StepOptions& opt) override;
+  void decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record) override;
+
+  cudaStream_t stream() const override { return stream_; }
+  void upload_state(const State& s) override;
+  void download_state(State& s) override;
+  void decode_device(const float* x, float* delta, int64_t tokens) override;
+  void step_device_timed(const float* x, float* delta, PhaseTimer& timer) override;
+
+ protected:
+  // Sizes the backend's own buffers for M = batch * C rows (the common ones are already sized).
+  virtual void allocate_batch(int64_t batch) = 0;
+  // Enqueues one token step on stream_ (no host synchronisation), marking phases when timer is set.
+  virtual void enqueue_step(PhaseTimer* timer) = 0;
+  // The collapse into io->delta and the advance of the StepIO to the next token: every step's end.
+  void enqueue_collapse_and_advance();
+
+  Config cfg_;
+  EngineOptions opt_;
+  OwnedStream owned_stream_;
+  cudaStream_t stream_ = owned_stream_.s;
+
+  DeviceBuffer<bf16> router_w_, basis_, decoder_;
+  DeviceBuffer<float> router_norm_, norm_w_, swap_w_, swap_b_, bank_w_, bank_b_, scale_, shift_, alpha_;
+
+  int64_t batch_ = 0;
+  DeviceBuffer<float> h_, partial_, pooled_, zc_;
+  DeviceBuffer<bf16> ram_;
+  DeviceBuffer<uint8_t> map_;
+  DeviceBuffer<StepIO> io_;
+
+ private:
+  void host_decode(const float* x, float* delta, int64_t tokens, State& state, Trace* traces);
+  void ensure_batch(int64_t batch);
+  void set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot);
+  void run_tokens(int64_t tokens);
+  void capture_graph();
+  void drop_graph();
+
+  StepIO io_host_{};
+  DeviceBuffer<float> x_dev_, delta_dev_;
+  DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
+  cudaGraphExec_t graph_ = nullptr;
+};
+
+}  // namespace swapffn::cuda
