@@ -47,27 +47,31 @@ void run_tune(const TuneArgs& a) {
                 t.gemm.rfind("cublas", 0) == 0 ? "-" : t.variant.name().c_str(), t.us, t.tflops);
 
   std::printf("\n== whole token step per (up, down) combination (fused backend, CUDA graph)\n");
-  std::printf("%6s %-14s %-14s %10s\n", "B", "up", "down", "ms/step");
+  std::printf("%6s %-18s %-18s %-7s %10s\n", "B", "up", "down", "router", "ms/step");
   nlohmann::json entries = nlohmann::json::array();
   for (int64_t b : a.batches) {
     double best = 1e30;
-    std::string best_up, best_down;
+    std::string best_up, best_down, best_router;
     for (const auto& up : cuda::dual_gemm_variants())
-      for (const auto& down : cuda::down_gemm_variants()) {
-        if (down.split_k != 2 || cfg.d_model % down.bn != 0 || (2 * cfg.d_ff) % up.bn != 0) continue;
-        EngineOptions eo;
-        eo.kernel_config = "up=" + up.name() + ",down=" + down.name();
-        auto engine = make_engine("fused", w, eo);
-        const auto t = cuda::time_device_decode(*engine, State::init(cfg, b), a.tokens, 1, a.repeats, 2, a.seed);
-        std::printf("%6lld %-14s %-14s %10.4f\n", static_cast<long long>(b), up.name().c_str(), down.name().c_str(),
-                    t.median_ms_per_step);
-        if (t.median_ms_per_step < best) {
-          best = t.median_ms_per_step;
-          best_up = up.name();
-          best_down = down.name();
+      for (const auto& down : cuda::down_gemm_variants())
+        for (const char* router : {"cublas", "event"}) {
+          if (down.split_k != 2 || cfg.d_model % (down.bn * down.multicast) != 0 || (2 * cfg.d_ff) % up.bn != 0)
+            continue;
+          EngineOptions eo;
+          eo.kernel_config = "up=" + up.name() + ",down=" + down.name() + ",router=" + router;
+          auto engine = make_engine("fused", w, eo);
+          const auto t = cuda::time_device_decode(*engine, State::init(cfg, b), a.tokens, 1, a.repeats, 2, a.seed);
+          std::printf("%6lld %-18s %-18s %-7s %10.4f\n", static_cast<long long>(b), up.name().c_str(),
+                      down.name().c_str(), router, t.median_ms_per_step);
+          if (t.median_ms_per_step < best) {
+            best = t.median_ms_per_step;
+            best_up = up.name();
+            best_down = down.name();
+            best_router = router;
+          }
         }
-      }
-    entries.push_back({{"batch", b}, {"up", best_up}, {"down", best_down}, {"ms_per_step", best}});
+    entries.push_back(
+        {{"batch", b}, {"up", best_up}, {"down", best_down}, {"router", best_router}, {"ms_per_step", best}});
   }
   const nlohmann::json j = {{"device", gpu.name}, {"d_model", cfg.d_model}, {"d_ff", cfg.d_ff}, {"entries", entries}};
   std::ofstream out(a.out);

@@ -11,7 +11,6 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
-#include "cuda/tma.hpp"
 #include "swapffn/bf16.hpp"
 #include "swapffn/device.hpp"
 
@@ -61,9 +60,9 @@ TEST_P(DualGemm, MatchesCpuAndIsDeterministic) {
   da.upload(a);
   dw.upload(interleave_w13(w1, w3, f, k));
   du.resize(size_t(m) * f);
-  DualGemmSwigluArgs args{make_tma_2d_bf16_sw128(da.get(), m, k, 128, 64),
-                          make_tma_2d_bf16_sw128(dw.get(), 2 * f, k, v.bn, 64),
-                          reinterpret_cast<__nv_bfloat16*>(du.get()), m, 2 * f, k};
+  DualGemmSwigluArgs args{reinterpret_cast<const __nv_bfloat16*>(da.get()),
+                          reinterpret_cast<const __nv_bfloat16*>(dw.get()), reinterpret_cast<__nv_bfloat16*>(du.get()),
+                          m, 2 * f, k};
   std::vector<std::vector<bf16>> runs;
   for (int r = 0; r < 2; ++r) {
     CUDA_CHECK(cudaMemset(du.get(), 0xFF, size_t(m) * f * 2));  // NaN poison
@@ -87,9 +86,18 @@ TEST_P(DualGemm, MatchesCpuAndIsDeterministic) {
   EXPECT_LT(std::sqrt(err2 / ref2), 5e-3) << "rel L2 error (bf16 output rounding is ~2e-3)";
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, DualGemm,
-                         ::testing::Values(DualCase{512, 512, 256, {256, 4, 1}}, DualCase{40, 384, 128, {256, 4, 1}},
-                                           DualCase{300, 256, 192, {128, 6, 1}}));
+// Every compiled variant; M = 40 and 300 leave partial tiles (and, with multicast, a cluster whose
+// second CTA has no rows at all).
+std::vector<DualCase> dual_cases() {
+  std::vector<DualCase> out;
+  for (const auto& v : dual_gemm_variants()) {
+    out.push_back({512, 512, 256, v});
+    out.push_back({40, 384, 128, v});
+    out.push_back({300, 256, 192, v});
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Variants, DualGemm, ::testing::ValuesIn(dual_cases()));
 
 struct ResidualCase {
   int m, n, k;
@@ -113,8 +121,8 @@ TEST_P(ResidualGemm, MatchesCpuAndIsDeterministic) {
   da.upload(a);
   dw.upload(w);
   dh.resize(h0.size());
-  GemmResidualArgs args{make_tma_2d_bf16_sw128(da.get(), m, k, 128, 64),
-                        make_tma_2d_bf16_sw128(dw.get(), n, k, v.bn, 64), dh.get(), m, n, k, residual};
+  GemmResidualArgs args{reinterpret_cast<const __nv_bfloat16*>(da.get()),
+                        reinterpret_cast<const __nv_bfloat16*>(dw.get()), dh.get(), m, n, k, residual};
   std::vector<std::vector<float>> runs;
   for (int r = 0; r < 2; ++r) {
     if (residual) {
@@ -139,11 +147,16 @@ TEST_P(ResidualGemm, MatchesCpuAndIsDeterministic) {
   EXPECT_LT(max_err, 1e-3) << "fp32 accumulation of O(1) terms";
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, ResidualGemm,
-                         ::testing::Values(ResidualCase{512, 256, 1024, {64, 6, 2}, true},
-                                           ResidualCase{40, 128, 384, {64, 6, 2}, true},
-                                           ResidualCase{300, 256, 512, {128, 4, 2}, false},
-                                           ResidualCase{200, 128, 256, {64, 6, 1}, true}));
+std::vector<ResidualCase> residual_cases() {
+  std::vector<ResidualCase> out;
+  for (const auto& v : down_gemm_variants()) {
+    out.push_back({512, 256, 1024, v, true});
+    out.push_back({40, 256, 384, v, true});
+    out.push_back({300, 256, 512, v, false});
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Variants, ResidualGemm, ::testing::ValuesIn(residual_cases()));
 
 }  // namespace
 }  // namespace swapffn::cuda

@@ -29,6 +29,14 @@ struct OwnedStream {
   OwnedStream& operator=(const OwnedStream&) = delete;
 };
 
+struct OwnedLtHandle {
+  cublasLtHandle_t h = nullptr;
+  OwnedLtHandle() { CUBLAS_CHECK(cublasLtCreate(&h)); }
+  ~OwnedLtHandle() { cublasLtDestroy(h); }
+  OwnedLtHandle(const OwnedLtHandle&) = delete;
+  OwnedLtHandle& operator=(const OwnedLtHandle&) = delete;
+};
+
 std::vector<float> widen_bf16(const std::vector<bf16>& v);
 inline __nv_bfloat16* as_nv(bf16* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 inline const __nv_bfloat16* as_nv(const bf16* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }

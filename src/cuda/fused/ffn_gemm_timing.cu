@@ -4,7 +4,6 @@
 
 #include "cuda/device_buffer.hpp"
 #include "cuda/kernels/random_fill.hpp"
-#include "cuda/tma.hpp"
 
 namespace swapffn::cuda {
 namespace {
@@ -64,15 +63,12 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
   for (int m : ms) {
     const double f1 = 2.0 * m * 2.0 * d_ff * d_model, f2 = 2.0 * m * d_model * d_ff;
     for (const auto& v : dual_gemm_variants()) {
-      DualGemmSwigluArgs args{make_tma_2d_bf16_sw128(a.get(), m, d_model, 128, 64),
-                              make_tma_2d_bf16_sw128(w13.get(), 2 * d_ff, d_model, v.bn, 64), u.get(), m, 2 * d_ff,
-                              d_model};
+      DualGemmSwigluArgs args{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
       const double us = median_us([&] { launch_dual_gemm_swiglu(args, v, stream, true); }, repeats, stream);
       out.push_back({"dual_swiglu", m, 2 * d_ff, d_model, v, us, f1 / us * 1e-6});
     }
     for (const auto& v : down_gemm_variants()) {
-      GemmResidualArgs args{make_tma_2d_bf16_sw128(u.get(), m, d_ff, 128, 64),
-                            make_tma_2d_bf16_sw128(w2.get(), d_model, d_ff, v.bn, 64), h.get(), m, d_model, d_ff, true};
+      GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
       const double us = median_us([&] { launch_gemm_residual(args, v, stream, true); }, repeats, stream);
       out.push_back({"down_residual", m, d_model, d_ff, v, us, f2 / us * 1e-6});
     }

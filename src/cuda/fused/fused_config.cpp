@@ -22,6 +22,9 @@ namespace swapffn::cuda {
 //   split 2 is faster from B = 4 on and has the same summation order, so the tuner may pick it.
 //   Rejected: split-K through a global workspace (extra [M, D] fp32 round trip and a second pass),
 //   and atomics (order-dependent, not deterministic).
+// - router: cublas. The one-kernel event router measured slower at B = 1 (42 us per event under
+//   ncu against ~13 us for the three-kernel chain): 16 rows per CTA give only 32 CTAs, and each
+//   must stream all of router_w with few loads in flight. Kept selectable for tuning.
 namespace {
 
 void apply_override(FusedKernelConfig& k, const std::string& spec) {
@@ -36,8 +39,11 @@ void apply_override(FusedKernelConfig& k, const std::string& spec) {
       k.up = parse_gemm_variant(val);
     } else if (key == "down") {
       k.down = parse_gemm_variant(val);
+    } else if (key == "router") {
+      SWAPFFN_REQUIRE(val == "cublas" || val == "event", "kernel config router must be cublas or event, got '" + val + "'");
+      k.router = val;
     } else {
-      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down)");
+      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router)");
     }
     pos = end + 1;
   }
@@ -66,6 +72,7 @@ FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::st
       best = b;
       k.up = parse_gemm_variant(e.at("up").get<std::string>());
       k.down = parse_gemm_variant(e.at("down").get<std::string>());
+      k.router = e.value("router", k.router);
     }
   }
   return k;
@@ -88,8 +95,9 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
 
 GemmVariant parse_gemm_variant(const std::string& name) {
   GemmVariant v;
-  if (std::sscanf(name.c_str(), "bn%d_st%d_sk%d", &v.bn, &v.stages, &v.split_k) != 3)
-    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected bn<N>_st<S>_sk<K>)");
+  char tail = 0;
+  if (std::sscanf(name.c_str(), "bn%d_st%d_sk%d_mc%d%c", &v.bn, &v.stages, &v.split_k, &v.multicast, &tail) != 4)
+    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected bn<N>_st<S>_sk<K>_mc<C>)");
   return v;
 }
 
@@ -97,7 +105,7 @@ void check_fused_supports(const Config& cfg) {
   const auto need = [](bool ok, const std::string& what) {
     SWAPFFN_REQUIRE(ok, "backend 'fused' cannot run this config: " + what + " (use backend 'unfused')");
   };
-  need(cfg.d_model % 64 == 0, "d_model = " + std::to_string(cfg.d_model) + " is not a multiple of 64");
+  need(cfg.d_model % 128 == 0, "d_model = " + std::to_string(cfg.d_model) + " is not a multiple of 128");
   need(cfg.d_ff % 128 == 0, "d_ff = " + std::to_string(cfg.d_ff) + " is not a multiple of 128");
   need(cfg.d_router % 8 == 0, "d_router = " + std::to_string(cfg.d_router) + " is not a multiple of 8");
   need(cfg.d_model <= 16384 && cfg.d_ff <= 65536, "d_model/d_ff too large for 32-bit row offsets");

@@ -10,9 +10,12 @@
 namespace swapffn::cuda {
 
 struct FusedKernelConfig {
-  GemmVariant up{256, 4, 1};    // SwiGLU dual GEMM [M, D] x [2F, D]^T
-  GemmVariant down{64, 6, 2};   // residual GEMM [M, F] x [D, F]^T
-  bool pdl = true;              // programmatic dependent launch for the GEMMs
+  GemmVariant up{256, 4, 1, 2};   // SwiGLU dual GEMM [M, D] x [2F, D]^T
+  GemmVariant down{64, 6, 2, 2};  // residual GEMM [M, F] x [D, F]^T
+  bool pdl = true;                // programmatic dependent launch for the GEMMs
+  // Event head: "cublas" = RMSNorm (fused into the previous kernel) + cuBLASLt router GEMM + the
+  // decision/swap kernel; "event" = the one-kernel event router (event_router.cu).
+  std::string router = "cublas";
 };
 
 // Throws naming the first dimension the fused kernels cannot run (before any allocation).
@@ -20,7 +23,7 @@ void check_fused_supports(const Config& cfg);
 
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
-// kernel_config ("up=<variant>,down=<variant>", either part optional) overrides both.
+// kernel_config ("up=<variant>,down=<variant>,router=cublas|event", each part optional) overrides.
 FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,
                                       const std::string& kernel_config);
 

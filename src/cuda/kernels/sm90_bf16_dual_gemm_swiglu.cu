@@ -8,6 +8,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/sm90_bf16_gemm.cuh"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
+#include "cuda/tma.hpp"
 
 namespace swapffn::cuda {
 namespace {
@@ -38,25 +39,33 @@ struct SwigluEpilogue {
   __device__ static float silu(float g) { return g / (1.f + __expf(-g)); }
 };
 
-template <int BN, int Stages>
+template <int BN, int Stages, int Multicast>
 void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
-  using Tile = sm90::GemmTile<BN, Stages, 1>;
-  SWAPFFN_REQUIRE(a.n2 % BN == 0 && BN % 16 == 0, "dual GEMM: 2*F = " + std::to_string(a.n2) + " is not a multiple of the tile N " + std::to_string(BN));
-  SWAPFFN_REQUIRE(a.k % Tile::BK == 0, "dual GEMM: K = " + std::to_string(a.k) + " is not a multiple of 64");
+  using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast>;
+  SWAPFFN_REQUIRE(a.n2 % BN == 0 && BN % 16 == 0,
+                  "dual GEMM: 2*F = " + std::to_string(a.n2) + " is not a multiple of the tile N " + std::to_string(BN));
+  SWAPFFN_REQUIRE(a.k > 0 && a.k % Tile::BK == 0, "dual GEMM: K = " + std::to_string(a.k) + " is not a positive multiple of 64");
+  const CUtensorMap ta = make_tma_2d_bf16_sw128(a.a, a.m, a.k, Tile::kBoxRowsA, 64);
+  const CUtensorMap tb = make_tma_2d_bf16_sw128(a.w13, a.n2, a.k, Tile::kBoxRowsB, 64);
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, SwigluEpilogue>;
-  const dim3 grid(a.n2 / BN, (a.m + Tile::BM - 1) / Tile::BM, 1);
-  launch_gemm_kernel(kernel, grid, Tile::kThreads, Tile::kSmemBytes, 1, stream, pdl, a.tma_a, a.tma_b,
+  // M tiles rounded up to whole clusters: a CTA past the last row reads zeros and writes nothing.
+  const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM;
+  const dim3 grid(a.n2 / BN, (m_tiles + Multicast - 1) / Multicast * Multicast, 1);
+  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(1, Multicast, 1), Tile::kSmemBytes, stream, pdl, ta, tb,
                      SwigluEpilogue::Params{a.u, a.n2 / 2}, a.m, a.k / Tile::BK);
 }
 
 // The compiled variants. Split-K is absent on purpose: the SwiGLU needs whole sums.
 // bn 256 x 4 stages: 192 KB of stages, each B tile feeds 128 rows x 128 outputs (the most reuse);
 // bn 128 x 6 stages: twice the tiles (fills the SMs better at B = 1), half the B reuse.
+// mc 2: two M tiles share each W13 tile through TMA multicast (half the weight traffic from L2).
 struct DualEntry {
   GemmVariant v;
   void (*fn)(const DualGemmSwigluArgs&, cudaStream_t, bool);
 };
-constexpr DualEntry kDualVariants[] = {{{256, 4, 1}, launch<256, 4>}, {{128, 6, 1}, launch<128, 6>}};
+constexpr DualEntry kDualVariants[] = {{{256, 4, 1, 2}, launch<256, 4, 2>},
+                                       {{256, 4, 1, 1}, launch<256, 4, 1>},
+                                       {{128, 6, 1, 2}, launch<128, 6, 2>}};
 
 }  // namespace
 

@@ -10,6 +10,11 @@
 // swizzled tiles. Split-K (blockIdx.z) runs as a thread-block cluster along z: the CTA of rank 1
 // ships its accumulators into rank 0's shared memory (DSMEM) and rank 0 adds them in a fixed order,
 // so results are bitwise reproducible and do not depend on M (batch invariance).
+// Operand multicast: L2 bandwidth (~8.5 TB/s), not the tensor cores, bounds these GEMMs at small M,
+// so CTAs of one cluster that need the same tile load a slice each and multicast it to all:
+// ClusterN CTAs along x (different N tiles) share the A tile, ClusterM CTAs along y (different M
+// tiles) share the B tile. A stage is then refilled only after the consumers of every CTA it is
+// multicast to have released it (their empty-barrier arrivals go to each CTA of the group).
 #pragma once
 
 #include <cuda.h>
@@ -25,16 +30,25 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
+#include "cuda/launch.hpp"
+
 namespace swapffn::cuda::sm90 {
 
 // Compile-time tile configuration of one GEMM variant.
-template <int BN_, int Stages_, int SplitK_>
+template <int BN_, int Stages_, int SplitK_, int ClusterN_ = 1, int ClusterM_ = 1>
 struct GemmTile {
   static constexpr int BM = 128;  // two consumer warpgroups of 64 rows
   static constexpr int BN = BN_;
   static constexpr int BK = 64;  // one 128-byte swizzle atom of bf16
   static constexpr int Stages = Stages_;
   static constexpr int SplitK = SplitK_;
+  static constexpr int ClusterN = ClusterN_;  // CTAs along x sharing (multicasting) the A tile
+  static constexpr int ClusterM = ClusterM_;  // CTAs along y sharing (multicasting) the B tile
+  static constexpr int kClusterSize = ClusterN * ClusterM * SplitK;
+  // CTAs whose consumers must release a stage before it is refilled: the A group and the B group.
+  static constexpr int kGroupCtas = ClusterN + ClusterM - 1;
+  static constexpr int kBoxRowsA = BM / ClusterN;  // rows of A each CTA loads (TMA box)
+  static constexpr int kBoxRowsB = BN / ClusterM;  // rows of B each CTA loads (TMA box)
   static constexpr int kThreads = 384;
   static constexpr int kConsumers = 2;
   static constexpr int kAccPerThread = BN / 2;  // m64nBN f32 accumulators per thread
@@ -47,6 +61,10 @@ struct GemmTile {
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma tile N must be 64, 128 or 256 here");
   static_assert(Stages >= 2 && Stages <= 8, "pipeline depth must be 2..8");
   static_assert(SplitK == 1 || SplitK == 2, "split-K is a cluster of 1 or 2 CTAs along z");
+  static_assert(ClusterN == 1 || ClusterM == 1, "multicast along one grid dimension at a time");
+  static_assert(kClusterSize <= 8, "portable cluster size is at most 8");
+  static_assert((kBoxRowsA * 128) % 1024 == 0 && (kBoxRowsB * 128) % 1024 == 0,
+                "multicast slices must start on 1024-byte boundaries to keep the 128B swizzle pattern");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
                 "stage buffers must keep the 1024-byte alignment of the 128B swizzle");
 };
@@ -95,8 +113,6 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
   return {warp * 16 + lane / 4, block8 * 8 + (lane % 4) * 2};
 }
 
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 // The epilogue interface: `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg)` with acc holding
 // the (fully reduced) accumulators of 64 rows starting at m_base and BN columns from n_base.
@@ -117,20 +133,29 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   uint64_t* empty = full + S;
 
   const int n_tile = blockIdx.x, m_tile = blockIdx.y;
-  const int split = Tile::SplitK > 1 ? static_cast<int>(cute::block_rank_in_cluster()) : 0;
+  // Position in the (ClusterN, ClusterM, SplitK) cluster; ranks are x-fastest.
+  const int cx = blockIdx.x % Tile::ClusterN, cy = blockIdx.y % Tile::ClusterM;
+  const int split = Tile::SplitK > 1 ? static_cast<int>(blockIdx.z) : 0;
+  const auto rank_of = [](int x, int y, int z) { return x + Tile::ClusterN * (y + Tile::ClusterM * z); };
   const int k_tile0 = split * k_tiles_per_split;
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       Barrier::init(&full[s], 1);
-      EmptyBarrier::init(&empty[s], Tile::kConsumers * 4);
+      EmptyBarrier::init(&empty[s], Tile::kConsumers * 4 * Tile::kGroupCtas);
     }
     cutlass::arch::fence_barrier_init();
     cute::prefetch_tma_descriptor(&tma_a);
     cute::prefetch_tma_descriptor(&tma_b);
   }
-  __syncthreads();
+  // Barrier inits must be visible cluster-wide before any peer multicasts or arrives.
+  if constexpr (Tile::kClusterSize > 1) {
+    cute::cluster_arrive_relaxed();
+    cute::cluster_wait();
+  } else {
+    __syncthreads();
+  }
   // Everything below reads what the previous kernel of the step wrote.
   pdl_wait();
   pdl_launch_dependents();
@@ -138,84 +163,104 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (wg == 0) {
     cutlass::arch::warpgroup_reg_dealloc<40>();
     if (threadIdx.x == 0) {
+      uint16_t mask_a = 0, mask_b = 0;
+      for (int x = 0; x < Tile::ClusterN; ++x) mask_a |= uint16_t(1u << rank_of(x, cy, split));
+      for (int y = 0; y < Tile::ClusterM; ++y) mask_b |= uint16_t(1u << rank_of(cx, y, split));
       for (int it = 0; it < k_tiles_per_split; ++it) {
         const int s = it % S;
         const uint32_t phase = (it / S) & 1;
         EmptyBarrier::wait(&empty[s], phase ^ 1);
         Barrier::arrive_and_expect_tx(&full[s], Tile::kStageBytesA + Tile::kStageBytesB);
         const int k = (k_tile0 + it) * BK;
-        cute::SM90_TMA_LOAD_2D::copy(&tma_a, &full[s], 0, smem_a + s * Tile::kStageBytesA, k, m_tile * BM);
-        cute::SM90_TMA_LOAD_2D::copy(&tma_b, &full[s], 0, smem_b + s * Tile::kStageBytesB, k, n_tile * BN);
+        uint8_t* a_dst = smem_a + s * Tile::kStageBytesA + cx * Tile::kBoxRowsA * 128;
+        uint8_t* b_dst = smem_b + s * Tile::kStageBytesB + cy * Tile::kBoxRowsB * 128;
+        const int a_row = m_tile * BM + cx * Tile::kBoxRowsA, b_row = n_tile * BN + cy * Tile::kBoxRowsB;
+        if constexpr (Tile::ClusterN > 1)
+          cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_a, &full[s], mask_a, 0, a_dst, k, a_row);
+        else
+          cute::SM90_TMA_LOAD_2D::copy(&tma_a, &full[s], 0, a_dst, k, a_row);
+        if constexpr (Tile::ClusterM > 1)
+          cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_b, &full[s], mask_b, 0, b_dst, k, b_row);
+        else
+          cute::SM90_TMA_LOAD_2D::copy(&tma_b, &full[s], 0, b_dst, k, b_row);
       }
     }
-  } else {
-    cutlass::arch::warpgroup_reg_alloc<232>();
-    const int c = wg - 1;  // consumer index: rows [64c, 64c + 64) of the tile
-    const int t = threadIdx.x % 128;
-    // No zero fill: the first MMA overwrites (scale-d 0). A fill would be a non-wgmma definition of
-    // the accumulators inside the MMA pipeline, which serialises the wgmmas (ptxas C7515).
-    float acc[Tile::kAccPerThread];
-
-    for (int it = 0; it < k_tiles_per_split; ++it) {
-      const int s = it % S;
-      const uint32_t phase = (it / S) & 1;
-      Barrier::wait(&full[s], phase);
-      const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * 64 * 128;
-      const uint8_t* b = smem_b + s * Tile::kStageBytesB;
-#pragma unroll
-      for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
-      cute::warpgroup_arrive();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk)
-        wgmma_call<typename WgmmaAtom<BN>::Op>(
-            sw128_desc(a + kk * 32), sw128_desc(b + kk * 32), acc,
-            (it == 0 && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
-            std::make_index_sequence<Tile::kAccPerThread>{});
-      cute::warpgroup_commit_batch();
-      // Keep this k-step's MMAs in flight while the previous one's stage is handed back.
-      cute::warpgroup_wait<1>();
-#pragma unroll
-      for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
-      if (it > 0 && t % 32 == 0) EmptyBarrier::arrive(&empty[(it + S - 1) % S]);
-    }
-    cute::warpgroup_wait<0>();
-#pragma unroll
-    for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
-
-    if constexpr (Tile::SplitK > 1) {
-      // Rank 1 ships its partial sums to rank 0 (same slot per thread, so the layout is private).
-      float2* red = reinterpret_cast<float2*>(smem_reduce) + c * (Tile::kAccPerThread / 2) * 128;
-      if (split == 1) {
-        const uint32_t local = cute::cast_smem_ptr_to_uint(red);
-        uint32_t remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(0));
-#pragma unroll
-        for (int p = 0; p < Tile::kAccPerThread / 2; ++p)
-          asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote + (p * 128 + t) * 8),
-                       "f"(acc[2 * p]), "f"(acc[2 * p + 1])
-                       : "memory");
-      }
+    if constexpr (Tile::kClusterSize > 1) {
+      // Peers may still arrive on this CTA's barriers: leave only when the whole cluster is done.
       cute::cluster_arrive();
       cute::cluster_wait();
-      if (split == 0) {
+    }
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<232>();
+  const int c = wg - 1;  // consumer index: rows [64c, 64c + 64) of the tile
+  const int t = threadIdx.x % 128;
+  // A stage is released to every CTA that multicasts into it (and to this one).
+  const auto release = [&](int s) {
+    if (t % 32 != 0) return;
+    for (int x = 0; x < Tile::ClusterN; ++x) EmptyBarrier::arrive(&empty[s], rank_of(x, cy, split), 1);
+    for (int y = 0; y < Tile::ClusterM; ++y)
+      if (y != cy) EmptyBarrier::arrive(&empty[s], rank_of(cx, y, split), 1);
+  };
+  // No zero fill: the first MMA overwrites (scale-d 0). A fill would be a non-wgmma definition of
+  // the accumulators inside the MMA pipeline, which serialises the wgmmas (ptxas C7515).
+  float acc[Tile::kAccPerThread];
+
+  for (int it = 0; it < k_tiles_per_split; ++it) {
+    const int s = it % S;
+    const uint32_t phase = (it / S) & 1;
+    Barrier::wait(&full[s], phase);
+    const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * 64 * 128;
+    const uint8_t* b = smem_b + s * Tile::kStageBytesB;
 #pragma unroll
-        for (int p = 0; p < Tile::kAccPerThread / 2; ++p) {
-          const float2 o = red[p * 128 + t];
-          acc[2 * p] += o.x;
-          acc[2 * p + 1] += o.y;
-        }
-        Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t);
-      }
-      return;
-    } else {
-      Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t);
+    for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+    cute::warpgroup_arrive();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)
+      wgmma_call<typename WgmmaAtom<BN>::Op>(
+          sw128_desc(a + kk * 32), sw128_desc(b + kk * 32), acc,
+          (it == 0 && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+          std::make_index_sequence<Tile::kAccPerThread>{});
+    cute::warpgroup_commit_batch();
+    // Keep this k-step's MMAs in flight while the previous one's stage is handed back.
+    cute::warpgroup_wait<1>();
+#pragma unroll
+    for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+    if (it > 0) release((it + S - 1) % S);
+  }
+  cute::warpgroup_wait<0>();
+#pragma unroll
+  for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+
+  float2* red = reinterpret_cast<float2*>(smem_reduce) + c * (Tile::kAccPerThread / 2) * 128;
+  if constexpr (Tile::SplitK > 1) {
+    // Rank z = 1 ships its partial sums to rank z = 0 (same slot per thread: a private layout).
+    if (split == 1) {
+      const uint32_t local = cute::cast_smem_ptr_to_uint(red);
+      uint32_t remote;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank_of(cx, cy, 0)));
+#pragma unroll
+      for (int p = 0; p < Tile::kAccPerThread / 2; ++p)
+        asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote + (p * 128 + t) * 8), "f"(acc[2 * p]),
+                     "f"(acc[2 * p + 1])
+                     : "memory");
     }
   }
-  if constexpr (Tile::SplitK > 1) {
-    // The producer warpgroup takes part in the cluster barrier the consumers use above.
+  if constexpr (Tile::kClusterSize > 1) {
     cute::cluster_arrive();
     cute::cluster_wait();
   }
+  if (split != 0) return;
+  if constexpr (Tile::SplitK > 1) {
+#pragma unroll
+    for (int p = 0; p < Tile::kAccPerThread / 2; ++p) {
+      const float2 o = red[p * 128 + t];
+      acc[2 * p] += o.x;
+      acc[2 * p + 1] += o.y;
+    }
+  }
+  Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t);
 }
 
 }  // namespace swapffn::cuda::sm90

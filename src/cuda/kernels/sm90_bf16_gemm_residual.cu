@@ -6,6 +6,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/sm90_bf16_gemm.cuh"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
+#include "cuda/tma.hpp"
 
 namespace swapffn::cuda {
 namespace {
@@ -39,27 +40,34 @@ struct ResidualEpilogue {
   }
 };
 
-template <int BN, int Stages, int SplitK>
+template <int BN, int Stages, int SplitK, int Multicast>
 void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK>;
-  SWAPFFN_REQUIRE(a.n % BN == 0, "down GEMM: D = " + std::to_string(a.n) + " is not a multiple of the tile N " + std::to_string(BN));
-  SWAPFFN_REQUIRE(a.k % (Tile::BK * SplitK) == 0,
-                  "down GEMM: F = " + std::to_string(a.k) + " is not a multiple of 64 * split_k");
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1>;
+  SWAPFFN_REQUIRE(a.n % (BN * Multicast) == 0, "down GEMM: D = " + std::to_string(a.n) +
+                                                   " is not a multiple of the tile N x multicast " +
+                                                   std::to_string(BN * Multicast));
+  SWAPFFN_REQUIRE(a.k > 0 && a.k % (Tile::BK * SplitK) == 0,
+                  "down GEMM: F = " + std::to_string(a.k) + " is not a positive multiple of 64 * split_k");
+  const CUtensorMap ta = make_tma_2d_bf16_sw128(a.a, a.m, a.k, Tile::kBoxRowsA, 64);
+  const CUtensorMap tb = make_tma_2d_bf16_sw128(a.w, a.n, a.k, Tile::kBoxRowsB, 64);
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
   const dim3 grid(a.n / BN, (a.m + Tile::BM - 1) / Tile::BM, SplitK);
-  launch_gemm_kernel(kernel, grid, Tile::kThreads, Tile::kSmemBytes, SplitK, stream, pdl, a.tma_a, a.tma_b,
+  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK), Tile::kSmemBytes, stream, pdl, ta, tb,
                      ResidualEpilogue::Params{a.h, a.n, a.residual}, a.m, a.k / Tile::BK / SplitK);
 }
 
 // The compiled variants. bn 64 with split-K 2: 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024);
 // bn 128 split 2: half the CTAs, more B reuse; bn 64 without split: different summation order, so
-// usable only when every batch size uses it (batch invariance), kept for large-B comparisons.
+// usable only when every batch size uses it (batch invariance), so it is not compiled.
+// mc 2: two N tiles share each u tile through TMA multicast (a third less L2 traffic at bn 64).
 struct ResidualEntry {
   GemmVariant v;
   void (*fn)(const GemmResidualArgs&, cudaStream_t, bool);
 };
-constexpr ResidualEntry kResidualVariants[] = {
-    {{64, 6, 2}, launch<64, 6, 2>}, {{128, 4, 2}, launch<128, 4, 2>}, {{64, 6, 1}, launch<64, 6, 1>}};
+constexpr ResidualEntry kResidualVariants[] = {{{64, 6, 2, 2}, launch<64, 6, 2, 2>},
+                                               {{64, 6, 2, 1}, launch<64, 6, 2, 1>},
+                                               {{128, 4, 2, 2}, launch<128, 4, 2, 2>},
+                                               {{128, 4, 2, 1}, launch<128, 4, 2, 1>}};
 
 }  // namespace
 

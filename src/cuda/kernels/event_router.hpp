@@ -1,0 +1,43 @@
+// The head of one event of the fused backend, in one kernel (SPEC section 4, "swap"):
+//   z = bf16(rms(h) * router_norm) @ router_w^T, s = z . swap_w + swap_b, l = z @ bank_w + bank_b,
+//   j = argmax l (ties -> lowest), p = lane_j(map); if s > 0: exchange h and ram[p] (h written in
+//   bf16), swap lanes 0 and j; then the FFN operand bf16(rms(h) * norm_gain) of the new h.
+// Why one kernel: the unfused chain (RMSNorm, a skinny N = 64 GEMM, a per-row decision kernel) costs
+// three launches and two round trips of z and h through L2 per event. Here a CTA normalises 16 rows
+// into shared memory, its warps run tensor-core MMAs (m16n8k16) over K-slices of the router weights
+// (all weight loads in flight at once; partial sums added over warps in a fixed order: deterministic
+// and batch invariant), and each warp then decides and moves two rows with the row still on chip.
+#pragma once
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/kernels/step_io.hpp"
+
+namespace swapffn::cuda {
+
+struct EventRouterArgs {
+  float* h;                       // [M, D] fp32, updated in place on a swap
+  const float* router_gain;       // [D] router_norm
+  const __nv_bfloat16* router_w;  // [R, D]
+  const float* swap_w;            // [R]
+  const float* swap_b;            // [1]
+  const float* bank_w;            // [R, 4]
+  const float* bank_b;            // [4]
+  __nv_bfloat16* ram;             // [M, 4, D]
+  uint8_t* stream_map;            // [M]
+  const StepIO* io;               // trace: io->gate/slot [E, M] of this token, or null
+  int event;
+  int64_t rows, d_model, d_router;
+  const float* norm_gain;   // [D] FFN norm.weight, or null (then norm_out is not written)
+  __nv_bfloat16* norm_out;  // [M, D]
+  float eps;
+};
+
+// Throws unless D % 128 == 0, R % 8 == 0, R <= 256 and the shared memory fits this GPU.
+void check_event_router_shape(int64_t d_model, int64_t d_router);
+// With pdl, the kernel is launched as a programmatic dependent of the previous kernel in the stream.
+void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl);
+
+}  // namespace swapffn::cuda

@@ -1,0 +1,44 @@
+// cudaLaunchKernelEx with the two launch attributes the fused backend uses: a thread-block cluster
+// shape and programmatic dependent launch (PDL: the kernel may start while its predecessor drains;
+// it must execute griddepcontrol.wait before touching what the predecessor wrote).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.hpp"
+
+namespace swapffn::cuda {
+
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+template <class Kernel, class... Args>
+void launch_kernel_ex(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int smem_bytes, cudaStream_t stream, bool pdl,
+                      Args... args) {
+  if (smem_bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  unsigned n = 0;
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = cluster.x;
+    attrs[n].val.clusterDim.y = cluster.y;
+    attrs[n].val.clusterDim.z = cluster.z;
+    ++n;
+  }
+  if (pdl) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+  SWAPFFN_CHECK_LAUNCH();
+}
+
+}  // namespace swapffn::cuda
