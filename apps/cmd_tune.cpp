@@ -52,21 +52,23 @@ void run_tune(const TuneArgs& a) {
   for (int64_t b : a.batches) {
     double best = 1e30;
     std::string best_up, best_down, best_router;
+    std::vector<std::string> downs{"cublas"};
+    for (const auto& down : cuda::down_gemm_variants())
+      if (down.split_k == 2 && cfg.d_model % (down.bn * down.multicast) == 0) downs.push_back(down.name());
     for (const auto& up : cuda::dual_gemm_variants())
-      for (const auto& down : cuda::down_gemm_variants())
+      for (const auto& down : downs)
         for (const char* router : {"cublas", "event"}) {
-          if (down.split_k != 2 || cfg.d_model % (down.bn * down.multicast) != 0 || (2 * cfg.d_ff) % up.bn != 0)
-            continue;
+          if ((2 * cfg.d_ff) % up.bn != 0) continue;
           EngineOptions eo;
-          eo.kernel_config = "up=" + up.name() + ",down=" + down.name() + ",router=" + router;
+          eo.kernel_config = "up=" + up.name() + ",down=" + down + ",router=" + router;
           auto engine = make_engine("fused", w, eo);
           const auto t = cuda::time_device_decode(*engine, State::init(cfg, b), a.tokens, 1, a.repeats, 2, a.seed);
           std::printf("%6lld %-18s %-18s %-7s %10.4f\n", static_cast<long long>(b), up.name().c_str(),
-                      down.name().c_str(), router, t.median_ms_per_step);
+                      down.c_str(), router, t.median_ms_per_step);
           if (t.median_ms_per_step < best) {
             best = t.median_ms_per_step;
             best_up = up.name();
-            best_down = down.name();
+            best_down = down;
             best_router = router;
           }
         }

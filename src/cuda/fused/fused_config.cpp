@@ -12,14 +12,17 @@
 
 namespace swapffn::cuda {
 
-// Why these defaults (H200, D = 1024, F = 4096; see docs/PERF.md for the numbers):
-// - up: bn 256 x 4 stages. At B = 1, M = 512 gives 4 x 32 = 128 CTAs for 132 SMs, one wave; each
-//   B tile serves 128 rows x 128 SwiGLU outputs. bn 128 doubles the CTAs (2 waves at B = 1) and the
-//   A traffic, and measured slower at every B.
-// - down: bn 64, split-K 2. At B = 1 the [512, 1024] output has only 32 tiles of 128 x 128; bn 64
-//   with a 2-CTA split-K cluster makes 128 CTAs. The split changes the summation order, so it is
-//   used at every batch size (batch invariance: a sequence's bits must not depend on B). bn 128
-//   split 2 is faster from B = 4 on and has the same summation order, so the tuner may pick it.
+// Why these defaults (H200, D = 1024, F = 4096; numbers in docs/PERF.md):
+// - up: bn 256 x 4 stages, no multicast. At B = 1, M = 512 gives 4 x 32 = 128 CTAs for 132 SMs, one
+//   wave; each W13 tile serves 128 rows x 128 SwiGLU outputs. 16.4 us at M = 512 against 15.0 us for
+//   cuBLAS's gate/up GEMM alone (which then still needs a SwiGLU pass). bn 128 (two waves, twice the A
+//   traffic) was slower at every B; multicast of W13 over 2 M tiles gained nothing (each SM still
+//   ingests the same bytes; the per-SM L2->SM path, not L2 output, is the limit here).
+// - down: cuBLASLt. Our split-K kernel (bn 64, 2-CTA cluster) runs M = 512 in 15.9 us against 11.3
+//   for cuBLASLt's pinned split-K-free algorithm; bn 128 split 2 is 22.5 us (64 CTAs at about half
+//   of the per-SM MMA rate). Multicast of u over 2 N tiles made the 4-CTA clusters slower (23.6 us).
+//   The sm90 variants stay selectable (kernel config down=<variant>) for tuning; any of them must
+//   keep split_k 2 at every batch size (the split fixes the summation order: batch invariance).
 //   Rejected: split-K through a global workspace (extra [M, D] fp32 round trip and a second pass),
 //   and atomics (order-dependent, not deterministic).
 // - router: cublas. The one-kernel event router measured slower at B = 1 (42 us per event under
@@ -38,7 +41,8 @@ void apply_override(FusedKernelConfig& k, const std::string& spec) {
     if (key == "up") {
       k.up = parse_gemm_variant(val);
     } else if (key == "down") {
-      k.down = parse_gemm_variant(val);
+      k.down_cublas = val == "cublas";
+      if (!k.down_cublas) k.down = parse_gemm_variant(val);
     } else if (key == "router") {
       SWAPFFN_REQUIRE(val == "cublas" || val == "event", "kernel config router must be cublas or event, got '" + val + "'");
       k.router = val;
@@ -71,7 +75,9 @@ FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::st
     if (b <= batch && b > best) {
       best = b;
       k.up = parse_gemm_variant(e.at("up").get<std::string>());
-      k.down = parse_gemm_variant(e.at("down").get<std::string>());
+      const std::string down = e.at("down").get<std::string>();
+      k.down_cublas = down == "cublas";
+      if (!k.down_cublas) k.down = parse_gemm_variant(down);
       k.router = e.value("router", k.router);
     }
   }
@@ -87,7 +93,7 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
   FusedKernelConfig k = from_tune_file(cfg, batch, file);
   apply_override(k, kernel_config);
   // The split factor fixes the summation order of the down GEMM: one value for every batch size.
-  SWAPFFN_REQUIRE(k.down.split_k == FusedKernelConfig{}.down.split_k,
+  SWAPFFN_REQUIRE(k.down_cublas || k.down.split_k == FusedKernelConfig{}.down.split_k,
                   "fused: the down GEMM must use split_k " + std::to_string(FusedKernelConfig{}.down.split_k) +
                       " at every batch size (batch invariance), got " + k.down.name());
   return k;

@@ -1,7 +1,8 @@
 // Backend `fused`: the token step with the FFN as two Hopper GEMMs that keep the GEMM structure
 // (a weight tile loaded once serves 128 core rows) and fuse what surrounds them: the SwiGLU lives in
 // the up-projection's epilogue (no [M, 2F] intermediate, no elementwise pass) and the residual add
-// in the down-projection's (h is updated in place in fp32). Per event: the event head (by default
+// in the down-projection's (h is updated in place in fp32; by default through cuBLASLt's beta = 1,
+// which measured faster than our split-K kernel, see fused_config.cpp). Per event: the event head (by default
 // the cuBLASLt router GEMM and the decision/swap kernel, which also writes the FFN's RMSNorm), then
 // k_ffn x {dual GEMM, down GEMM, RMSNorm of the next GEMM's operand}. The Hopper GEMMs and the
 // RMSNorm use programmatic dependent launch. A token step is one CUDA graph (GpuEngine).
@@ -27,6 +28,8 @@ class FusedEngine final : public GpuEngine {
     gemm_workspace_.resize(kGemmWorkspaceBytes);
     router_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_router, cfg_.d_model, CUDA_R_32F, false,
                                                         cfg_.core_count, kGemmWorkspaceBytes);
+    down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_model, cfg_.d_ff, CUDA_R_32F, cfg_.ffn_residual,
+                                                      cfg_.core_count, kGemmWorkspaceBytes);
   }
   std::string name() const override { return "fused"; }
 
@@ -36,6 +39,7 @@ class FusedEngine final : public GpuEngine {
     kcfg_ = select_fused_config(cfg_, batch, opt_.tune_file, opt_.kernel_config);
     nrm_.resize(size_t(M * D));
     router_gemm_->set_rows(M);
+    down_gemm_->set_rows(M);
     z_.resize(size_t(M * cfg_.d_router));
     u_.resize(size_t(M * F));
     up_ = DualGemmSwigluArgs{as_nv(nrm_.get()), as_nv(w13_.get()), as_nv(u_.get()), int(M), int(2 * F), int(D)};
@@ -76,7 +80,11 @@ class FusedEngine final : public GpuEngine {
       for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
         mark(Phase::ffn_gemm);
         launch_dual_gemm_swiglu(up_, kcfg_.up, stream_, kcfg_.pdl);
-        launch_gemm_residual(down_, kcfg_.down, stream_, kcfg_.pdl);
+        if (kcfg_.down_cublas) {
+          down_gemm_->run(w2_.get(), u_.get(), h_.get(), gemm_workspace_.get(), stream_);
+        } else {
+          launch_gemm_residual(down_, kcfg_.down, stream_, kcfg_.pdl);
+        }
         // The operand of the next GEMM: this event's next FFN step, or (cuBLAS router) the next
         // event's router; the event router and the collapse read h directly.
         const bool last_ffn = i + 1 == cfg_.k_ffn, last_event = e + 1 == cfg_.n_events;
@@ -96,7 +104,7 @@ class FusedEngine final : public GpuEngine {
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   FusedKernelConfig kcfg_;
   OwnedLtHandle lt_;
-  std::unique_ptr<BatchInvariantGemm> router_gemm_;
+  std::unique_ptr<BatchInvariantGemm> router_gemm_, down_gemm_;
   DeviceBuffer<uint8_t> gemm_workspace_;
   DeviceBuffer<float> z_;
   DeviceBuffer<bf16> w13_, w2_, nrm_, u_;

@@ -7,6 +7,7 @@ namespace swapffn::cuda {
 
 namespace {
 constexpr int kThreads = 256;
+constexpr int kWarpKernelThreads = 64;  // 2 rows per CTA: M = 512 rows spread over 256 CTAs
 
 // Any D: one block per row.
 __global__ void __launch_bounds__(kThreads)
@@ -22,10 +23,10 @@ __global__ void __launch_bounds__(kThreads)
 
 // D % 128 == 0: one warp per row with 16-byte loads all in flight (the block-per-row kernel is
 // latency-bound: a dependent chain of L2 round trips per row).
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kWarpKernelThreads)
     rmsnorm_bf16_warp_kernel(const float* h, const float* gain, __nv_bfloat16* out, int64_t rows, int D, float eps) {
   pdl_wait();
-  const int64_t m = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
+  const int64_t m = blockIdx.x * int64_t{kWarpKernelThreads / 32} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (m >= rows) return;
   const float4* src = reinterpret_cast<const float4*>(h + m * D);
@@ -51,8 +52,9 @@ void launch_rmsnorm_bf16(const float* h, const float* gain, __nv_bfloat16* out, 
                          float eps, cudaStream_t stream, bool pdl) {
   if (rows == 0) return;
   if (d_model % 128 == 0) {
-    const auto blocks = static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
-    launch_kernel_ex(rmsnorm_bf16_warp_kernel, dim3(blocks), dim3(kThreads), dim3(1, 1, 1), 0, stream, pdl, h, gain,
+    constexpr int per_block = kWarpKernelThreads / 32;
+    const auto blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
+    launch_kernel_ex(rmsnorm_bf16_warp_kernel, dim3(blocks), dim3(kWarpKernelThreads), dim3(1, 1, 1), 0, stream, pdl, h, gain,
                      out, rows, static_cast<int>(d_model), eps);
   } else {
     launch_kernel_ex(rmsnorm_bf16_kernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), dim3(1, 1, 1), 0, stream,
