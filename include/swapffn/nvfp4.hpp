@@ -1,0 +1,136 @@
+// NVFP4 block-scaled kernels on Hopper: batched GEMV, GEMM, gated dual GEMM (SwiGLU) and grouped
+// GEMM on device pointers. Hopper has no FP4 tensor-core MMA, so every kernel dequantizes
+// e2m1 x e4m3 exactly into fp16 (<= 6 significant bits, always representable) and multiplies with
+// fp32 accumulation; see docs/NVFP4.md.
+//
+// Layouts (all K-major, batch L outermost, as in issue 5):
+//   data   (rows, K/2, L) bytes, strides (K/2, 1, batch_rows*K/2); element k of a row is the low
+//          nibble of byte k/2 when k is even, the high nibble when odd.
+//   scales (rows, K/16, L) fp8 e4m3fn, plain strides (K/16, 1, batch_rows*K/16), or the blocked
+//          128x4 layout of cuBLAS/CUTLASS block-scaled GEMMs (see scale_offset()).
+//   c      (M, N, L) fp16, strides (N, 1, M*N); the GEMV writes (M, 1, L).
+// Each entry point validates its problem first and throws swapffn::Error naming what is wrong;
+// nothing is launched then.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct CUstream_st;  // cudaStream_t without pulling CUDA headers into host-only code
+
+namespace swapffn::nvfp4 {
+
+using Stream = CUstream_st*;
+
+enum class ScaleLayout { plain, blocked_128x4 };
+
+const char* to_string(ScaleLayout layout);
+
+// Byte offset of scale (row i, scale column j, batch b) of a (rows, K/16, L) scale tensor.
+inline int64_t scale_offset(ScaleLayout layout, int64_t rows, int64_t kscales, int64_t i, int64_t j,
+                            int64_t b) {
+  if (layout == ScaleLayout::plain) return (b * rows + i) * kscales + j;
+  const int64_t rm = (rows + 127) / 128, rk = (kscales + 3) / 4;
+  return b * rm * rk * 512 + (i / 128) * rk * 512 + (j / 4) * 512 + (i % 32) * 16 +
+         ((i % 128) / 32) * 4 + (j % 4);
+}
+
+// Bytes of a scale tensor of `rows` rows per batch (the blocked layout pads to 128 x 4 blocks).
+inline int64_t scale_bytes(ScaleLayout layout, int64_t rows, int64_t kscales, int64_t batches) {
+  if (layout == ScaleLayout::plain) return rows * kscales * batches;
+  return ((rows + 127) / 128) * ((kscales + 3) / 4) * 512 * batches;
+}
+
+// One NVFP4 operand on the device. batch_rows is the number of rows stored per batch (0: the
+// problem's row count); the GEMV accepts b stored with 128 rows per batch, of which row 0 is used.
+struct Operand {
+  const void* data = nullptr;
+  const void* scales = nullptr;
+  ScaleLayout layout = ScaleLayout::plain;
+  int64_t batch_rows = 0;
+};
+
+struct GemvProblem {  // c[m, 0, l] = sum_k a[m, k, l] * b[0, k, l]
+  int64_t m = 0, k = 0, l = 1;
+  Operand a, b;
+  void* c = nullptr;
+};
+
+struct GemmProblem {  // c[m, n, l] = sum_k a[m, k, l] * b[n, k, l]
+  int64_t m = 0, n = 0, k = 0, l = 1;
+  Operand a, b;
+  void* c = nullptr;
+};
+
+struct DualGemmProblem {  // c = fp16(silu(a b1^T) * (a b2^T)), silu and product in fp32
+  int64_t m = 0, n = 0, k = 0, l = 1;
+  Operand a, b1, b2;
+  void* c = nullptr;
+};
+
+// G independent GEMMs (each with l = 1) in one launch.
+struct GroupedGemmProblem {
+  std::vector<GemmProblem> groups;
+};
+
+// Requirements (checked): GEMV K % 64 == 0; the others K % 256 == 0; every size > 0; data and
+// scales 16-byte / 4-byte aligned; c 4-byte aligned; at most kMaxGroups groups.
+inline constexpr int64_t kGemvKMultiple = 64;
+inline constexpr int64_t kGemmKMultiple = 256;
+inline constexpr int kMaxGroups = 64;
+
+// ---- kernel configurations (separate from the problem; chosen by choose_*(), overridable) ----
+
+// GEMV: 64 rows per CTA, `warps` warps split each CTA's K range, `split_k` CTAs split K further.
+struct GemvConfig {
+  int warps = 4;
+  int split_k = 1;
+};
+
+// Tile GEMMs: CTA tile M x N (per B operand for the dual GEMM) from the instantiated set, and
+// split_k CTAs per output tile (reduced in a fixed order by the last one, so results stay
+// deterministic). Plain tiles multiply with mma.sync; *_wgmma tiles with Hopper warpgroup MMAs.
+enum class Tile { m128_n128, m128_n64, m64_n128, m64_n64, m128_n128_wgmma, m128_n64_wgmma };
+const char* to_string(Tile t);
+int tile_m(Tile t);
+int tile_n(Tile t);
+
+struct TileConfig {
+  Tile tile = Tile::m128_n128;
+  int split_k = 1;
+};
+
+std::string describe(const GemvConfig& c);
+std::string describe(const TileConfig& c);
+
+GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count);
+TileConfig choose_gemm_config(const GemmProblem& p, int sm_count);
+TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count);
+TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count);
+
+// Split-K needs a workspace for fp32 partials and per-tile arrival counters. It must be zeroed
+// (cudaMemset) once when allocated; the kernels leave the counters at zero again, so one workspace
+// serves any number of launches on one stream. Size 0 means none is needed.
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+size_t workspace_bytes(const GemvProblem& p, const GemvConfig& c);
+size_t workspace_bytes(const GemmProblem& p, const TileConfig& c);
+size_t workspace_bytes(const DualGemmProblem& p, const TileConfig& c);
+
+// ---- entry points (asynchronous on `stream`) ----
+void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream);
+void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream);
+void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream);
+void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Stream stream);
+
+// Validation alone (what the entry points run first); throws swapffn::Error.
+void validate(const GemvProblem& p);
+void validate(const GemmProblem& p);
+void validate(const DualGemmProblem& p);
+void validate(const GroupedGemmProblem& p);
+
+}  // namespace swapffn::nvfp4

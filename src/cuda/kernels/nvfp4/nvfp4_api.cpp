@@ -1,0 +1,250 @@
+// NVFP4 entry points: validate the problem and the config (throwing swapffn::Error that names what
+// is wrong, before anything is launched), lay out the split-K workspace, and call the launchers.
+#include <cstdint>
+#include <string>
+
+#include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
+#include "swapffn/error.hpp"
+#include "swapffn/nvfp4.hpp"
+
+namespace swapffn::cuda::nvfp4 {
+
+OperandArgs operand_args(const swapffn::nvfp4::Operand& op, int64_t rows, int64_t k) {
+  const int64_t batch_rows = op.batch_rows > 0 ? op.batch_rows : rows;
+  OperandArgs a;
+  a.data = static_cast<const uint8_t*>(op.data);
+  a.scales = static_cast<const uint8_t*>(op.scales);
+  a.data_batch = batch_rows * (k / 2);
+  a.scale_batch = swapffn::nvfp4::scale_bytes(op.layout, batch_rows, k / 16, 1);
+  a.rk_blocks = op.layout == swapffn::nvfp4::ScaleLayout::plain ? 0 : (k / 16 + 3) / 4;
+  return a;
+}
+
+}  // namespace swapffn::cuda::nvfp4
+
+namespace swapffn::nvfp4 {
+
+namespace cu = swapffn::cuda::nvfp4;
+
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 30;  // kernels index tiles and k-tiles with int
+
+std::string dims(const char* what, int64_t v) { return std::string(what) + "=" + std::to_string(v); }
+
+bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+
+void check_dim(const std::string& op, const char* name, int64_t v) {
+  SWAPFFN_REQUIRE(v > 0 && v < kMaxDim, op + ": " + dims(name, v) + " must be in [1, 2^30)");
+}
+
+void check_k(const std::string& op, int64_t k, int64_t multiple) {
+  check_dim(op, "K", k);
+  SWAPFFN_REQUIRE(k % multiple == 0, op + ": K=" + std::to_string(k) + " is not a multiple of " +
+                                         std::to_string(multiple) + " (required by this kernel)");
+}
+
+void check_operand(const std::string& op, const char* name, const Operand& o, int64_t rows) {
+  const std::string who = op + ": operand " + name;
+  SWAPFFN_REQUIRE(o.data != nullptr, who + " data pointer is null");
+  SWAPFFN_REQUIRE(o.scales != nullptr, who + " scales pointer is null");
+  SWAPFFN_REQUIRE(aligned(o.data, 16), who + " data is not 16-byte aligned");
+  SWAPFFN_REQUIRE(aligned(o.scales, 4), who + " scales are not 4-byte aligned");
+  SWAPFFN_REQUIRE(o.batch_rows == 0 || o.batch_rows >= rows,
+                  who + " has batch_rows=" + std::to_string(o.batch_rows) + " < the " + std::to_string(rows) +
+                      " rows the problem uses");
+}
+
+void check_output(const std::string& op, const void* c) {
+  SWAPFFN_REQUIRE(c != nullptr, op + ": output pointer c is null");
+  SWAPFFN_REQUIRE(aligned(c, 4), op + ": output c is not 4-byte aligned");
+}
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+cu::SplitWorkspace split_workspace(int64_t tiles, int split, int64_t floats_per_cta) {
+  cu::SplitWorkspace w;
+  if (split <= 1) return w;
+  w.counter_bytes = align256(static_cast<size_t>(tiles) * sizeof(int));
+  w.partial_bytes = static_cast<size_t>(tiles) * split * floats_per_cta * sizeof(float);
+  return w;
+}
+
+void attach(const std::string& op, const cu::SplitWorkspace& need, Workspace ws, float*& partials, int*& counters) {
+  if (need.total() == 0) return;
+  SWAPFFN_REQUIRE(ws.ptr != nullptr && ws.bytes >= need.total(),
+                  op + ": split-K needs a zeroed workspace of " + std::to_string(need.total()) + " bytes, got " +
+                      std::to_string(ws.bytes) + (ws.ptr ? "" : " (null pointer)"));
+  SWAPFFN_REQUIRE(aligned(ws.ptr, 256), op + ": workspace is not 256-byte aligned");
+  counters = static_cast<int*>(ws.ptr);
+  partials = reinterpret_cast<float*>(static_cast<char*>(ws.ptr) + need.counter_bytes);
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_split(const std::string& op, int split, int64_t ktiles) {
+  SWAPFFN_REQUIRE(split >= 1 && split <= ktiles && split <= 64,
+                  op + ": split_k=" + std::to_string(split) + " must be in [1, min(64, " + std::to_string(ktiles) +
+                      " k-tiles)]");
+}
+
+bool gemm_tile_ok(Tile t) {
+  return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma;
+}
+bool dual_tile_ok(Tile t) { return t == Tile::m128_n64 || t == Tile::m64_n64 || t == Tile::m128_n64_wgmma; }
+
+cu::SplitWorkspace gemv_ws(const GemvProblem& p, const GemvConfig& c) {
+  return split_workspace(ceil_div(p.m, 64) * p.l, c.split_k, 64);
+}
+cu::SplitWorkspace gemm_ws(const GemmProblem& p, const TileConfig& c) {
+  const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
+  if (c.split_k <= 1 || !gemm_tile_ok(c.tile)) return {};
+  return split_workspace(tiles, c.split_k,
+                         static_cast<int64_t>(cu::tile_threads(c.tile, false)) * cu::tile_acc_per_thread(c.tile, false));
+}
+cu::SplitWorkspace dual_ws(const DualGemmProblem& p, const TileConfig& c) {
+  const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
+  if (c.split_k <= 1 || !dual_tile_ok(c.tile)) return {};
+  return split_workspace(tiles, c.split_k,
+                         static_cast<int64_t>(cu::tile_threads(c.tile, true)) * cu::tile_acc_per_thread(c.tile, true));
+}
+
+}  // namespace
+
+void validate(const GemvProblem& p) {
+  const std::string op = "nvfp4 gemv (M=" + std::to_string(p.m) + " K=" + std::to_string(p.k) + " L=" + std::to_string(p.l) + ")";
+  check_dim(op, "M", p.m);
+  check_dim(op, "L", p.l);
+  check_k(op, p.k, kGemvKMultiple);
+  check_operand(op, "a", p.a, p.m);
+  check_operand(op, "b", p.b, 1);
+  check_output(op, p.c);
+}
+
+void validate(const GemmProblem& p) {
+  const std::string op = "nvfp4 gemm (M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" +
+                         std::to_string(p.k) + " L=" + std::to_string(p.l) + ")";
+  check_dim(op, "M", p.m);
+  check_dim(op, "N", p.n);
+  check_dim(op, "L", p.l);
+  check_k(op, p.k, kGemmKMultiple);
+  check_operand(op, "a", p.a, p.m);
+  check_operand(op, "b", p.b, p.n);
+  check_output(op, p.c);
+}
+
+void validate(const DualGemmProblem& p) {
+  const std::string op = "nvfp4 dual_gemm_swiglu (M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" +
+                         std::to_string(p.k) + " L=" + std::to_string(p.l) + ")";
+  check_dim(op, "M", p.m);
+  check_dim(op, "N", p.n);
+  check_dim(op, "L", p.l);
+  check_k(op, p.k, kGemmKMultiple);
+  check_operand(op, "a", p.a, p.m);
+  check_operand(op, "b1", p.b1, p.n);
+  check_operand(op, "b2", p.b2, p.n);
+  check_output(op, p.c);
+}
+
+void validate(const GroupedGemmProblem& p) {
+  const int g = static_cast<int>(p.groups.size());
+  SWAPFFN_REQUIRE(g >= 1 && g <= kMaxGroups, "nvfp4 grouped_gemm: " + std::to_string(g) +
+                                                 " groups, must be 1.." + std::to_string(kMaxGroups));
+  for (int i = 0; i < g; ++i) {
+    const GemmProblem& q = p.groups[i];
+    SWAPFFN_REQUIRE(q.l == 1, "nvfp4 grouped_gemm: group " + std::to_string(i) + " has L=" + std::to_string(q.l) +
+                                  ", groups must have L=1");
+    try {
+      validate(q);
+    } catch (const Error& e) {
+      SWAPFFN_FAIL("nvfp4 grouped_gemm: group " + std::to_string(i) + ": " + e.what());
+    }
+  }
+}
+
+size_t workspace_bytes(const GemvProblem& p, const GemvConfig& c) { return gemv_ws(p, c).total(); }
+size_t workspace_bytes(const GemmProblem& p, const TileConfig& c) { return gemm_ws(p, c).total(); }
+size_t workspace_bytes(const DualGemmProblem& p, const TileConfig& c) { return dual_ws(p, c).total(); }
+
+void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream) {
+  validate(p);
+  const std::string op = "nvfp4 gemv";
+  SWAPFFN_REQUIRE(c.warps == 2 || c.warps == 4 || c.warps == 8,
+                  op + ": config warps=" + std::to_string(c.warps) + " (supported: 2, 4, 8)");
+  check_split(op, c.split_k, ceil_div(p.k, 128));
+  cu::GemvArgs a;
+  a.a = cu::operand_args(p.a, p.m, p.k);
+  a.b = cu::operand_args(p.b, 1, p.k);
+  a.c = p.c;
+  a.m = p.m;
+  a.k = p.k;
+  a.l = p.l;
+  a.split_k = c.split_k;
+  attach(op, gemv_ws(p, c), ws, a.partials, a.counters);
+  cu::launch_gemv(a, c.warps, stream);
+}
+
+void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
+  validate(p);
+  const std::string op = "nvfp4 gemm";
+  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg)");
+  check_split(op, c.split_k, p.k / 64);
+  cu::GemmArgs a;
+  a.a = cu::operand_args(p.a, p.m, p.k);
+  a.b[0] = cu::operand_args(p.b, p.n, p.k);
+  a.c = p.c;
+  a.m = p.m;
+  a.n = p.n;
+  a.k = p.k;
+  a.l = p.l;
+  a.split_k = c.split_k;
+  attach(op, gemm_ws(p, c), ws, a.partials, a.counters);
+  cu::launch_gemm(a, c.tile, stream);
+}
+
+void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
+  validate(p);
+  const std::string op = "nvfp4 dual_gemm_swiglu";
+  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg)");
+  check_split(op, c.split_k, p.k / 64);
+  cu::GemmArgs a;
+  a.a = cu::operand_args(p.a, p.m, p.k);
+  a.b[0] = cu::operand_args(p.b1, p.n, p.k);
+  a.b[1] = cu::operand_args(p.b2, p.n, p.k);
+  a.c = p.c;
+  a.m = p.m;
+  a.n = p.n;
+  a.k = p.k;
+  a.l = p.l;
+  a.split_k = c.split_k;
+  attach(op, dual_ws(p, c), ws, a.partials, a.counters);
+  cu::launch_dual_gemm_swiglu(a, c.tile, stream);
+}
+
+void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Stream stream) {
+  validate(p);
+  const std::string op = "nvfp4 grouped_gemm";
+  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg)");
+  SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
+  cu::GroupedArgs a;
+  a.groups = static_cast<int>(p.groups.size());
+  int64_t tiles = 0;
+  for (int i = 0; i < a.groups; ++i) {
+    const GemmProblem& q = p.groups[i];
+    cu::GroupArgs& g = a.g[i];
+    g.a = cu::operand_args(q.a, q.m, q.k);
+    g.b = cu::operand_args(q.b, q.n, q.k);
+    g.c = q.c;
+    g.m = static_cast<int>(q.m);
+    g.n = static_cast<int>(q.n);
+    g.k = static_cast<int>(q.k);
+    g.tiles_m = static_cast<int>(ceil_div(q.m, tile_m(c.tile)));
+    g.tile_begin = static_cast<int>(tiles);
+    tiles += g.tiles_m * ceil_div(q.n, tile_n(c.tile));
+    SWAPFFN_REQUIRE(tiles < (int64_t{1} << 31), op + ": more than 2^31 output tiles");
+  }
+  a.total_tiles = static_cast<int>(tiles);
+  cu::launch_grouped_gemm(a, c.tile, stream);
+}
+
+}  // namespace swapffn::nvfp4

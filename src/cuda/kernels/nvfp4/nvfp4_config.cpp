@@ -1,0 +1,116 @@
+// Kernel-configuration choice for the NVFP4 kernels: the one place that decides tiles and split-K
+// from the problem and the SM count. The bench (`swapffn nvfp4 bench`) grid-searches around these
+// choices and docs/NVFP4.md records what won; callers may pass any other valid config.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "swapffn/error.hpp"
+#include "swapffn/nvfp4.hpp"
+
+namespace swapffn::nvfp4 {
+
+const char* to_string(ScaleLayout layout) {
+  return layout == ScaleLayout::plain ? "plain" : "blocked_128x4";
+}
+
+const char* to_string(Tile t) {
+  switch (t) {
+    case Tile::m128_n128: return "128x128";
+    case Tile::m128_n64: return "128x64";
+    case Tile::m64_n128: return "64x128";
+    case Tile::m64_n64: return "64x64";
+    case Tile::m128_n128_wgmma: return "128x128wg";
+    case Tile::m128_n64_wgmma: return "128x64wg";
+  }
+  return "?";
+}
+
+int tile_m(Tile t) { return (t == Tile::m64_n128 || t == Tile::m64_n64) ? 64 : 128; }
+int tile_n(Tile t) { return (t == Tile::m128_n128 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma) ? 128 : 64; }
+
+std::string describe(const GemvConfig& c) {
+  return "warps=" + std::to_string(c.warps) + " split_k=" + std::to_string(c.split_k);
+}
+std::string describe(const TileConfig& c) {
+  return std::string("tile=") + to_string(c.tile) + " split_k=" + std::to_string(c.split_k);
+}
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Split-K that brings `tiles` CTAs (`per_sm` resident per SM) closest to whole waves without
+// going below `min_ktiles` k-tiles per CTA. Rejected alternative: always filling one wave exactly,
+// which for M = 128 problems splits K so finely that the fixed-order reduction dominates.
+int pick_split(int64_t tiles, int64_t ktiles, int sm_count, int per_sm, int64_t min_ktiles) {
+  const int64_t slots = static_cast<int64_t>(sm_count) * per_sm;
+  int best = 1;
+  double best_eff = 0.0;
+  for (int s = 1; s <= 8; ++s) {
+    if (s > 1 && ktiles / s < min_ktiles) break;
+    const int64_t ctas = tiles * s;
+    const double waves = static_cast<double>(ctas) / static_cast<double>(slots);
+    const double eff = waves / std::ceil(waves);  // fraction of the slots the waves keep busy
+    if (eff > best_eff + 0.05) {  // a further split must buy > 5% occupancy: it costs a reduction
+      best = s;
+      best_eff = eff;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+// GEMV: 4 warps per 64-row CTA (8 KB of loads in flight per warp, ~12 warps per SM by registers);
+// split K until about three CTAs per SM exist, keeping >= 2 chunks per warp. 8 warps per CTA was
+// the rejected alternative for large M*L: same bytes in flight, more shared-memory reduction.
+GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
+  GemvConfig c;
+  c.warps = 4;
+  const int64_t blocks = ceil_div(p.m, 64) * p.l;
+  const int64_t chunks = ceil_div(p.k, 128);
+  const int64_t target = 3LL * sm_count;
+  int64_t s = std::max<int64_t>(1, ceil_div(target, blocks));
+  s = std::min<int64_t>(s, std::max<int64_t>(1, chunks / (2 * c.warps)));
+  c.split_k = static_cast<int>(std::min<int64_t>(s, 16));
+  return c;
+}
+
+// GEMM: M is 128 in the shapes, so output tiles are few; 128x128 tiles keep the dequant
+// cost per MMA lowest (each dequantized element feeds 128 columns); split-K fills the SMs.
+// 128x64 is the alternative when N/128 tiles would leave many SMs idle and K is short.
+TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
+  TileConfig c;
+  const int64_t ktiles = p.k / 64;
+  c.tile = Tile::m128_n128;
+  if (p.m <= 64) c.tile = Tile::m64_n128;
+  const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
+  c.split_k = pick_split(tiles, ktiles, sm_count, 2, 16);
+  return c;
+}
+
+// Dual GEMM: 128 rows x 64 columns of each product (the A tile is shared, so a CTA does the MMA
+// work of a 128x128 GEMM tile); M = 256..512 gives 96..256 tiles. Split-K only when the tiles fill
+// less than about half of the resident slots.
+TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
+  TileConfig c;
+  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64;
+  const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, 64) * p.l;
+  c.split_k = pick_split(tiles, p.k / 64, sm_count, 2, 16);
+  return c;
+}
+
+// Grouped: m_i < 128 for most groups; 64-row tiles waste less of the MMA work on padding rows
+// when the groups are small (mean m below ~112), 128-row tiles halve the dequant of B otherwise.
+TileConfig choose_grouped_config(const GroupedGemmProblem& p, int /*sm_count*/) {
+  int64_t sum_m = 0;
+  for (const auto& g : p.groups) sum_m += g.m;
+  const int64_t groups = std::max<size_t>(p.groups.size(), 1);
+  TileConfig c;
+  c.tile = sum_m / groups < 112 ? Tile::m64_n128 : Tile::m128_n128;
+  c.split_k = 1;
+  return c;
+}
+
+}  // namespace swapffn::nvfp4

@@ -1,0 +1,71 @@
+// Internal interface between the NVFP4 API (validation, config choice: nvfp4_api.cpp) and the
+// kernel files: plain parameter structs and one launcher per kernel. Launchers assume a validated
+// problem and throw swapffn::Error only for CUDA failures.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "swapffn/nvfp4.hpp"
+
+namespace swapffn::cuda::nvfp4 {
+
+// One operand as the kernels see it: batch strides in bytes, blocked-layout block count along K.
+struct OperandArgs {
+  const uint8_t* data = nullptr;
+  const uint8_t* scales = nullptr;
+  int64_t data_batch = 0;   // bytes between batches of data
+  int64_t scale_batch = 0;  // bytes between batches of scales
+  int64_t rk_blocks = 0;    // blocked 128x4 layout: ceil((K/16)/4); 0 for plain
+};
+
+OperandArgs operand_args(const swapffn::nvfp4::Operand& op, int64_t rows, int64_t k);
+
+struct GemvArgs {
+  OperandArgs a, b;
+  void* c = nullptr;
+  int64_t m = 0, k = 0, l = 0;
+  int split_k = 1;
+  float* partials = nullptr;  // [L][row blocks][split_k][64]
+  int* counters = nullptr;    // [L][row blocks]
+};
+
+struct GemmArgs {
+  OperandArgs a, b[2];  // b[1] only for the dual GEMM
+  void* c = nullptr;
+  int64_t m = 0, n = 0, k = 0, l = 0;
+  int split_k = 1;
+  float* partials = nullptr;
+  int* counters = nullptr;
+};
+
+struct GroupArgs {
+  OperandArgs a, b;
+  void* c = nullptr;
+  int m = 0, n = 0, k = 0;
+  int tiles_m = 0, tile_begin = 0;  // this group's CTAs are [tile_begin, tile_begin + tiles)
+};
+
+struct GroupedArgs {
+  GroupArgs g[swapffn::nvfp4::kMaxGroups];
+  int groups = 0;
+  int total_tiles = 0;
+};
+
+// Workspace split into per-tile arrival counters then fp32 partials (256-byte aligned).
+struct SplitWorkspace {
+  size_t counter_bytes = 0, partial_bytes = 0;
+  size_t total() const { return counter_bytes + partial_bytes; }
+};
+
+// Threads of the tile kernel of `tile` (needed to size split-K partials).
+int tile_threads(swapffn::nvfp4::Tile tile, bool dual);
+// fp32 accumulators per thread.
+int tile_acc_per_thread(swapffn::nvfp4::Tile tile, bool dual);
+
+void launch_gemv(const GemvArgs& args, int warps, cudaStream_t stream);
+void launch_gemm(const GemmArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
+void launch_dual_gemm_swiglu(const GemmArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
+void launch_grouped_gemm(const GroupedArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
+
+}  // namespace swapffn::cuda::nvfp4

@@ -1,0 +1,62 @@
+// The instantiated tile configurations of the NVFP4 tile kernels, and the dispatch from the
+// run-time Tile enum to them. Shared by the GEMM, dual GEMM and grouped GEMM kernel files.
+//
+// Why these: every warp owns a 64-row slab (four m16 tiles) so A fragments are reused across its
+// n8 tiles; 8-warp CTAs use 3 stages and 4-warp CTAs 4 stages so that two CTAs fit per SM (the
+// second CTA's MMAs cover the first one's barrier and dequant phases). Shared memory per CTA:
+// 2 fp16 tiles + raw stages, about 103 KB (256 rows) or 87 KB (192 rows).
+#pragma once
+#include <type_traits>
+
+#include "cuda/kernels/nvfp4/nvfp4_tile_mainloop.cuh"
+#include "swapffn/error.hpp"
+#include "swapffn/nvfp4.hpp"
+
+namespace swapffn::cuda::nvfp4 {
+
+using swapffn::nvfp4::Tile;
+
+// Single-B (GEMM, grouped) tiles: WarpsM, WarpsN, NT, NB=1, Stages, MinBlocks.
+using GemmM128N128 = TileCfg<2, 4, 4, 1, 3, 2>;
+using GemmM128N64 = TileCfg<2, 2, 4, 1, 4, 2>;
+using GemmM64N128 = TileCfg<1, 4, 4, 1, 4, 2>;
+// Dual-B tiles: BN is per B operand; the two products share the A tile.
+using DualM128N64 = TileCfg<2, 4, 2, 2, 3, 2>;
+using DualM64N64 = TileCfg<1, 4, 2, 2, 4, 2>;
+
+static_assert(GemmM128N128::BM == 128 && GemmM128N128::BN == 128, "tile enum and config disagree");
+static_assert(GemmM128N64::BM == 128 && GemmM128N64::BN == 64, "tile enum and config disagree");
+static_assert(GemmM64N128::BM == 64 && GemmM64N128::BN == 128, "tile enum and config disagree");
+static_assert(DualM128N64::BM == 128 && DualM128N64::BN == 64, "tile enum and config disagree");
+static_assert(DualM64N64::BM == 64 && DualM64N64::BN == 64, "tile enum and config disagree");
+
+// wgmma tiles: the same producer (two warpgroups of 64 A rows), warpgroup MMAs.
+using GemmM128N128Wg = TileCfg<2, 4, 4, 1, 3, 2>;
+using DualM128N64Wg = TileCfg<2, 4, 2, 2, 3, 2>;
+
+template <bool W>
+using UseWgmma = std::bool_constant<W>;
+
+// Calls f(Cfg{}, UseWgmma<bool>{}) with the single-B configuration of `tile`.
+template <class F>
+void dispatch_gemm_tile(Tile tile, F&& f) {
+  switch (tile) {
+    case Tile::m128_n128: f(GemmM128N128{}, UseWgmma<false>{}); return;
+    case Tile::m128_n64: f(GemmM128N64{}, UseWgmma<false>{}); return;
+    case Tile::m64_n128: f(GemmM64N128{}, UseWgmma<false>{}); return;
+    case Tile::m128_n128_wgmma: f(GemmM128N128Wg{}, UseWgmma<true>{}); return;
+    default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
+  }
+}
+
+template <class F>
+void dispatch_dual_tile(Tile tile, F&& f) {
+  switch (tile) {
+    case Tile::m128_n64: f(DualM128N64{}, UseWgmma<false>{}); return;
+    case Tile::m64_n64: f(DualM64N64{}, UseWgmma<false>{}); return;
+    case Tile::m128_n64_wgmma: f(DualM128N64Wg{}, UseWgmma<true>{}); return;
+    default: SWAPFFN_FAIL(std::string("NVFP4 dual GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
+  }
+}
+
+}  // namespace swapffn::cuda::nvfp4

@@ -1,0 +1,77 @@
+// NVFP4 gated dual GEMM on Hopper: c = fp16(silu(a b1^T) * (a b2^T)), silu and product in fp32,
+// one rounding.
+//
+// Why it exists: the two products share A, so one CTA computes the same (m, n) tile of both from a
+// single dequantized A tile (the tile mainloop with two B operands) and applies the SwiGLU in
+// registers; neither product ever goes to memory. Split-K, when chosen, reduces both partial
+// products in a fixed order before the epilogue, so the result stays deterministic.
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
+#include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
+
+namespace swapffn::cuda::nvfp4 {
+
+namespace {
+
+__device__ __forceinline__ float swiglu(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+template <class Cfg, bool Wgmma>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_dual_gemm_swiglu_kernel(const GemmArgs args) {
+  static_assert(Cfg::kNB == 2, "the dual GEMM needs a two-B tile configuration");
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int m_tile = blockIdx.x, n_tile = blockIdx.y;
+  const int batch = blockIdx.z / args.split_k, split = blockIdx.z % args.split_k;
+  TileSrc src[3];
+  src[0] = {args.a.data + batch * args.a.data_batch, args.a.scales + batch * args.a.scale_batch, args.m,
+            static_cast<int64_t>(m_tile) * Cfg::BM, args.k, args.a.rk_blocks};
+#pragma unroll
+  for (int b = 0; b < 2; ++b)
+    src[1 + b] = {args.b[b].data + batch * args.b[b].data_batch, args.b[b].scales + batch * args.b[b].scale_batch,
+                  args.n, static_cast<int64_t>(n_tile) * Cfg::BN, args.k, args.b[b].rk_blocks};
+  const int kt_total = static_cast<int>(args.k / Cfg::BK);
+  const int kt0 = split * kt_total / args.split_k, kt1 = (split + 1) * kt_total / args.split_k;
+
+  using Main = TileMainloop<Cfg>;
+  using Acc = std::conditional_t<Wgmma, typename Main::WgAcc, typename Main::Acc>;
+  static_assert(!Wgmma || sizeof(typename Main::WgAcc) == sizeof(typename Main::Acc),
+                "split-K treats the wgmma accumulators as kAcc floats");
+  Acc acc = {};
+  if constexpr (Wgmma) Main(smem).run_wgmma(src, kt0, kt1 - kt0, acc);
+  else Main(smem).run(src, kt0, kt1 - kt0, acc);
+
+  if (args.split_k > 1) {
+    const int64_t tile = (static_cast<int64_t>(batch) * gridDim.y + n_tile) * gridDim.x + m_tile;
+    float* partials = args.partials + tile * args.split_k * Cfg::kAcc * Cfg::kThreads;
+    if (!splitk_reduce<Cfg>(*reinterpret_cast<typename Main::Acc*>(&acc), partials, args.counters + tile, split,
+                            args.split_k))
+      return;
+  }
+  __half* c = static_cast<__half*>(args.c) + batch * args.m * args.n;
+  const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
+  if constexpr (Wgmma)
+    store_tile_wg<Cfg::BN>(c, args.m, args.n, row0, col0, [&](int r) { return swiglu(acc[0][r], acc[1][r]); });
+  else
+    store_tile<Cfg>(c, args.m, args.n, row0, col0,
+                    [&](int mt, int nt, int i) { return swiglu(acc[0][mt][nt][i], acc[1][mt][nt][i]); });
+}
+
+}  // namespace
+
+void launch_dual_gemm_swiglu(const GemmArgs& args, Tile tile, cudaStream_t stream) {
+  dispatch_dual_tile(tile, [&](auto cfg, auto wgmma) {
+    using Cfg = decltype(cfg);
+    auto kernel = nvfp4_dual_gemm_swiglu_kernel<Cfg, decltype(wgmma)::value>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
+    const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
+                    static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
+                    static_cast<unsigned>(args.l * args.split_k));
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args);
+    SWAPFFN_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace swapffn::cuda::nvfp4

@@ -1,0 +1,83 @@
+// NVFP4 block-scaled GEMM on Hopper: c[m, n, l] = fp16(sum_k a[m,k,l] b[n,k,l]) with e2m1 data and
+// e4m3 scales per 16 k.
+//
+// Why it exists: Hopper tensor cores have no FP4 mode; this kernel dequantizes both operands
+// exactly into fp16 tiles (nvfp4_tile_mainloop.cuh) and multiplies them on the fp16 tensor cores,
+// so results equal the FP4 reference bit for bit wherever fp32 sums are exact. The issue's shapes
+// have M = 128 and large N, K: few output tiles, so split-K (fixed-order reduction) fills the SMs.
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
+#include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
+
+namespace swapffn::cuda::nvfp4 {
+
+namespace {
+
+template <class Cfg, bool Wgmma>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_gemm_kernel(const GemmArgs args) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int m_tile = blockIdx.x, n_tile = blockIdx.y;
+  const int batch = blockIdx.z / args.split_k, split = blockIdx.z % args.split_k;
+  TileSrc src[2];
+  src[0] = {args.a.data + batch * args.a.data_batch, args.a.scales + batch * args.a.scale_batch, args.m,
+            static_cast<int64_t>(m_tile) * Cfg::BM, args.k, args.a.rk_blocks};
+  src[1] = {args.b[0].data + batch * args.b[0].data_batch, args.b[0].scales + batch * args.b[0].scale_batch,
+            args.n, static_cast<int64_t>(n_tile) * Cfg::BN, args.k, args.b[0].rk_blocks};
+  const int kt_total = static_cast<int>(args.k / Cfg::BK);
+  const int kt0 = split * kt_total / args.split_k, kt1 = (split + 1) * kt_total / args.split_k;
+
+  using Main = TileMainloop<Cfg>;
+  using Acc = std::conditional_t<Wgmma, typename Main::WgAcc, typename Main::Acc>;
+  static_assert(!Wgmma || sizeof(typename Main::WgAcc) == sizeof(typename Main::Acc),
+                "split-K treats the wgmma accumulators as kAcc floats");
+  Acc acc = {};
+  if constexpr (Wgmma) Main(smem).run_wgmma(src, kt0, kt1 - kt0, acc);
+  else Main(smem).run(src, kt0, kt1 - kt0, acc);
+
+  if (args.split_k > 1) {
+    const int64_t tile = (static_cast<int64_t>(batch) * gridDim.y + n_tile) * gridDim.x + m_tile;
+    float* partials = args.partials + tile * args.split_k * Cfg::kAcc * Cfg::kThreads;
+    if (!splitk_reduce<Cfg>(*reinterpret_cast<typename Main::Acc*>(&acc), partials, args.counters + tile, split,
+                            args.split_k))
+      return;
+  }
+  __half* c = static_cast<__half*>(args.c) + batch * args.m * args.n;
+  const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
+  if constexpr (Wgmma) store_tile_wg<Cfg::BN>(c, args.m, args.n, row0, col0, [&](int r) { return acc[0][r]; });
+  else store_tile<Cfg>(c, args.m, args.n, row0, col0, [&](int mt, int nt, int i) { return acc[0][mt][nt][i]; });
+}
+
+}  // namespace
+
+int tile_threads(Tile tile, bool dual) {
+  int t = 0;
+  if (dual) dispatch_dual_tile(tile, [&](auto cfg, auto) { t = decltype(cfg)::kThreads; });
+  else dispatch_gemm_tile(tile, [&](auto cfg, auto) { t = decltype(cfg)::kThreads; });
+  return t;
+}
+
+int tile_acc_per_thread(Tile tile, bool dual) {
+  int n = 0;
+  if (dual) dispatch_dual_tile(tile, [&](auto cfg, auto) { n = decltype(cfg)::kAcc; });
+  else dispatch_gemm_tile(tile, [&](auto cfg, auto) { n = decltype(cfg)::kAcc; });
+  return n;
+}
+
+void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
+  dispatch_gemm_tile(tile, [&](auto cfg, auto wgmma) {
+    using Cfg = decltype(cfg);
+    auto kernel = nvfp4_gemm_kernel<Cfg, decltype(wgmma)::value>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
+    const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
+                    static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
+                    static_cast<unsigned>(args.l * args.split_k));
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args);
+    SWAPFFN_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace swapffn::cuda::nvfp4
