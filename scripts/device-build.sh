@@ -9,6 +9,8 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(swapffn_cli swapffn_tests)
 S=$PWD/.carry/sysroot
+# The tree has no .git here: the commit comes from .carry/commit (written by the caller's side).
+[ -f .carry/commit ] && export SWAPFFN_COMMIT="$(cat .carry/commit)"
 [ -d "$S" ] || { echo "device-build: $S is missing (run scripts/prepare-device-carry.sh and carry .carry)" >&2; exit 1; }
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSWAPFFN_CUDA=ON \
   -DCMAKE_PREFIX_PATH="$S/usr" -DGTest_DIR="$S/usr/lib/x86_64-linux-gnu/cmake/GTest" \

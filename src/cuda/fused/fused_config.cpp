@@ -25,9 +25,11 @@ namespace swapffn::cuda {
 //   keep split_k 2 at every batch size (the split fixes the summation order: batch invariance).
 //   Rejected: split-K through a global workspace (extra [M, D] fp32 round trip and a second pass),
 //   and atomics (order-dependent, not deterministic).
-// - router: cublas. The one-kernel event router measured slower at B = 1 (42 us per event under
-//   ncu against ~13 us for the three-kernel chain): 16 rows per CTA give only 32 CTAs, and each
-//   must stream all of router_w with few loads in flight. Kept selectable for tuning.
+// - router: the one-kernel event router (B = 1: 0.626 ms per step against 0.665 with the cuBLAS
+//   chain; B = 16: 8.06 ms against 7.83, as each of the M/8 CTAs copies all of router_w, 128 KB, into
+//   shared memory). The router and the down GEMM's implementation set the floating-point summation
+//   order, so they must be the same at every batch size (batch invariance); only tile shapes,
+//   stages and multicast, which leave each output's summation order alone, may vary with B.
 namespace {
 
 void apply_override(FusedKernelConfig& k, const std::string& spec) {
@@ -55,6 +57,7 @@ void apply_override(FusedKernelConfig& k, const std::string& spec) {
 
 FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::string& tune_file) {
   FusedKernelConfig k;
+  k.router = cfg.d_router % 16 == 0 && cfg.d_router <= 64 ? "event" : "cublas";
   if (tune_file.empty()) return k;
   std::ifstream in(tune_file);
   SWAPFFN_REQUIRE(in.good(), "cannot open tuning cache " + tune_file);
@@ -92,10 +95,19 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
   if (const char* env = std::getenv("SWAPFFN_TUNE_FILE"); file.empty() && env) file = env;
   FusedKernelConfig k = from_tune_file(cfg, batch, file);
   apply_override(k, kernel_config);
-  // The split factor fixes the summation order of the down GEMM: one value for every batch size.
+  // What fixes the summation order must not change with the batch size (batch invariance).
+  FusedKernelConfig one = from_tune_file(cfg, 1, file);
+  apply_override(one, kernel_config);
+  const auto numerics = [](const FusedKernelConfig& c) {
+    return c.router + (c.down_cublas ? std::string("/cublas") : "/sk" + std::to_string(c.down.split_k));
+  };
+  SWAPFFN_REQUIRE(numerics(k) == numerics(one),
+                  "fused: router and down-GEMM implementation must be the same at every batch size (batch "
+                  "invariance); batch " + std::to_string(batch) + " would use " + numerics(k) + ", batch 1 " +
+                      numerics(one) + " (tuning cache '" + file + "')");
   SWAPFFN_REQUIRE(k.down_cublas || k.down.split_k == FusedKernelConfig{}.down.split_k,
                   "fused: the down GEMM must use split_k " + std::to_string(FusedKernelConfig{}.down.split_k) +
-                      " at every batch size (batch invariance), got " + k.down.name());
+                      " (it sets the summation order), got " + k.down.name());
   return k;
 }
 

@@ -17,7 +17,8 @@ struct FusedKernelConfig {
   bool down_cublas = true;
   bool pdl = true;                // programmatic dependent launch for the GEMMs
   // Event head: "cublas" = RMSNorm (fused into the previous kernel) + cuBLASLt router GEMM + the
-  // decision/swap kernel; "event" = the one-kernel event router (event_router.cu).
+  // decision/swap kernel; "event" = the one-kernel event router (event_router.cu). The built-in
+  // default depends on the batch (select_fused_config).
   std::string router = "cublas";
 };
 

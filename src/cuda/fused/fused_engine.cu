@@ -37,6 +37,7 @@ class FusedEngine final : public GpuEngine {
   void allocate_batch(int64_t batch) override {
     const int64_t M = batch * cfg_.core_count, D = cfg_.d_model, F = cfg_.d_ff;
     kcfg_ = select_fused_config(cfg_, batch, opt_.tune_file, opt_.kernel_config);
+    if (kcfg_.router == "event") check_event_router_shape(D, cfg_.d_router);
     nrm_.resize(size_t(M * D));
     router_gemm_->set_rows(M);
     down_gemm_->set_rows(M);
@@ -122,7 +123,6 @@ std::unique_ptr<Engine> make_fused_engine(const Weights& w, const EngineOptions&
                                        (gpu.present ? gpu.name + " is sm_" + std::to_string(gpu.cc_major) +
                                                           std::to_string(gpu.cc_minor)
                                                     : gpu.why_absent));
-  check_event_router_shape(w.cfg.d_model, w.cfg.d_router);
   select_fused_config(w.cfg, 1, opt.tune_file, opt.kernel_config);  // bad cache or override: fail now
   return std::make_unique<FusedEngine>(w, opt);
 }

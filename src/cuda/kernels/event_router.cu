@@ -3,7 +3,9 @@
 #include <string>
 
 #include <cute/arch/copy_sm75.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm80.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/row_reduce.cuh"
@@ -12,19 +14,20 @@
 namespace swapffn::cuda {
 namespace {
 
-constexpr int kRows = 16;  // one m16 MMA tile of rows per CTA
+constexpr int kRows = 8;      // rows per CTA (64 CTAs at M = 512); the MMA's other 8 rows are zeros
+constexpr int kMmaRows = 16;  // m16 MMA tile
 constexpr int kWarps = 8;
 constexpr int kPad = 8;         // bf16 elements of row padding: ldmatrix rows land in distinct banks
 constexpr int kNBlocks = 8;     // n8 blocks of z per pass (64 columns)
-constexpr int kMaxRouter = 256;
+constexpr int kMaxRouter = 64;  // router_w stays resident in shared memory: R rows of D
 
 struct Smem {
-  size_t n_bytes, h_bytes, partial_bytes, z_bytes;
-  __host__ __device__ size_t total() const { return n_bytes + h_bytes + partial_bytes + z_bytes; }
+  size_t w_bytes, n_bytes, partial_bytes, z_bytes;
+  __host__ __device__ size_t total() const { return w_bytes + n_bytes + partial_bytes + z_bytes + 16; }
 };
 __host__ __device__ Smem smem_layout(int64_t d, int64_t r) {
-  return {size_t(kRows) * size_t(d + kPad) * 2, size_t(kRows) * size_t(d) * 4,
-          size_t(kWarps) * kRows * kNBlocks * 8 * 4, size_t(kRows) * size_t(r) * 4};
+  return {size_t(r) * size_t(d + kPad) * 2, size_t(kMmaRows) * size_t(d + kPad) * 2,
+          size_t(kWarps) * kMmaRows * kNBlocks * 8 * 4, size_t(kRows) * size_t(r) * 4};
 }
 
 __device__ __forceinline__ uint8_t swap_lanes_0_j(uint8_t map, int j) {
@@ -44,87 +47,106 @@ __device__ __forceinline__ float4 unpack_bf16x4(uint2 v) {
 }
 
 __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterArgs a) {
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem[];
   const int D = static_cast<int>(a.d_model), R = static_cast<int>(a.d_router), rows = static_cast<int>(a.rows);
   const Smem L = smem_layout(D, R);
-  __nv_bfloat16* n_smem = reinterpret_cast<__nv_bfloat16*>(smem);
-  float* h_smem = reinterpret_cast<float*>(smem + L.n_bytes);
-  float* partial = reinterpret_cast<float*>(smem + L.n_bytes + L.h_bytes);  // [warp][16][64]
-  float* z_smem = reinterpret_cast<float*>(smem + L.n_bytes + L.h_bytes + L.partial_bytes);  // [16][R]
+  __nv_bfloat16* w_smem = reinterpret_cast<__nv_bfloat16*>(smem);  // [R][D + pad]
+  __nv_bfloat16* n_smem = reinterpret_cast<__nv_bfloat16*>(smem + L.w_bytes);  // [16][D + pad]
+  float* partial = reinterpret_cast<float*>(smem + L.w_bytes + L.n_bytes);  // [warp][16][64]
+  float* z_smem = reinterpret_cast<float*>(smem + L.w_bytes + L.n_bytes + L.partial_bytes);  // [8][R]
+  uint64_t* w_ready = reinterpret_cast<uint64_t*>(smem + L.w_bytes + L.n_bytes + L.partial_bytes + L.z_bytes);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * kRows;
   const int ld = D + kPad, D4 = D / 4;
 
+  // 0. The router weights do not depend on the previous kernel: start their bulk copy into shared
+  //    memory before waiting for it, so the copy overlaps its tail.
+  if (threadIdx.x == 0) {
+    cutlass::arch::ClusterTransactionBarrier::init(w_ready, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+  if (warp == 0) {
+    if (lane == 0) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(w_ready, uint32_t(R) * D * 2);
+    __syncwarp();
+    for (int r = lane; r < R; r += 32)
+      cute::SM90_BULK_COPY_G2S::copy(a.router_w + size_t(r) * D, w_ready, w_smem + r * ld, D * 2);
+  }
   pdl_wait();  // h, ram and the maps were written by the previous kernels of the step
   pdl_launch_dependents();
 
-  // 1. Rows into shared memory: fp32 h, and the router operand bf16(rms(h) * router_norm).
-  for (int lr = warp; lr < kRows; lr += kWarps) {
+  // 1. The router operand bf16(rms(h) * router_norm) of this CTA's rows (a warp per row); the
+  //    MMA's padding rows are zeros.
+  for (int lr = warp; lr < kMmaRows; lr += kWarps) {
     const int r = row0 + lr;
-    const float4* src = reinterpret_cast<const float4*>(a.h + size_t(r < rows ? r : 0) * D);
-    float4* hs = reinterpret_cast<float4*>(h_smem + lr * D);
+    uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
+    if (lr >= kRows || r >= rows) {
+      for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
+      continue;
+    }
+    const float4* src = reinterpret_cast<const float4*>(a.h + size_t(r) * D);
     float ss = 0.f;
 #pragma unroll 8
     for (int k4 = lane; k4 < D4; k4 += 32) {
       const float4 v = src[k4];
-      hs[k4] = v;
       ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
-    ss = warp_sum(ss);
-    const float rs = r < rows ? rsqrtf(ss / float(D) + a.eps) : 0.f;  // rows past the end: zeros
+    const float rs = rsqrtf(warp_sum(ss) / float(D) + a.eps);
     const float4* g4 = reinterpret_cast<const float4*>(a.router_gain);
-    uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
 #pragma unroll 8
     for (int k4 = lane; k4 < D4; k4 += 32) {
-      const float4 v = hs[k4], g = g4[k4];
+      const float4 v = src[k4], g = g4[k4];
       dst[k4] = pack_bf16x4(v.x * rs * g.x, v.y * rs * g.y, v.z * rs * g.z, v.w * rs * g.w);
     }
   }
   __syncthreads();
+  cutlass::arch::ClusterTransactionBarrier::wait(w_ready, 0);
 
-  // 2. z = n @ router_w^T: each warp a K-slice of D for up to 64 columns, then a fixed-order sum.
+  // 2. z = n @ router_w^T from shared memory: each warp a K-slice of D for all columns, then a
+  //    fixed-order sum over warps (deterministic, the same for every batch size).
   const int g = lane / 4, t = lane % 4;
   const int k_per_warp = D / kWarps;
   const int kbeg = warp * k_per_warp;
   const __nv_bfloat16* arow = n_smem + (lane % 16) * ld + (lane / 16) * 8;
-  for (int nb0 = 0; nb0 < R / 8; nb0 += kNBlocks) {
-    const int nblocks = min(kNBlocks, R / 8 - nb0);
-    float acc[kNBlocks][4];
+  // ldmatrix.x4 over two n8 blocks of W: lanes 0-15 address block j's 8 rows at k and k + 8,
+  // lanes 16-31 block j + 1's.
+  const __nv_bfloat16* brow = w_smem + ((lane % 8) + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8;
+  const int nblocks = R / 8;
+  float acc[kNBlocks][4];
 #pragma unroll
-    for (int j = 0; j < kNBlocks; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    for (int k0 = kbeg; k0 < kbeg + k_per_warp; k0 += 16) {
-      uint32_t a0, a1, a2, a3;
-      cute::SM75_U32x4_LDSM_N::copy(*reinterpret_cast<const cute::uint128_t*>(arow + k0), a0, a1, a2, a3);
+  for (int j = 0; j < kNBlocks; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (int k0 = kbeg; k0 < kbeg + k_per_warp; k0 += 16) {
+    uint32_t a0, a1, a2, a3;
+    cute::SM75_U32x4_LDSM_N::copy(*reinterpret_cast<const cute::uint128_t*>(arow + k0), a0, a1, a2, a3);
 #pragma unroll
-      for (int j = 0; j < kNBlocks; ++j) {
-        if (j < nblocks) {
-          const __nv_bfloat16* wrow = a.router_w + size_t((nb0 + j) * 8 + g) * D + k0 + 2 * t;
-          const uint32_t b0 = __ldg(reinterpret_cast<const unsigned int*>(wrow));
-          const uint32_t b1 = __ldg(reinterpret_cast<const unsigned int*>(wrow + 8));
-          cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(acc[j][0], acc[j][1], acc[j][2], acc[j][3], a0, a1, a2, a3, b0, b1,
-                                                    acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
-        }
+    for (int j = 0; j < kNBlocks; j += 2) {
+      if (j < nblocks) {
+        uint32_t b[4];
+        cute::SM75_U32x4_LDSM_N::copy(*reinterpret_cast<const cute::uint128_t*>(brow + j * 8 * ld + k0), b[0], b[1],
+                                      b[2], b[3]);
+        cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(acc[j][0], acc[j][1], acc[j][2], acc[j][3], a0, a1, a2, a3, b[0],
+                                                  b[1], acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+        cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(acc[j + 1][0], acc[j + 1][1], acc[j + 1][2], acc[j + 1][3], a0, a1,
+                                                  a2, a3, b[2], b[3], acc[j + 1][0], acc[j + 1][1], acc[j + 1][2],
+                                                  acc[j + 1][3]);
       }
     }
-    float* mine = partial + warp * kRows * kNBlocks * 8;
-#pragma unroll
-    for (int j = 0; j < kNBlocks; ++j) {
-      const int col = j * 8 + 2 * t;
-      mine[g * kNBlocks * 8 + col] = acc[j][0];
-      mine[g * kNBlocks * 8 + col + 1] = acc[j][1];
-      mine[(g + 8) * kNBlocks * 8 + col] = acc[j][2];
-      mine[(g + 8) * kNBlocks * 8 + col + 1] = acc[j][3];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < kRows * nblocks * 8; i += kWarps * 32) {
-      const int lr = i / (nblocks * 8), c = i % (nblocks * 8);
-      float sum = 0.f;
-#pragma unroll
-      for (int wi = 0; wi < kWarps; ++wi) sum += partial[(wi * kRows + lr) * kNBlocks * 8 + c];
-      z_smem[lr * R + nb0 * 8 + c] = sum;
-    }
-    __syncthreads();
   }
+  float* mine = partial + warp * kMmaRows * kNBlocks * 8;
+#pragma unroll
+  for (int j = 0; j < kNBlocks; ++j) {
+    const int col = j * 8 + 2 * t;
+    *reinterpret_cast<float2*>(&mine[g * kNBlocks * 8 + col]) = make_float2(acc[j][0], acc[j][1]);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kRows * R; i += kWarps * 32) {
+    const int lr = i / R, c = i % R;
+    float sum = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < kWarps; ++wi) sum += partial[(wi * kMmaRows + lr) * kNBlocks * 8 + c];
+    z_smem[lr * R + c] = sum;
+  }
+  __syncthreads();
 
   // 3. Per row (a warp each): decisions, the exchange with the chosen bank, the FFN operand.
   for (int lr = warp; lr < kRows; lr += kWarps) {
@@ -155,33 +177,27 @@ __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterAr
         a.io->slot[int64_t(a.event) * rows + m] = static_cast<uint8_t>(j);
       }
     }
-    float4* hs = reinterpret_cast<float4*>(h_smem + lr * D);
-    if (gate) {
-      uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
-      float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
+    float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
+    uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
+    const float4* g4 = reinterpret_cast<const float4*>(a.norm_gain);
+    uint2* out = reinterpret_cast<uint2*>(a.norm_out + size_t(m) * D);
+    float ss = 0.f;
 #pragma unroll 8
-      for (int k4 = lane; k4 < D4; k4 += 32) {
-        const float4 old = hs[k4];
+    for (int k4 = lane; k4 < D4; k4 += 32) {
+      float4 v = hg[k4];
+      if (gate) {
         const float4 in = unpack_bf16x4(bank[k4]);
-        bank[k4] = pack_bf16x4(old.x, old.y, old.z, old.w);
-        hs[k4] = in;
+        bank[k4] = pack_bf16x4(v.x, v.y, v.z, v.w);
         hg[k4] = in;
+        v = in;
       }
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
     }
     if (a.norm_out) {
-      float ss = 0.f;
+      const float rs = rsqrtf(warp_sum(ss) / float(D) + a.eps);
 #pragma unroll 8
       for (int k4 = lane; k4 < D4; k4 += 32) {
-        const float4 v = hs[k4];
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-      }
-      ss = warp_sum(ss);
-      const float rs = rsqrtf(ss / float(D) + a.eps);
-      const float4* g4 = reinterpret_cast<const float4*>(a.norm_gain);
-      uint2* out = reinterpret_cast<uint2*>(a.norm_out + size_t(m) * D);
-#pragma unroll 8
-      for (int k4 = lane; k4 < D4; k4 += 32) {
-        const float4 v = hs[k4], gg = g4[k4];
+        const float4 v = hg[k4], gg = g4[k4];
         out[k4] = pack_bf16x4(v.x * rs * gg.x, v.y * rs * gg.y, v.z * rs * gg.z, v.w * rs * gg.w);
       }
     }
@@ -192,8 +208,8 @@ __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterAr
 
 void check_event_router_shape(int64_t d_model, int64_t d_router) {
   SWAPFFN_REQUIRE(d_model % 128 == 0, "event router needs d_model % 128 == 0, got " + std::to_string(d_model));
-  SWAPFFN_REQUIRE(d_router % 8 == 0 && d_router <= kMaxRouter,
-                  "event router needs d_router % 8 == 0 and <= 256, got " + std::to_string(d_router));
+  SWAPFFN_REQUIRE(d_router % 16 == 0 && d_router <= kMaxRouter,
+                  "event router needs d_router % 16 == 0 and <= 64, got " + std::to_string(d_router));
   int dev = 0, optin = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
