@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
+#include "gpu_backend_test_util.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "swapffn/bf16.hpp"
@@ -16,11 +17,6 @@
 
 namespace swapffn::cuda {
 namespace {
-
-#define SKIP_WITHOUT_HOPPER()                                                        \
-  do {                                                                               \
-    if (!query_gpu().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU (sm_90)";      \
-  } while (0)
 
 std::vector<bf16> random_bf16(size_t n, std::mt19937_64& rng, float scale) {
   std::normal_distribution<float> nd(0.f, scale);

@@ -1,0 +1,180 @@
+// The fused GPU backend: agreement with the reference following its trace (SPEC section 5, the
+// bf16 preset of check.hpp: tau 0.05 on the reference's decision margins, relative L2 error <= 2e-2
+// for delta and the final RAM, stream maps exact), for every selectable kernel configuration;
+// bitwise determinism (graph vs eager, run vs run); bitwise batch invariance; refusal of configs
+// the kernels cannot run and of bad input, with the state unchanged. Skips without a Hopper GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gpu_backend_test_util.hpp"
+#include "swapffn/check.hpp"
+#include "swapffn/error.hpp"
+
+namespace swapffn {
+namespace {
+
+using gpu_test::decode;
+using gpu_test::Decoded;
+using gpu_test::expect_bitwise_equal;
+using gpu_test::random_state;
+using gpu_test::weights_of;
+
+std::unique_ptr<Engine> fused(const Weights& w, bool graph = true, const std::string& kernels = "") {
+  EngineOptions o;
+  o.graph = graph;
+  o.kernel_config = kernels;
+  return make_engine("fused", w, o);
+}
+
+struct CheckCase {
+  const char* preset;
+  int64_t batch, tokens;
+  const char* kernels;  // kernel config override ("" = the built-in choice)
+};
+
+class FusedCheck : public ::testing::TestWithParam<CheckCase> {};
+
+TEST_P(FusedCheck, AgreesWithReferenceWithinBf16Tolerance) {
+  SKIP_WITHOUT_HOPPER();
+  const auto [preset, batch, tokens, kernels] = GetParam();
+  const Weights& w = weights_of(preset);
+  auto e = fused(w, true, kernels);
+  const CheckReport r = check_backend(w, *e, batch, tokens, 301 + static_cast<uint64_t>(batch), Tolerance::bf16());
+  std::printf("[fused %s B=%lld T=%lld %s] %s\n", preset, static_cast<long long>(batch), static_cast<long long>(tokens),
+              kernels, r.summary().c_str());
+  EXPECT_TRUE(r.passed()) << r.summary();
+  EXPECT_TRUE(r.stream_maps_equal);
+  EXPECT_GT(r.gate_checked, 0);
+}
+
+// Every path through the fused step: both routers, our split-K down GEMM (with and without operand
+// multicast) and cuBLASLt's, each dual-GEMM tile. The default model's reference costs ~206 GFLOP
+// per token and sequence on the CPU: short runs there.
+INSTANTIATE_TEST_SUITE_P(
+    Paths, FusedCheck,
+    ::testing::Values(CheckCase{"tiny", 1, 6, ""}, CheckCase{"tiny", 3, 6, ""},
+                      CheckCase{"tiny", 3, 4, "router=cublas,down=cublas"},
+                      CheckCase{"tiny", 2, 4, "router=event,down=bn64_st6_sk2_mc2,up=bn256_st4_sk1_mc2"},
+                      CheckCase{"tiny", 2, 4, "router=cublas,down=bn128_st4_sk2_mc1,up=bn128_st6_sk1_mc2"},
+                      CheckCase{"default", 1, 2, ""}, CheckCase{"default", 2, 1, "router=cublas,down=bn64_st6_sk2_mc1"}),
+    [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
+
+TEST(Fused, NoResidualNoSiluAndDegenerateCountsAgree) {
+  SKIP_WITHOUT_HOPPER();
+  for (const std::vector<std::string>& sets : std::vector<std::vector<std::string>>{
+           {"ffn_residual=false", "collapse_silu=false", "core_count=7"}, {"n_events=0"}, {"k_ffn=0"}}) {
+    Config cfg = Config::preset("tiny");
+    std::string label;
+    for (const auto& kv : sets) {
+      cfg.set(kv);
+      label += kv + " ";
+    }
+    cfg.validate();
+    const Weights w = Weights::random(cfg, 17);
+    for (const char* kernels : {"router=event,down=cublas", "router=cublas,down=bn64_st6_sk2_mc1"}) {
+      auto e = fused(w, true, kernels);
+      const CheckReport r = check_backend(w, *e, 2, 3, 5, Tolerance::bf16());
+      EXPECT_TRUE(r.passed()) << label << kernels << ": " << r.summary();
+    }
+  }
+}
+
+TEST(Fused, RefusesShapesItCannotRunNamingTheField) {
+  SKIP_WITHOUT_HOPPER();
+  for (const auto& [kv, field] : std::vector<std::pair<std::string, std::string>>{
+           {"d_model=96", "d_model"}, {"d_ff=200", "d_ff"}, {"d_router=6", "d_router"}}) {
+    Config cfg = Config::preset("tiny");
+    cfg.set(kv);
+    cfg.validate();
+    const Weights w = Weights::random(cfg, 3);
+    try {
+      fused(w);
+      ADD_FAILURE() << kv << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(fused(weights_of("tiny"), true, "down=bn64_st6_sk1_mc1"), Error);  // not compiled
+  EXPECT_THROW(fused(weights_of("tiny"), true, "router=magic"), Error);
+}
+
+TEST(Fused, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
+  SKIP_WITHOUT_HOPPER();
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 3, T = 4;
+  const State s0 = random_state(w.cfg, B, 21);
+  const auto x = decode_inputs(22, T, B, w.cfg.d_model);
+  auto g = fused(w, true), n = fused(w, false);
+  const Decoded rg = decode(*g, x, T, s0);
+  expect_bitwise_equal(rg, decode(*n, x, T, s0));
+  expect_bitwise_equal(rg, decode(*g, x, T, s0));
+  expect_bitwise_equal(rg, decode(*fused(w, true), x, T, s0));
+}
+
+// A sequence's bits must not depend on its batch-mates or on B, whatever tile variants a batch
+// size selects (the tuner may pick different ones per B; these two differ in tile N and multicast).
+TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInBatchOfFive) {
+  SKIP_WITHOUT_HOPPER();
+  for (const char* preset : {"tiny", "default"}) {
+    const Weights& w = weights_of(preset);
+    const int64_t B = 5, T = preset[0] == 't' ? 3 : 2, D = w.cfg.d_model, pick = 3;
+    const State batch_state = random_state(w.cfg, B, 31);
+    const auto x = decode_inputs(32, T, B, D);
+    const Decoded all = decode(*fused(w, true, "up=bn256_st4_sk1_mc2,down=cublas"), x, T, batch_state);
+
+    State one = State::init(w.cfg, 1);
+    batch_state.copy_sequence_to(pick, one, 0);
+    std::vector<float> x1(static_cast<size_t>(T * D));
+    for (int64_t t = 0; t < T; ++t)
+      std::copy_n(&x[static_cast<size_t>((t * B + pick) * D)], D, &x1[static_cast<size_t>(t * D)]);
+    const Decoded alone = decode(*fused(w, true, "up=bn128_st6_sk1_mc2,down=cublas"), x1, T, one);
+
+    for (int64_t t = 0; t < T; ++t)
+      EXPECT_EQ(0, std::memcmp(&alone.delta[static_cast<size_t>(t * D)], &all.delta[static_cast<size_t>((t * B + pick) * D)],
+                               static_cast<size_t>(D) * sizeof(float)))
+          << preset << ": delta of token " << t << " differs alone vs in the batch";
+    State got = State::init(w.cfg, 1);
+    all.state.copy_sequence_to(pick, got, 0);
+    EXPECT_TRUE(got == alone.state) << preset << ": final state differs alone vs in the batch";
+  }
+}
+
+TEST(Fused, BadInputIsRefusedAndStateLeftUnchanged) {
+  SKIP_WITHOUT_HOPPER();
+  const Weights& w = weights_of("tiny");
+  auto e = fused(w);
+  const int64_t B = 2, D = w.cfg.d_model;
+  State s = random_state(w.cfg, B, 41);
+  const State before = s;
+  auto x = decode_inputs(42, 1, B, D);
+  x[static_cast<size_t>(D + 5)] = std::numeric_limits<float>::infinity();
+  std::vector<float> delta(x.size(), 7.f);
+  try {
+    e->step(x.data(), delta.data(), s);
+    ADD_FAILURE() << "non-finite x accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find(std::to_string(D + 5)), std::string::npos) << err.what();
+  }
+  EXPECT_TRUE(s == before);
+  EXPECT_EQ(delta[0], 7.f);
+
+  x[static_cast<size_t>(D + 5)] = 0.5f;
+  s.stream_map[1] = 0x00;  // lanes (0,0,0,0): not a permutation
+  const State bad = s;
+  EXPECT_THROW(e->step(x.data(), delta.data(), s), Error);
+  EXPECT_TRUE(s == bad);
+
+  State other_model = random_state(Config::preset("default"), B, 43);  // wrong C and D for this engine
+  const State other_before = other_model;
+  EXPECT_THROW(e->step(x.data(), delta.data(), other_model), Error);
+  EXPECT_TRUE(other_model == other_before);
+}
+
+}  // namespace
+}  // namespace swapffn
