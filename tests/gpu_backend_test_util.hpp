@@ -29,18 +29,7 @@ inline const Weights& weights_of(const std::string& preset) {
   return preset == "tiny" ? tiny : dflt;
 }
 
-// Mid-decode state: RAM ~ N(0,1) in bf16, random lane permutations.
-inline State random_state(const Config& cfg, int64_t batch, uint64_t seed) {
-  State s = State::init(cfg, batch);
-  Rng rng(seed);
-  for (bf16& v : s.ram) v = float_to_bf16(rng.normal());
-  for (uint8_t& m : s.stream_map) {
-    int lanes[4] = {0, 1, 2, 3};
-    for (int i = 3; i > 0; --i) std::swap(lanes[i], lanes[rng.next_u64() % static_cast<uint64_t>(i + 1)]);
-    m = static_cast<uint8_t>(lanes[0] | lanes[1] << 2 | lanes[2] << 4 | lanes[3] << 6);
-  }
-  return s;
-}
+inline State random_state(const Config& cfg, int64_t batch, uint64_t seed) { return State::random(cfg, batch, seed); }
 
 struct Decoded {
   std::vector<float> delta;

@@ -246,5 +246,18 @@ TEST_F(BadStateFile, NotASafetensorsFile) {
   EXPECT_EQ(target, before);
 }
 
+TEST(State, RandomIsValidDeterministicAndNotZero) {
+  const Config cfg = Config::preset("tiny");
+  const State a = State::random(cfg, 3, 5), b = State::random(cfg, 3, 5), c = State::random(cfg, 3, 6);
+  a.validate();
+  EXPECT_TRUE(a == b);
+  EXPECT_FALSE(a == c);
+  size_t nonzero = 0, non_identity = 0;
+  for (const bf16& v : a.ram) nonzero += v.bits != 0 && v.bits != 0x8000;
+  for (uint8_t m : a.stream_map) non_identity += m != kIdentityStreamMap;
+  EXPECT_GT(nonzero, a.ram.size() * 9 / 10);
+  EXPECT_GT(non_identity, a.stream_map.size() / 2);  // 23 of 24 permutations are not the identity
+}
+
 }  // namespace
 }  // namespace swapffn

@@ -25,6 +25,9 @@ struct State {
 
   // Zeros in ram, identity maps (SPEC section 3).
   static State init(const Config& cfg, int64_t batch);
+  // A mid-decode state for tests and benchmarks: RAM ~ N(0,1) rounded to bf16 and a uniformly random
+  // lane permutation per core, deterministic for the seed (swaps move real data from the first step).
+  static State random(const Config& cfg, int64_t batch, uint64_t seed);
 
   // Throws naming the first invalid stream map byte by its (sequence, core) index, or a size mismatch.
   void validate() const;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "swapffn/error.hpp"
+#include "swapffn/random.hpp"
 
 namespace swapffn {
 namespace {
@@ -43,6 +44,18 @@ State State::init(const Config& cfg, int64_t batch) {
   s.d_model = cfg.d_model;
   s.ram.assign(static_cast<size_t>(batch * cfg.core_count * 4 * cfg.d_model), bf16{});
   s.stream_map.assign(static_cast<size_t>(batch * cfg.core_count), kIdentityStreamMap);
+  return s;
+}
+
+State State::random(const Config& cfg, int64_t batch, uint64_t seed) {
+  State s = init(cfg, batch);
+  Rng rng(seed);
+  for (bf16& v : s.ram) v = float_to_bf16(static_cast<float>(rng.normal()));
+  for (uint8_t& m : s.stream_map) {
+    int lanes[4] = {0, 1, 2, 3};
+    for (int i = 3; i > 0; --i) std::swap(lanes[i], lanes[rng.next_u64() % static_cast<uint64_t>(i + 1)]);
+    m = static_cast<uint8_t>(lanes[0] | lanes[1] << 2 | lanes[2] << 4 | lanes[3] << 6);
+  }
   return s;
 }
 

@@ -9,6 +9,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/row_reduce.cuh"
+#include "cuda/kernels/stream_map.cuh"
 #include "cuda/launch.hpp"
 
 namespace swapffn::cuda {
@@ -28,12 +29,6 @@ struct Smem {
 __host__ __device__ Smem smem_layout(int64_t d, int64_t r) {
   return {size_t(r) * size_t(d + kPad) * 2, size_t(kMmaRows) * size_t(d + kPad) * 2,
           size_t(kWarps) * kMmaRows * kNBlocks * 8 * 4, size_t(kRows) * size_t(r) * 4};
-}
-
-__device__ __forceinline__ uint8_t swap_lanes_0_j(uint8_t map, int j) {
-  const int l0 = map & 3, lj = (map >> (2 * j)) & 3;
-  const int cleared = map & ~(3 | (3 << (2 * j)));
-  return static_cast<uint8_t>(cleared | lj | (l0 << (2 * j)));  // j == 0 gives map back
 }
 
 __device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) {
@@ -168,7 +163,7 @@ __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterAr
       if (l[k] > l[j]) j = k;  // strict: ties keep the lowest index
     const bool gate = s > 0.f;
     const uint8_t map = a.stream_map[m];
-    const int p = (map >> (2 * j)) & 3;
+    const int p = map_lane(map, j);
     __syncwarp();  // every lane has read the map before lane 0 rewrites it
     if (lane == 0) {
       if (gate) a.stream_map[m] = swap_lanes_0_j(map, j);

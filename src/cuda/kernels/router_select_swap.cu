@@ -1,17 +1,12 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/router_select_swap.hpp"
 #include "cuda/kernels/row_reduce.cuh"
+#include "cuda/kernels/stream_map.cuh"
 
 namespace swapffn::cuda {
 
 namespace {
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ uint8_t swap_lanes_0_j(uint8_t map, int j) {
-  const int l0 = map & 3, lj = (map >> (2 * j)) & 3;
-  const int cleared = map & ~(3 | (3 << (2 * j)));
-  return static_cast<uint8_t>(cleared | lj | (l0 << (2 * j)));  // j == 0 gives map back
-}
 
 // One block per row: warp 0 makes the decisions, the whole block moves the row.
 __global__ void __launch_bounds__(kThreads) router_select_swap_kernel(RouterSelectSwapArgs a) {
@@ -36,7 +31,7 @@ __global__ void __launch_bounds__(kThreads) router_select_swap_kernel(RouterSele
       for (int k = 1; k < 4; ++k)
         if (l[k] > l[j]) j = k;  // strict: ties keep the lowest index
       const uint8_t map = a.stream_map[m];
-      const int p = (map >> (2 * j)) & 3;
+      const int p = map_lane(map, j);
       const bool gate = s > 0.f;
       if (gate) a.stream_map[m] = swap_lanes_0_j(map, j);
       if (uint8_t* g = a.io->gate) {
