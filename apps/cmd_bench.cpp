@@ -197,8 +197,10 @@ void run_bench(const BenchArgs& a) {
     const double speedup = base > 0 ? base / r.ms : 0;
     char vs[32] = "-";
     if (base > 0) std::snprintf(vs, sizeof(vs), "%.2fx", speedup);
-    std::printf("%-16s %5lld %12.4f %12.1f %9.2f %9.1f %11s\n", r.backend.c_str(), static_cast<long long>(r.batch),
-                r.ms, tok_s, tflops, pct, vs);
+    char pct_s[32] = "-";
+    if (peak > 0) std::snprintf(pct_s, sizeof(pct_s), "%.1f", pct);
+    std::printf("%-16s %5lld %12.4f %12.1f %9.2f %9s %11s\n", r.backend.c_str(), static_cast<long long>(r.batch),
+                r.ms, tok_s, tflops, pct_s, vs);
     jrows.push_back({{"backend", r.backend}, {"batch", r.batch}, {"ms_per_step", r.ms}, {"tok_per_s", tok_s},
                      {"tflops", tflops}, {"pct_of_floor", pct}, {"speedup_vs_unfused", speedup}});
   }

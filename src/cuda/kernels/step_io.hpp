@@ -15,6 +15,9 @@ struct StepIO {
   uint8_t* slot;   // [E, B, C], null exactly when gate is
 };
 
+// *io = value, in stream order (a kernel argument: nothing on the host has to outlive the call).
+void launch_set_step_io(StepIO* io, const StepIO& value, cudaStream_t stream);
+
 // io->x and io->delta advance by x_stride elements, gate/slot (when set) by trace_stride.
 void launch_advance_step_io(StepIO* io, int64_t x_stride, int64_t trace_stride, cudaStream_t stream);
 

@@ -5,6 +5,8 @@
 // the trace are reached through a device-resident StepIO that the step itself advances, so one
 // graph serves every token and every input buffer.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -95,7 +97,6 @@ class UnfusedEngine final : public Engine, public DeviceDecoder {
   DeviceBuffer<bf16> nrm_, gu_, u_, ram_;
   DeviceBuffer<uint8_t> map_;
   DeviceBuffer<StepIO> io_;
-  StepIO io_host_{};  // staging for the async copy into io_ (pageable: staged at call time)
 
   // Host-path staging: x, delta and trace of the tokens of one step()/decode() call.
   DeviceBuffer<float> x_dev_, delta_dev_;
@@ -133,6 +134,9 @@ UnfusedEngine::UnfusedEngine(const Weights& w, const EngineOptions& opt) : cfg_(
   router_gemm_ = std::make_unique<BatchInvariantGemm>(lt_, R, D, CUDA_R_32F, false, C, kGemmWorkspaceBytes);
   up_gemm_ = std::make_unique<BatchInvariantGemm>(lt_, 2 * F, D, CUDA_R_16BF, false, C, kGemmWorkspaceBytes);
   down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_, D, F, CUDA_R_32F, cfg_.ffn_residual, C, kGemmWorkspaceBytes);
+  if (const char* v = std::getenv("SWAPFFN_LOG_GEMMS"); v && *v && std::strcmp(v, "0") != 0)
+    std::fprintf(stderr, "unfused: router GEMM %s\nunfused: w1|w3 GEMM %s\nunfused: w2 GEMM %s\n",
+                 router_gemm_->describe().c_str(), up_gemm_->describe().c_str(), down_gemm_->describe().c_str());
 }
 
 UnfusedEngine::~UnfusedEngine() { drop_graph(); }
@@ -168,8 +172,7 @@ void UnfusedEngine::ensure_batch(int64_t batch) {
 }
 
 void UnfusedEngine::set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot) {
-  io_host_ = StepIO{x, delta, gate, slot};
-  CUDA_CHECK(cudaMemcpyAsync(io_.get(), &io_host_, sizeof(StepIO), cudaMemcpyHostToDevice, stream_));
+  launch_set_step_io(io_.get(), StepIO{x, delta, gate, slot}, stream_);
 }
 
 void UnfusedEngine::enqueue_step(PhaseTimer* timer) {

@@ -1,0 +1,307 @@
+// The unfused GPU backend: agreement with the reference (SPEC section 5, bf16 tolerance preset of
+// check.hpp: tau 0.05 on decision margins, relative L2 error <= 2e-2 for delta and final RAM),
+// bitwise determinism (graph vs eager, run vs run, decode vs repeated step), bitwise batch
+// invariance, and refusal of bad input with the state unchanged. Skips without a Hopper GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "swapffn/check.hpp"
+#include "swapffn/device.hpp"
+#include "swapffn/engine.hpp"
+#include "swapffn/error.hpp"
+#include "swapffn/random.hpp"
+#include "swapffn/state.hpp"
+#include "swapffn/weights.hpp"
+
+namespace swapffn {
+namespace {
+
+#define SKIP_WITHOUT_HOPPER()                                                                   \
+  do {                                                                                          \
+    if (!query_gpu().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU: " << query_gpu().why_absent; \
+  } while (0)
+
+const Weights& weights_of(const std::string& preset) {
+  static const Weights tiny = Weights::random(Config::preset("tiny"), 11);
+  static const Weights dflt = Weights::random(Config::preset("default"), 12);
+  return preset == "tiny" ? tiny : dflt;
+}
+
+// Mid-decode state: RAM ~ N(0,1) in bf16, random lane permutations.
+State random_state(const Config& cfg, int64_t batch, uint64_t seed) {
+  State s = State::init(cfg, batch);
+  Rng rng(seed);
+  for (bf16& v : s.ram) v = float_to_bf16(rng.normal());
+  for (uint8_t& m : s.stream_map) {
+    int lanes[4] = {0, 1, 2, 3};
+    for (int i = 3; i > 0; --i) std::swap(lanes[i], lanes[rng.next_u64() % static_cast<uint64_t>(i + 1)]);
+    m = static_cast<uint8_t>(lanes[0] | lanes[1] << 2 | lanes[2] << 4 | lanes[3] << 6);
+  }
+  return s;
+}
+
+std::unique_ptr<Engine> unfused(const Weights& w, bool graph) {
+  EngineOptions o;
+  o.graph = graph;
+  return make_engine("unfused", w, o);
+}
+
+struct Decoded {
+  std::vector<float> delta;
+  State state;
+  std::vector<Trace> traces;
+};
+
+// Decodes `tokens` tokens from `initial`; delta is poisoned with NaN first so that an unwritten
+// output fails the finiteness check.
+Decoded decode(Engine& e, const std::vector<float>& x, int64_t tokens, const State& initial) {
+  Decoded r{std::vector<float>(x.size(), std::numeric_limits<float>::quiet_NaN()), initial, {}};
+  e.decode(x.data(), r.delta.data(), tokens, r.state, &r.traces);
+  for (size_t i = 0; i < r.delta.size(); ++i) {
+    if (!std::isfinite(r.delta[i])) {
+      ADD_FAILURE() << "delta[" << i << "] not written or not finite: " << r.delta[i];
+      break;
+    }
+  }
+  return r;
+}
+
+void expect_bitwise_equal(const Decoded& a, const Decoded& b) {
+  ASSERT_EQ(a.delta.size(), b.delta.size());
+  EXPECT_EQ(0, std::memcmp(a.delta.data(), b.delta.data(), a.delta.size() * sizeof(float))) << "delta differs";
+  EXPECT_TRUE(a.state == b.state) << "final state differs";
+  EXPECT_TRUE(a.traces == b.traces) << "decision trace differs";
+}
+
+// ---- agreement with the reference (trace following) ----
+
+struct CheckCase {
+  const char* preset;
+  int64_t batch, tokens;
+};
+
+class UnfusedCheck : public ::testing::TestWithParam<CheckCase> {};
+
+TEST_P(UnfusedCheck, AgreesWithReferenceWithinBf16Tolerance) {
+  SKIP_WITHOUT_HOPPER();
+  const auto [preset, batch, tokens] = GetParam();
+  const Weights& w = weights_of(preset);
+  auto e = unfused(w, true);
+  const Tolerance tol = Tolerance::bf16();
+  const CheckReport r = check_backend(w, *e, batch, tokens, 101 + static_cast<uint64_t>(batch), tol);
+  std::printf("[unfused %s B=%lld T=%lld] %s\n", preset, static_cast<long long>(batch),
+              static_cast<long long>(tokens), r.summary().c_str());
+  EXPECT_TRUE(r.passed()) << r.summary();
+  EXPECT_TRUE(r.stream_maps_equal);
+  EXPECT_GT(r.gate_checked, 0);
+}
+
+// The default model's reference costs ~206 GFLOP per token and sequence on the CPU: one short run.
+INSTANTIATE_TEST_SUITE_P(Presets, UnfusedCheck,
+                         ::testing::Values(CheckCase{"tiny", 1, 6}, CheckCase{"tiny", 3, 6},
+                                           CheckCase{"default", 1, 2}),
+                         [](const auto& info) {
+                           return std::string(info.param.preset) + "_B" + std::to_string(info.param.batch) +
+                                  "_T" + std::to_string(info.param.tokens);
+                         });
+
+// Sizes that are not multiples of anything, residual and collapse silu off, and the degenerate
+// event/FFN counts: the backend must run them (cuBLASLt takes any shape) and agree.
+TEST(Unfused, OddConfigsAgreeWithReference) {
+  SKIP_WITHOUT_HOPPER();
+  std::vector<std::vector<std::string>> variants = {
+      {"d_model=96", "d_ff=200", "core_count=7", "n_events=2", "k_ffn=1", "d_router=6", "collapse_k=3",
+       "collapse_r=10", "core_embed_dim=4", "ffn_residual=false", "collapse_silu=false"},
+      {"n_events=0"},
+      {"k_ffn=0"},
+  };
+  for (const auto& sets : variants) {
+    Config cfg = Config::preset("tiny");
+    std::string label;
+    for (const auto& kv : sets) {
+      cfg.set(kv);
+      label += kv + " ";
+    }
+    cfg.validate();
+    const Weights w = Weights::random(cfg, 7);
+    auto e = unfused(w, true);
+    const CheckReport r = check_backend(w, *e, 2, 3, 5, Tolerance::bf16());
+    EXPECT_TRUE(r.passed()) << label << ": " << r.summary();
+  }
+}
+
+// ---- bitwise determinism ----
+
+TEST(Unfused, GraphAndEagerAreBitwiseIdentical) {
+  SKIP_WITHOUT_HOPPER();
+  for (const char* preset : {"tiny", "default"}) {
+    const Weights& w = weights_of(preset);
+    const int64_t B = 2, T = 4;
+    const State s0 = random_state(w.cfg, B, 3);
+    const auto x = decode_inputs(17, T, B, w.cfg.d_model);
+    auto g = unfused(w, true);
+    auto n = unfused(w, false);
+    const Decoded rg = decode(*g, x, T, s0);
+    const Decoded rn = decode(*n, x, T, s0);
+    SCOPED_TRACE(preset);
+    expect_bitwise_equal(rg, rn);
+    // A second call replays the captured graph from its first token on.
+    expect_bitwise_equal(decode(*g, x, T, s0), rn);
+  }
+}
+
+TEST(Unfused, RunsAreBitwiseIdenticalAcrossCallsAndEngines) {
+  SKIP_WITHOUT_HOPPER();
+  const Weights& w = weights_of("default");
+  const int64_t B = 3, T = 3;
+  const State s0 = random_state(w.cfg, B, 4);
+  const auto x = decode_inputs(18, T, B, w.cfg.d_model);
+  auto a = unfused(w, true);
+  const Decoded r1 = decode(*a, x, T, s0);
+  expect_bitwise_equal(r1, decode(*a, x, T, s0));
+  auto b = unfused(w, true);
+  expect_bitwise_equal(r1, decode(*b, x, T, s0));
+}
+
+TEST(Unfused, DecodeEqualsRepeatedSteps) {
+  SKIP_WITHOUT_HOPPER();
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 3, T = 4, D = w.cfg.d_model;
+  const State s0 = random_state(w.cfg, B, 5);
+  const auto x = decode_inputs(19, T, B, D);
+  auto e = unfused(w, true);
+  const Decoded whole = decode(*e, x, T, s0);
+  Decoded steps{std::vector<float>(x.size(), std::numeric_limits<float>::quiet_NaN()), s0, {}};
+  steps.traces.resize(T);
+  for (int64_t t = 0; t < T; ++t) {
+    StepOptions o;
+    o.record = &steps.traces[static_cast<size_t>(t)];
+    e->step(x.data() + t * B * D, steps.delta.data() + t * B * D, steps.state, o);
+  }
+  expect_bitwise_equal(whole, steps);
+  // Recording the trace must not change the results.
+  State s = s0;
+  std::vector<float> delta(x.size(), std::numeric_limits<float>::quiet_NaN());
+  e->decode(x.data(), delta.data(), T, s);
+  EXPECT_EQ(0, std::memcmp(delta.data(), whole.delta.data(), delta.size() * sizeof(float)));
+  EXPECT_TRUE(s == whole.state);
+}
+
+// A sequence's bits must not depend on its batch-mates or on B (the GEMM algorithm is pinned).
+TEST(Unfused, SequenceIsBitwiseIdenticalAloneAndInBatchOfFive) {
+  SKIP_WITHOUT_HOPPER();
+  for (const char* preset : {"tiny", "default"}) {
+    SCOPED_TRACE(preset);
+    const Weights& w = weights_of(preset);
+    const Config& cfg = w.cfg;
+    const int64_t T = 3, D = cfg.d_model, B = 5, pos = 2;
+    const State batch0 = random_state(cfg, B, 6);
+    const auto xb = decode_inputs(20, T, B, D);
+    State alone0 = State::init(cfg, 1);
+    batch0.copy_sequence_to(pos, alone0, 0);
+    std::vector<float> xa(static_cast<size_t>(T * D));
+    for (int64_t t = 0; t < T; ++t)
+      std::copy_n(xb.begin() + (t * B + pos) * D, D, xa.begin() + t * D);
+
+    auto e = unfused(w, true);
+    const Decoded rb = decode(*e, xb, T, batch0);
+    const Decoded ra = decode(*e, xa, T, alone0);
+    for (int64_t t = 0; t < T; ++t)
+      EXPECT_EQ(0, std::memcmp(ra.delta.data() + t * D, rb.delta.data() + (t * B + pos) * D, D * sizeof(float)))
+          << "delta of token " << t;
+    State extracted = State::init(cfg, 1);
+    rb.state.copy_sequence_to(pos, extracted, 0);
+    EXPECT_TRUE(extracted == ra.state) << "final state";
+    const int64_t C = cfg.core_count;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t ev = 0; ev < cfg.n_events; ++ev)
+        for (int64_t c = 0; c < C; ++c) {
+          const auto& tb = rb.traces[static_cast<size_t>(t)];
+          const auto& ta = ra.traces[static_cast<size_t>(t)];
+          ASSERT_EQ(ta.gate[static_cast<size_t>(ta.index(ev, 0, c))], tb.gate[static_cast<size_t>(tb.index(ev, pos, c))]);
+          ASSERT_EQ(ta.slot[static_cast<size_t>(ta.index(ev, 0, c))], tb.slot[static_cast<size_t>(tb.index(ev, pos, c))]);
+        }
+  }
+}
+
+// The trace has the right shape and holds real decisions (both gate values occur).
+TEST(Unfused, TraceIsRecorded) {
+  SKIP_WITHOUT_HOPPER();
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 2, T = 2;
+  const State s0 = random_state(w.cfg, B, 8);
+  auto e = unfused(w, true);
+  const Decoded r = decode(*e, decode_inputs(21, T, B, w.cfg.d_model), T, s0);
+  ASSERT_EQ(r.traces.size(), static_cast<size_t>(T));
+  int64_t open = 0, n = 0;
+  for (const Trace& t : r.traces) {
+    EXPECT_EQ(t.events, w.cfg.n_events);
+    EXPECT_EQ(t.batch, B);
+    EXPECT_EQ(t.cores, w.cfg.core_count);
+    for (size_t i = 0; i < t.gate.size(); ++i) {
+      ASSERT_LE(t.gate[i], 1);
+      ASSERT_LE(t.slot[i], 3);
+      open += t.gate[i];
+      ++n;
+    }
+  }
+  EXPECT_GT(open, 0);
+  EXPECT_LT(open, n);
+}
+
+// ---- bad input: an error, and the state bitwise unchanged ----
+
+TEST(Unfused, RefusesBadInputAndLeavesStateUnchanged) {
+  SKIP_WITHOUT_HOPPER();
+  const Weights& w = weights_of("tiny");
+  const Config& cfg = w.cfg;
+  const int64_t B = 2, D = cfg.d_model;
+  auto e = unfused(w, true);
+  const State s0 = random_state(cfg, B, 9);
+  std::vector<float> x = decode_inputs(22, 1, B, D);
+  std::vector<float> delta(x.size());
+
+  // Warm the engine so that the failures happen with a captured graph and device state present.
+  State s = s0;
+  e->step(x.data(), delta.data(), s);
+
+  State before = s;
+  std::vector<float> bad = x;
+  bad[static_cast<size_t>(D + 5)] = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(e->step(bad.data(), delta.data(), s), Error);
+  EXPECT_TRUE(s == before);
+  bad[static_cast<size_t>(D + 5)] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(e->decode(bad.data(), delta.data(), 1, s), Error);
+  EXPECT_TRUE(s == before);
+
+  State bad_map = s;
+  bad_map.stream_map[3] = 0x00;  // lanes (0,0,0,0): not a permutation
+  const State bad_map_before = bad_map;
+  EXPECT_THROW(e->step(x.data(), delta.data(), bad_map), Error);
+  EXPECT_TRUE(bad_map == bad_map_before);
+
+  State wrong = State::init(Config::preset("default"), 1);  // other cores/d_model
+  const State wrong_before = wrong;
+  EXPECT_THROW(e->step(x.data(), delta.data(), wrong), Error);
+  EXPECT_TRUE(wrong == wrong_before);
+
+  Trace follow;
+  follow.resize(cfg.n_events, B, cfg.core_count);
+  StepOptions o;
+  o.follow = &follow;
+  EXPECT_THROW(e->step(x.data(), delta.data(), s, o), Error);
+  EXPECT_TRUE(s == before);
+
+  // After the refusals the engine still computes what a fresh one does.
+  auto fresh = unfused(w, true);
+  expect_bitwise_equal(decode(*e, x, 1, before), decode(*fresh, x, 1, before));
+}
+
+}  // namespace
+}  // namespace swapffn
