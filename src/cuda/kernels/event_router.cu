@@ -15,7 +15,9 @@
 namespace swapffn::cuda {
 namespace {
 
-constexpr int kRows = 8;      // rows per CTA (64 CTAs at M = 512); the MMA's other 8 rows are zeros
+// Rows per CTA: 8 while the grid is small (64 CTAs at M = 512; the MMA's other 8 rows are zeros),
+// 16 once there are CTAs to spare (half the router_w copies into shared memory). The choice does
+// not change any row's arithmetic (K-slices per warp and their summation order are fixed).
 constexpr int kMmaRows = 16;  // m16 MMA tile
 constexpr int kWarps = 8;
 constexpr int kPad = 8;         // bf16 elements of row padding: ldmatrix rows land in distinct banks
@@ -28,7 +30,7 @@ struct Smem {
 };
 __host__ __device__ Smem smem_layout(int64_t d, int64_t r) {
   return {size_t(r) * size_t(d + kPad) * 2, size_t(kMmaRows) * size_t(d + kPad) * 2,
-          size_t(kWarps) * kMmaRows * kNBlocks * 8 * 4, size_t(kRows) * size_t(r) * 4};
+          size_t(kWarps) * kMmaRows * kNBlocks * 8 * 4, size_t(kMmaRows) * size_t(r) * 4};
 }
 
 __device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) {
@@ -41,7 +43,9 @@ __device__ __forceinline__ float4 unpack_bf16x4(uint2 v) {
   return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
 }
 
+template <int kRows>
 __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterArgs a) {
+  static_assert(kRows == 8 || kRows == 16, "a CTA owns 8 or 16 rows of one m16 MMA tile");
   extern __shared__ __align__(128) uint8_t smem[];
   const int D = static_cast<int>(a.d_model), R = static_cast<int>(a.d_router), rows = static_cast<int>(a.rows);
   const Smem L = smem_layout(D, R);
@@ -132,6 +136,7 @@ __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterAr
   for (int j = 0; j < kNBlocks; ++j) {
     const int col = j * 8 + 2 * t;
     *reinterpret_cast<float2*>(&mine[g * kNBlocks * 8 + col]) = make_float2(acc[j][0], acc[j][1]);
+    if (kRows > 8) *reinterpret_cast<float2*>(&mine[(g + 8) * kNBlocks * 8 + col]) = make_float2(acc[j][2], acc[j][3]);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < kRows * R; i += kWarps * 32) {
@@ -214,9 +219,17 @@ void check_event_router_shape(int64_t d_model, int64_t d_router) {
 
 void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl) {
   if (a.rows == 0) return;
-  const unsigned blocks = static_cast<unsigned>((a.rows + kRows - 1) / kRows);
-  launch_kernel_ex(event_router_kernel, dim3(blocks), dim3(kWarps * 32), dim3(1, 1, 1),
-                   int(smem_layout(a.d_model, a.d_router).total()), stream, pdl, a);
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int smem = int(smem_layout(a.d_model, a.d_router).total());
+  if (a.rows / 8 > 4 * int64_t(sms)) {
+    launch_kernel_ex(event_router_kernel<16>, dim3(static_cast<unsigned>((a.rows + 15) / 16)), dim3(kWarps * 32),
+                     dim3(1, 1, 1), smem, stream, pdl, a);
+  } else {
+    launch_kernel_ex(event_router_kernel<8>, dim3(static_cast<unsigned>((a.rows + 7) / 8)), dim3(kWarps * 32),
+                     dim3(1, 1, 1), smem, stream, pdl, a);
+  }
 }
 
 }  // namespace swapffn::cuda
