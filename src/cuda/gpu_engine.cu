@@ -60,8 +60,7 @@ void GpuEngine::ensure_batch(int64_t batch) {
 }
 
 void GpuEngine::set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot) {
-  io_host_ = StepIO{x, delta, gate, slot};
-  CUDA_CHECK(cudaMemcpyAsync(io_.get(), &io_host_, sizeof(StepIO), cudaMemcpyHostToDevice, stream_));
+  launch_set_step_io(io_.get(), StepIO{x, delta, gate, slot}, stream_);
 }
 
 void GpuEngine::enqueue_collapse_and_advance() {

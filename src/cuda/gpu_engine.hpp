@@ -86,7 +86,6 @@ class GpuEngine : public Engine, public DeviceDecoder {
   void capture_graph();
   void drop_graph();
 
-  StepIO io_host_{};
   DeviceBuffer<float> x_dev_, delta_dev_;
   DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
   cudaGraphExec_t graph_ = nullptr;
