@@ -68,6 +68,9 @@ struct TileSrc {
   int64_t rk_blocks = 0;            // blocked layout: ceil((K/16)/4), 0 for plain
 };
 
+// Source of zero-fill copies: cp.async needs a valid global address even when it reads 0 bytes.
+__device__ __align__(16) const uint32_t dummy_source[4] = {0, 0, 0, 0};
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -113,29 +116,76 @@ struct TileMainloop {
         raw_(half_ + Cfg::kHalfBytes),
         scale_(half_ + Cfg::kHalfBytes + Cfg::kRawBytes) {}
 
-  // Issue the cp.async copies of k-tile kt into stage s (no commit).
-  __device__ void load_stage(const TileSrc (&src)[1 + Cfg::kNB], int kt, int s) const {
-    constexpr int kChunks = Cfg::kRows * 2;  // 16-byte data chunks per stage
-    for (int i = threadIdx.x; i < kChunks; i += Cfg::kThreads) {
+  // This thread's share of every stage's copies, resolved once: the rows a thread copies are the
+  // same for every k-tile, so only the k offset changes (32 data bytes per k-tile; 4 scale bytes
+  // plain, 512 blocked). Resolving per k-tile instead indexes the TileSrc array at run time, which
+  // puts it in local memory and puts 64-bit address arithmetic on every copy.
+  static constexpr int kDataSlots = (2 * Cfg::kRows + Cfg::kThreads - 1) / Cfg::kThreads;
+  static constexpr int kScaleSlots = (Cfg::kRows + Cfg::kThreads - 1) / Cfg::kThreads;
+  struct Producer {
+    const uint8_t* data[kDataSlots];  // k-tile 0 address (null: zero-fill or no slot)
+    uint32_t data_dst[kDataSlots];
+    const uint8_t* scale[kScaleSlots];
+    uint32_t scale_dst[kScaleSlots];
+    uint32_t scale_step[kScaleSlots];
+  };
+
+  __device__ Producer make_producer(const TileSrc (&src)[1 + Cfg::kNB]) const {
+    Producer p;
+#pragma unroll
+    for (int j = 0; j < kDataSlots; ++j) {
+      const int i = threadIdx.x + j * Cfg::kThreads;
       const int r = i >> 1, q = i & 1;
-      const TileSrc& t = src[operand_of(r)];
-      const int64_t row = t.row0 + local_row(r);
-      const bool ok = row < t.rows;
-      const uint8_t* g = t.data + (ok ? row * (t.k / 2) + kt * (Cfg::BK / 2) + q * 16 : 0);
-      cp_async16(smem_addr(raw_ + (s * Cfg::kRows + r) * Cfg::kRawStride + q * 16), g, ok);
-    }
-    for (int r = threadIdx.x; r < Cfg::kRows; r += Cfg::kThreads) {
-      const TileSrc& t = src[operand_of(r)];
-      const int64_t row = t.row0 + local_row(r);
-      const bool ok = row < t.rows;
-      int64_t off = 0;
-      if (ok) {
-        off = t.rk_blocks == 0 ? row * (t.k / 16) + kt * 4
-                               : (row / 128) * t.rk_blocks * 512 + kt * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4;
+      p.data[j] = nullptr;
+      p.data_dst[j] = smem_addr(raw_ + r * Cfg::kRawStride + q * 16);
+      if (i < 2 * Cfg::kRows) {
+        const int o = operand_of(r);
+        const TileSrc& t = o == 0 ? src[0] : (o == 1 ? src[1] : src[Cfg::kNB]);
+        const int64_t row = t.row0 + local_row(r);
+        if (row < t.rows) p.data[j] = t.data + row * (t.k / 2) + q * 16;
       }
-      cp_async4(smem_addr(scale_ + (s * Cfg::kRows + r) * 4), t.scales + off, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < kScaleSlots; ++j) {
+      const int r = threadIdx.x + j * Cfg::kThreads;
+      p.scale[j] = nullptr;
+      p.scale_dst[j] = smem_addr(scale_ + r * 4);
+      p.scale_step[j] = 4;
+      if (r < Cfg::kRows) {
+        const int o = operand_of(r);
+        const TileSrc& t = o == 0 ? src[0] : (o == 1 ? src[1] : src[Cfg::kNB]);
+        const int64_t row = t.row0 + local_row(r);
+        if (row < t.rows) {
+          p.scale[j] = t.scales + (t.rk_blocks == 0 ? row * (t.k / 16)
+                                                     : (row / 128) * t.rk_blocks * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4);
+          p.scale_step[j] = t.rk_blocks == 0 ? 4 : 512;
+        }
+      }
+    }
+    return p;
+  }
+
+  // Issue the cp.async copies of k-tile kt into stage s (no commit). Rows beyond the operand are
+  // zero-filled (source size 0; the source address is then never read).
+  __device__ void load_stage(const Producer& p, int kt, int s) const {
+#pragma unroll
+    for (int j = 0; j < kDataSlots; ++j) {
+      if (threadIdx.x + j * Cfg::kThreads < 2 * Cfg::kRows) {
+        const bool ok = p.data[j] != nullptr;
+        cp_async16(p.data_dst[j] + s * Cfg::kRows * Cfg::kRawStride, ok ? p.data[j] + kt * (Cfg::BK / 2) : raw_dummy(), ok);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kScaleSlots; ++j) {
+      if (threadIdx.x + j * Cfg::kThreads < Cfg::kRows) {
+        const bool ok = p.scale[j] != nullptr;
+        cp_async4(p.scale_dst[j] + s * Cfg::kRows * 4, ok ? p.scale[j] + kt * p.scale_step[j] : raw_dummy(), ok);
+      }
     }
   }
+
+  // A valid global address for zero-fill copies (never dereferenced: source size 0).
+  __device__ static const uint8_t* raw_dummy() { return reinterpret_cast<const uint8_t*>(&dummy_source); }
 
   // Dequantize task j of this thread from raw stage s into fp16 buffer `buf`.
   __device__ void dequant_task(int j, int s, int buf) const {
@@ -186,9 +236,10 @@ struct TileMainloop {
   __device__ void run(const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count, Acc& acc) const {
     const int warp = threadIdx.x >> 5;
     const int warp_m = warp / Cfg::kWarpsN, warp_n = warp % Cfg::kWarpsN;
+    const Producer prod = make_producer(src);
 #pragma unroll
     for (int s = 0; s < Cfg::kStages - 1; ++s) {
-      if (s < count) load_stage(src, kt0 + s, s);
+      if (s < count) load_stage(prod, kt0 + s, s);
       cp_async_commit();
     }
     cp_async_wait<Cfg::kStages - 2>();
@@ -200,7 +251,7 @@ struct TileMainloop {
       // Refill the stage that k-tile t-1 used; every thread finished dequantizing it before the
       // previous barrier.
       const int next = t + Cfg::kStages - 1;
-      if (next < count) load_stage(src, kt0 + next, next % Cfg::kStages);
+      if (next < count) load_stage(prod, kt0 + next, next % Cfg::kStages);
       cp_async_commit();
       cp_async_wait<Cfg::kStages - 2>();  // k-tile t+1 has landed (this thread's copies)
       __syncthreads();                    // ... everyone's; fp16 tile t complete; tile t-1 consumed
@@ -228,9 +279,10 @@ struct TileMainloop {
     static_assert(Cfg::BM == 128 && Cfg::kThreads == 256, "wgmma path: two warpgroups of 64 rows");
     static_assert(Cfg::BN == 64 || Cfg::BN == 128, "wgmma path: BN must be 64 or 128");
     const int wg = threadIdx.x >> 7;
+    const Producer prod = make_producer(src);
 #pragma unroll
     for (int s = 0; s < Cfg::kStages - 1; ++s) {
-      if (s < count) load_stage(src, kt0 + s, s);
+      if (s < count) load_stage(prod, kt0 + s, s);
       cp_async_commit();
     }
     cp_async_wait<Cfg::kStages - 2>();
@@ -241,7 +293,7 @@ struct TileMainloop {
 
     for (int t = 0; t < count; ++t) {
       const int next = t + Cfg::kStages - 1;
-      if (next < count) load_stage(src, kt0 + next, next % Cfg::kStages);
+      if (next < count) load_stage(prod, kt0 + next, next % Cfg::kStages);
       cp_async_commit();
       cp_async_wait<Cfg::kStages - 2>();
       __syncthreads();

@@ -68,28 +68,35 @@ __global__ void __launch_bounds__(Warps * 32) nvfp4_gemv_kernel(const GemvArgs a
   };
 
   float acc[4][4] = {};
-  ChunkRegs cur, nxt;
-  int64_t chunk = c0 + warp;
-  if (chunk < c1) load(chunk, cur);
-  for (; chunk < c1; chunk += Warps) {
-    if (chunk + Warps < c1) load(chunk + Warps, nxt);
+  auto compute = [&](const ChunkRegs& r) {
     uint32_t hb[16];
-    dequant32(cur.b, cur.sb, hb);
+    dequant32(r.b, r.sb, hb);
     // b is column 0 of the n8 tile: only lanes with g == 0 hold it, the other columns are zero.
 #pragma unroll
     for (int i = 0; i < 16; ++i) hb[i] = g == 0 ? hb[i] : 0u;
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt) {
       uint32_t lo[16], hi[16];
-      dequant32(cur.a[2 * mt], cur.sa[2 * mt], lo);
-      dequant32(cur.a[2 * mt + 1], cur.sa[2 * mt + 1], hi);
+      dequant32(r.a[2 * mt], r.sa[2 * mt], lo);
+      dequant32(r.a[2 * mt + 1], r.sa[2 * mt + 1], hi);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const uint32_t frag[4] = {lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1]};
         mma_16816(acc[mt], frag, hb[2 * j], hb[2 * j + 1]);
       }
     }
-    cur = nxt;
+  };
+  // Two register buffers in ping-pong (no copies between them, which would wait for the loads):
+  // while one chunk is decoded the next one's loads are in flight.
+  ChunkRegs r0, r1;
+  int64_t chunk = c0 + warp;
+  if (chunk < c1) load(chunk, r0);
+  for (; chunk < c1; chunk += 2 * Warps) {
+    if (chunk + Warps < c1) load(chunk + Warps, r1);
+    compute(r0);
+    if (chunk + Warps >= c1) break;
+    if (chunk + 2 * Warps < c1) load(chunk + 2 * Warps, r0);
+    compute(r1);
   }
 
   // Column 0 lives in lanes with t == 0: acc[mt][0] is row mt*16+g, acc[mt][2] row mt*16+g+8.
