@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <memory>
@@ -76,6 +77,13 @@ double time_host_decode(Engine& e, const State& initial, const BenchArgs& a) {
   return ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
 }
 
+// The source commit to report: SWAPFFN_COMMIT when set (a binary carried to another machine is
+// labelled with the commit it was built for), else the commit CMake saw at configure time.
+std::string source_commit() {
+  const char* c = std::getenv("SWAPFFN_COMMIT");
+  return c && *c ? c : SWAPFFN_GIT_COMMIT;
+}
+
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -122,7 +130,8 @@ void run_bench(const BenchArgs& a) {
 #ifdef SWAPFFN_WITH_CUDA
   if (gpu.present) peak = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10);
 #endif
-  std::printf("swapffn bench: %s, commit %s, %s\n", gpu.present ? gpu.name.c_str() : "no GPU", SWAPFFN_GIT_COMMIT,
+  std::printf("swapffn bench: %s, commit %s (build configured at %s), %s\n",
+              gpu.present ? gpu.name.c_str() : "no GPU", source_commit().c_str(), SWAPFFN_GIT_COMMIT,
               utc_now().c_str());
   std::printf("config %s: %.4g GFLOP per token per sequence; %d tokens x %d repeats (+%d warm-up) per point\n",
               a.model.empty() ? a.preset.c_str() : a.model.c_str(), cfg.flops_per_token() * 1e-9, a.tokens,
@@ -213,7 +222,8 @@ void run_bench(const BenchArgs& a) {
     j["device"] = gpu.present ? gpu.name : "none";
     j["driver"] = gpu.present ? std::to_string(gpu.driver_version) : "";
     j["runtime"] = gpu.present ? std::to_string(gpu.runtime_version) : "";
-    j["commit"] = SWAPFFN_GIT_COMMIT;
+    j["commit"] = source_commit();
+    j["build_commit"] = SWAPFFN_GIT_COMMIT;
     j["date"] = utc_now();
     j["config"] = cfg.to_json();
     j["tokens"] = a.tokens;

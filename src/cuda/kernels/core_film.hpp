@@ -16,7 +16,7 @@ struct CoreFilmArgs {
   const float* shift;    // [C, D]
   float* h;              // [B*C, D] fp32 out
   int64_t batch, cores, d_model;
-  const float* norm_gain;      // [D], or null: then norm_out is not written
+  const float* norm_gain;      // [D], or null (then norm_out must be null too: no norm)
   __nv_bfloat16* norm_out;     // [B*C, D] = bf16(rms(h) * norm_gain)
   float eps;
 };

@@ -25,7 +25,7 @@ struct RouterSelectSwapArgs {
   const StepIO* io;        // trace destination: io->gate/slot [E, M] of this token, or null
   int event;               // index into the trace
   int64_t rows, d_model, d_router;
-  const float* norm_gain;      // [D] or null
+  const float* norm_gain;      // [D], or null (then norm_out must be null too: no norm)
   __nv_bfloat16* norm_out;     // [M, D] = bf16(rms(h) * norm_gain) after the swap
   float eps;
 };

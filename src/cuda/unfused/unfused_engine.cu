@@ -184,8 +184,9 @@ void UnfusedEngine::enqueue_step(PhaseTimer* timer) {
   void* ws = gemm_workspace_.get();
 
   mark(Phase::elementwise);
-  launch_core_film({io_.get(), scale_.get(), shift_.get(), h_.get(), B, C, D,
-                    E > 0 ? router_norm_.get() : nullptr, as_nv(nrm_.get()), eps},
+  const auto norm_out = [this](const float* gain) { return gain ? as_nv(nrm_.get()) : nullptr; };
+  const float* film_gain = E > 0 ? router_norm_.get() : nullptr;
+  launch_core_film({io_.get(), scale_.get(), shift_.get(), h_.get(), B, C, D, film_gain, norm_out(film_gain), eps},
                    stream_);
   for (int64_t e = 0; e < E; ++e) {
     const bool last_event = e + 1 == E;
@@ -197,7 +198,7 @@ void UnfusedEngine::enqueue_step(PhaseTimer* timer) {
     const float* after_swap_gain = cfg_.k_ffn > 0 ? norm_w_.get() : after_ffn_gain;
     launch_router_select_swap({z_.get(), swap_w_.get(), swap_b_.get(), bank_w_.get(), bank_b_.get(), h_.get(),
                                as_nv(ram_.get()), map_.get(), io_.get(), static_cast<int>(e), M, D,
-                               cfg_.d_router, after_swap_gain, as_nv(nrm_.get()), eps},
+                               cfg_.d_router, after_swap_gain, norm_out(after_swap_gain), eps},
                               stream_);
     for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
       mark(Phase::ffn_gemm);
