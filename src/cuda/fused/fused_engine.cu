@@ -70,12 +70,13 @@ class FusedEngine final : public GpuEngine {
         router_gemm_->run(router_w_.get(), nrm_.get(), z_.get(), gemm_workspace_.get(), stream_);
         launch_router_select_swap({z_.get(), swap_w_.get(), swap_b_.get(), bank_w_.get(), bank_b_.get(), h_.get(),
                                    as_nv(ram_.get()), map_.get(), io_.get(), static_cast<int>(e), M, D, cfg_.d_router,
-                                   after_swap_gain(e), as_nv(nrm_.get()), eps},
+                                   after_swap_gain(e), after_swap_gain(e) ? as_nv(nrm_.get()) : nullptr, eps},
                                   stream_);
       } else {
         launch_event_router({h_.get(), router_norm_.get(), as_nv(router_w_.get()), swap_w_.get(), swap_b_.get(),
                              bank_w_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
-                             static_cast<int>(e), M, D, cfg_.d_router, ffn_gain, as_nv(nrm_.get()), eps},
+                             static_cast<int>(e), M, D, cfg_.d_router, ffn_gain,
+                             ffn_gain ? as_nv(nrm_.get()) : nullptr, eps},
                             stream_, kcfg_.pdl);
       }
       for (int64_t i = 0; i < cfg_.k_ffn; ++i) {

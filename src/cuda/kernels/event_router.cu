@@ -219,6 +219,8 @@ void check_event_router_shape(int64_t d_model, int64_t d_router) {
 
 void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl) {
   if (a.rows == 0) return;
+  SWAPFFN_REQUIRE((a.norm_out == nullptr) == (a.norm_gain == nullptr),
+                  "event router: the RMSNorm output and its gain must be given together");
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
