@@ -94,7 +94,7 @@ bool gemm_tile_ok(Tile t) {
 bool dual_tile_ok(Tile t) { return t == Tile::m128_n64 || t == Tile::m64_n64 || t == Tile::m128_n64_wgmma; }
 
 cu::SplitWorkspace gemv_ws(const GemvProblem& p, const GemvConfig& c) {
-  return split_workspace(ceil_div(p.m, 64) * p.l, c.split_k, 64);
+  return split_workspace(ceil_div(p.m, cu::kGemvRowsPerCta) * p.l, c.split_k, cu::kGemvRowsPerCta);
 }
 cu::SplitWorkspace gemm_ws(const GemmProblem& p, const TileConfig& c) {
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;

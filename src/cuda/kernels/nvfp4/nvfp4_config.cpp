@@ -62,53 +62,56 @@ int pick_split(int64_t tiles, int64_t ktiles, int sm_count, int per_sm, int64_t 
 
 }  // namespace
 
-// GEMV: 4 warps per 64-row CTA (8 KB of loads in flight per warp, ~12 warps per SM by registers);
-// split K until about three CTAs per SM exist, keeping >= 2 chunks per warp. 8 warps per CTA was
-// the rejected alternative for large M*L: same bytes in flight, more shared-memory reduction.
+// GEMV: 4 warps per 32-row CTA and up to 4 CTAs (16 warps) per SM, the register limit; split K
+// until the CTAs make about one full wave, keeping >= 2 chunks per warp. Measured on the issue's
+// shapes (docs/NVFP4.md): 8 warps per CTA was no faster; more split than one wave only added
+// reduction work.
 GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
   GemvConfig c;
   c.warps = 4;
-  const int64_t blocks = ceil_div(p.m, 64) * p.l;
+  const int64_t blocks = ceil_div(p.m, 32) * p.l;
   const int64_t chunks = ceil_div(p.k, 128);
-  const int64_t target = 3LL * sm_count;
-  int64_t s = std::max<int64_t>(1, ceil_div(target, blocks));
+  const double target = 4.0 * sm_count;
+  int64_t s = std::max<int64_t>(1, std::llround(target / static_cast<double>(blocks)));
   s = std::min<int64_t>(s, std::max<int64_t>(1, chunks / (2 * c.warps)));
   c.split_k = static_cast<int>(std::min<int64_t>(s, 16));
   return c;
 }
 
 // GEMM: M is 128 in the issue's shapes, so output tiles are few; 128x128 tiles keep the dequant
-// cost per MMA lowest (each dequantized element feeds 128 columns); split-K fills the SMs.
-// 128x64 is the alternative when N/128 tiles would leave many SMs idle and K is short.
+// cost per MMA lowest (each dequantized element feeds 128 columns) and the wgmma variant beat
+// mma.sync on every shape (its MMAs leave the issue slots to the dequantization). Split-K fills
+// the SMs, capped at 4: measured, 6 and 7 splits lost to 4 (more partials, shorter pipelines).
+// Rejected: 128x64 tiles (twice the A dequantization per output; slower at every split).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
-  const int64_t ktiles = p.k / 64;
-  c.tile = Tile::m128_n128;
-  if (p.m <= 64) c.tile = Tile::m64_n128;
+  c.tile = p.m <= 64 ? Tile::m64_n128 : Tile::m128_n128_wgmma;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
-  c.split_k = pick_split(tiles, ktiles, sm_count, 2, 16);
+  c.split_k = std::min(4, pick_split(tiles, p.k / 64, sm_count, 2, 16));
   return c;
 }
 
-// Dual GEMM: 128 rows x 64 columns of each product (the A tile is shared, so a CTA does the MMA
-// work of a 128x128 GEMM tile); M = 256..512 gives 96..256 tiles. Split-K only when the tiles fill
-// less than about half of the resident slots.
+// Dual GEMM: 128 rows x 64 columns of each product with wgmma (the A tile is shared, so a CTA does
+// the MMA work of a 128x128 GEMM tile); M = 256..512 gives 96..256 tiles. Split-K only when the
+// tiles cannot even half-fill the SMs: measured, a second split cost more (two fp32 accumulator
+// sets per CTA to reduce) than the extra occupancy bought.
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64;
+  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_wgmma;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, 64) * p.l;
-  c.split_k = pick_split(tiles, p.k / 64, sm_count, 2, 16);
+  c.split_k = tiles < sm_count / 2 ? std::min(4, pick_split(tiles, p.k / 64, sm_count, 2, 16)) : 1;
   return c;
 }
 
-// Grouped: m_i < 128 for most groups; 64-row tiles waste less of the MMA work on padding rows
-// when the groups are small (mean m below ~112), 128-row tiles halve the dequant of B otherwise.
+// Grouped: 128x128 wgmma tiles won on all four issue shapes even with m_i well below 128 (the
+// padding rows cost MMA work, which is not the bottleneck; the B dequantization is); 64-row
+// mma.sync tiles only when the groups are tiny.
 TileConfig choose_grouped_config(const GroupedGemmProblem& p, int /*sm_count*/) {
   int64_t sum_m = 0;
   for (const auto& g : p.groups) sum_m += g.m;
   const int64_t groups = std::max<size_t>(p.groups.size(), 1);
   TileConfig c;
-  c.tile = sum_m / groups < 112 ? Tile::m64_n128 : Tile::m128_n128;
+  c.tile = sum_m / groups <= 48 ? Tile::m64_n128 : Tile::m128_n128_wgmma;
   c.split_k = 1;
   return c;
 }

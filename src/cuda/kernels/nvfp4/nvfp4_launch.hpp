@@ -21,12 +21,15 @@ struct OperandArgs {
 
 OperandArgs operand_args(const swapffn::nvfp4::Operand& op, int64_t rows, int64_t k);
 
+// GEMV rows per CTA (two m16 tiles of one warp; see sm90_nvfp4_gemv.cu).
+inline constexpr int kGemvRowsPerCta = 32;
+
 struct GemvArgs {
   OperandArgs a, b;
   void* c = nullptr;
   int64_t m = 0, k = 0, l = 0;
   int split_k = 1;
-  float* partials = nullptr;  // [L][row blocks][split_k][64]
+  float* partials = nullptr;  // [L][row blocks][split_k][kGemvRowsPerCta]
   int* counters = nullptr;    // [L][row blocks]
 };
 

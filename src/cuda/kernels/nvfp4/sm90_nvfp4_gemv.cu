@@ -2,13 +2,13 @@
 //
 // Why it exists: the GEMV is bound by streaming `a` from HBM once (K/2 bytes per row plus K/16
 // scale bytes), so the kernel is built around the loads: every lane issues 16-byte streaming loads
-// (ld.global.cs: evict-first, `a` is never re-read) for eight rows at once and prefetches the next
+// (ld.global.cs: evict-first, `a` is never re-read) for four rows at once and prefetches the next
 // k-chunk before decoding the current one, and split-K over CTAs fills all SMs when M * L is small.
 // The multiply-add runs on the tensor cores (mma m16n8k16 with b in column 0 of the n8 tile):
 // decoding to fp16 pairs and one MMA per 256 products costs about half the ALU work of fp32 FMAs,
 // keeps fp32 accumulation, and leaves the ALUs free for the dequantization.
 //
-// Work split: a CTA owns 64 rows (a warp's four m16 tiles); its `Warps` warps take interleaved
+// Work split: a CTA owns 32 rows (a warp's two m16 tiles); its `Warps` warps take interleaved
 // 128-element k-chunks (each lane 32 elements = one 16-byte load per row) of the CTA's K range;
 // warps then reduce through shared memory in warp order and split-K partials are summed by the
 // last-arriving CTA in split order, so the result is deterministic.
@@ -24,7 +24,14 @@ namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
-constexpr int kRowsPerCta = 64;
+// Rows per CTA = rows per warp: two m16 tiles. Four tiles (64 rows) needed 235 registers, which
+// left 8 warps per SM and too few loads in flight (profiled: 22% of DRAM bandwidth); two tiles
+// fit in 128 registers, so 16 warps per SM stream `a`, at the price of decoding b for every
+// 64 instead of 128 rows.
+constexpr int kMT = 2;
+constexpr int kRowsPerCta = 16 * kMT;
+static_assert(kRowsPerCta == kGemvRowsPerCta, "API and kernel must agree on the GEMV row block");
+constexpr int kMaxThreadsPerSm = 512;  // 128 registers per thread
 constexpr int kChunk = 128;  // k elements per chunk: 4 lanes x 32
 
 // Scale pair (scale columns j, j+1, j even) of `row`, plain or blocked; both bytes are adjacent.
@@ -34,14 +41,14 @@ __device__ __forceinline__ int64_t scale_pair_offset(const OperandArgs& op, int6
 }
 
 struct ChunkRegs {
-  uint4 a[8];       // rows mt*16 + g (+8): index 2*mt + half
-  uint32_t sa[8];   // their scale pairs
+  uint4 a[2 * kMT];       // rows mt*16 + g (+8): index 2*mt + half
+  uint32_t sa[2 * kMT];   // their scale pairs
   uint4 b;
   uint32_t sb;
 };
 
 template <int Warps>
-__global__ void __launch_bounds__(Warps * 32) nvfp4_gemv_kernel(const GemvArgs args) {
+__global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) nvfp4_gemv_kernel(const GemvArgs args) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int row_block = blockIdx.x, split = blockIdx.y, batch = blockIdx.z;
@@ -57,7 +64,7 @@ __global__ void __launch_bounds__(Warps * 32) nvfp4_gemv_kernel(const GemvArgs a
     const int64_t kk = chunk * kChunk + 32 * t;  // this lane's 32 elements
     const bool kok = kk < args.k;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 2 * kMT; ++i) {
       const int64_t row = row_base + (i >> 1) * 16 + g + (i & 1) * 8;
       const bool ok = kok && row < args.m;
       r.a[i] = ok ? __ldcs(reinterpret_cast<const uint4*>(a + row * (args.k / 2) + kk / 2)) : make_uint4(0, 0, 0, 0);
@@ -67,7 +74,7 @@ __global__ void __launch_bounds__(Warps * 32) nvfp4_gemv_kernel(const GemvArgs a
     r.sb = kok ? __ldg(reinterpret_cast<const unsigned short*>(sfb + scale_pair_offset(args.b, 0, args.k, kk / 16))) : 0u;
   };
 
-  float acc[4][4] = {};
+  float acc[kMT][4] = {};
   auto compute = [&](const ChunkRegs& r) {
     uint32_t hb[16];
     dequant32(r.b, r.sb, hb);
@@ -75,7 +82,7 @@ __global__ void __launch_bounds__(Warps * 32) nvfp4_gemv_kernel(const GemvArgs a
 #pragma unroll
     for (int i = 0; i < 16; ++i) hb[i] = g == 0 ? hb[i] : 0u;
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
+    for (int mt = 0; mt < kMT; ++mt) {
       uint32_t lo[16], hi[16];
       dequant32(r.a[2 * mt], r.sa[2 * mt], lo);
       dequant32(r.a[2 * mt + 1], r.sa[2 * mt + 1], hi);
@@ -103,7 +110,7 @@ __global__ void __launch_bounds__(Warps * 32) nvfp4_gemv_kernel(const GemvArgs a
   __shared__ float red[Warps][kRowsPerCta];
   if (t == 0) {
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
+    for (int mt = 0; mt < kMT; ++mt) {
       red[warp][mt * 16 + g] = acc[mt][0];
       red[warp][mt * 16 + g + 8] = acc[mt][2];
     }
@@ -140,6 +147,7 @@ __global__ void __launch_bounds__(Warps * 32) nvfp4_gemv_kernel(const GemvArgs a
 template <int Warps>
 void launch(const GemvArgs& args, cudaStream_t stream) {
   static_assert(Warps * 32 >= kRowsPerCta, "the final reduction uses one thread per row");
+  static_assert(Warps * 32 <= kMaxThreadsPerSm, "launch bounds need at least one CTA per SM");
   const dim3 grid(static_cast<unsigned>((args.m + kRowsPerCta - 1) / kRowsPerCta), static_cast<unsigned>(args.split_k),
                   static_cast<unsigned>(args.l));
   nvfp4_gemv_kernel<Warps><<<grid, Warps * 32, 0, stream>>>(args);
