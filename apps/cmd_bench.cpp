@@ -43,20 +43,6 @@ struct Row {
   double ms = 0;
 };
 
-// A mid-decode state: RAM rows ~ N(0,1) in bf16 and random lane permutations, so that swaps move
-// real data from the first timed step on.
-State random_state(const Config& cfg, int64_t batch, uint64_t seed) {
-  State s = State::init(cfg, batch);
-  Rng rng(mix_seed(seed, 0x5747415053544154ull));
-  for (bf16& v : s.ram) v = float_to_bf16(rng.normal());
-  for (uint8_t& m : s.stream_map) {
-    int lanes[4] = {0, 1, 2, 3};
-    for (int i = 3; i > 0; --i) std::swap(lanes[i], lanes[rng.next_u64() % static_cast<uint64_t>(i + 1)]);
-    m = static_cast<uint8_t>(lanes[0] | lanes[1] << 2 | lanes[2] << 4 | lanes[3] << 6);
-  }
-  return s;
-}
-
 bool is_gpu_backend(const std::string& b) { return b != "reference"; }
 
 // Host backends (the reference): wall time of decode() over `tokens` steps, median of repeats.
@@ -158,7 +144,7 @@ void run_bench(const BenchArgs& a) {
         break;
       }
       for (int64_t batch : a.batches) {
-        const State initial = random_state(cfg, batch, a.seed);
+        const State initial = State::random(cfg, batch, a.seed);
         Row r{label, batch, 0};
         if (is_gpu_backend(b)) {
 #ifdef SWAPFFN_WITH_CUDA

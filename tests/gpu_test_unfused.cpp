@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_backend_test_util.hpp"
 #include "swapffn/check.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/engine.hpp"
@@ -22,61 +23,16 @@
 namespace swapffn {
 namespace {
 
-#define SKIP_WITHOUT_HOPPER()                                                                   \
-  do {                                                                                          \
-    if (!query_gpu().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU: " << query_gpu().why_absent; \
-  } while (0)
-
-const Weights& weights_of(const std::string& preset) {
-  static const Weights tiny = Weights::random(Config::preset("tiny"), 11);
-  static const Weights dflt = Weights::random(Config::preset("default"), 12);
-  return preset == "tiny" ? tiny : dflt;
-}
-
-// Mid-decode state: RAM ~ N(0,1) in bf16, random lane permutations.
-State random_state(const Config& cfg, int64_t batch, uint64_t seed) {
-  State s = State::init(cfg, batch);
-  Rng rng(seed);
-  for (bf16& v : s.ram) v = float_to_bf16(rng.normal());
-  for (uint8_t& m : s.stream_map) {
-    int lanes[4] = {0, 1, 2, 3};
-    for (int i = 3; i > 0; --i) std::swap(lanes[i], lanes[rng.next_u64() % static_cast<uint64_t>(i + 1)]);
-    m = static_cast<uint8_t>(lanes[0] | lanes[1] << 2 | lanes[2] << 4 | lanes[3] << 6);
-  }
-  return s;
-}
+using gpu_test::decode;
+using gpu_test::Decoded;
+using gpu_test::expect_bitwise_equal;
+using gpu_test::random_state;
+using gpu_test::weights_of;
 
 std::unique_ptr<Engine> unfused(const Weights& w, bool graph) {
   EngineOptions o;
   o.graph = graph;
   return make_engine("unfused", w, o);
-}
-
-struct Decoded {
-  std::vector<float> delta;
-  State state;
-  std::vector<Trace> traces;
-};
-
-// Decodes `tokens` tokens from `initial`; delta is poisoned with NaN first so that an unwritten
-// output fails the finiteness check.
-Decoded decode(Engine& e, const std::vector<float>& x, int64_t tokens, const State& initial) {
-  Decoded r{std::vector<float>(x.size(), std::numeric_limits<float>::quiet_NaN()), initial, {}};
-  e.decode(x.data(), r.delta.data(), tokens, r.state, &r.traces);
-  for (size_t i = 0; i < r.delta.size(); ++i) {
-    if (!std::isfinite(r.delta[i])) {
-      ADD_FAILURE() << "delta[" << i << "] not written or not finite: " << r.delta[i];
-      break;
-    }
-  }
-  return r;
-}
-
-void expect_bitwise_equal(const Decoded& a, const Decoded& b) {
-  ASSERT_EQ(a.delta.size(), b.delta.size());
-  EXPECT_EQ(0, std::memcmp(a.delta.data(), b.delta.data(), a.delta.size() * sizeof(float))) << "delta differs";
-  EXPECT_TRUE(a.state == b.state) << "final state differs";
-  EXPECT_TRUE(a.traces == b.traces) << "decision trace differs";
 }
 
 // ---- agreement with the reference (trace following) ----
