@@ -123,8 +123,11 @@ HostOperand hand(std::vector<uint8_t> data, uint8_t s0, uint8_t s1, int64_t rows
   op.k = 32;
   op.batches = 1;
   op.data = std::move(data);
-  op.scales.clear();
-  for (int64_t r = 0; r < rows; ++r) op.scales.insert(op.scales.end(), {s0, s1});
+  op.scales.resize(2 * rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    op.scales[2 * r] = s0;
+    op.scales[2 * r + 1] = s1;
+  }
   return op;
 }
 
