@@ -106,14 +106,15 @@ TEST_F(Nvfp4Gpu, GemvNanScalePropagates) {
 // ---------------- GEMM ----------------
 
 void run_gemm(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, const TileConfig& cfg, uint64_t seed,
-              HostOperand* a_override = nullptr) {
+              HostOperand* a_override = nullptr, DeviceBuffer* shared_ws = nullptr) {
   const HostOperand a = a_override ? *a_override : make_operand(InputKind::gemm, m, k, l, seed);
   const HostOperand b = make_operand(InputKind::gemm, n, k, l, seed + 1);
   const auto ref = reference_gemm(a, b);
   const DeviceOperand da = upload(a, layout), db = upload(b, layout);
   Out c(m * n * l);
   GemmProblem p{m, n, k, l, da.view, db.view, c.buf.get()};
-  DeviceBuffer ws = make_workspace(workspace_bytes(p, cfg));
+  DeviceBuffer own = make_workspace(shared_ws ? 0 : workspace_bytes(p, cfg));
+  DeviceBuffer& ws = shared_ws ? *shared_ws : own;
   gemm(p, cfg, {ws.get(), ws.bytes()}, nullptr);
   const std::string what = "gemm M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k) +
                            " L=" + std::to_string(l) + " " + to_string(layout) + " " + describe(cfg);
@@ -130,6 +131,16 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
     }
   GemmProblem probe{128, 1024, 2048, 1, {}, {}, nullptr};
   run_gemm(128, 1024, 2048, 1, ScaleLayout::blocked_128x4, choose_gemm_config(probe, sms_), 34);
+}
+
+// One zeroed workspace serves every config in turn: a config with more output tiles must not find
+// the previous config's partials where it keeps its arrival counters.
+TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
+  DeviceBuffer ws = make_workspace(size_t{64} << 20);
+  run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wgmma, 4}, 91, nullptr, &ws);  // 4 tiles
+  run_gemm(128, 1024, 1024, 1, ScaleLayout::plain, {Tile::m128_n64, 3}, 92, nullptr, &ws);        // 16 tiles
+  run_gemm(256, 1024, 1024, 2, ScaleLayout::plain, {Tile::m128_n128, 2}, 93, nullptr, &ws);       // 32 tiles
+  run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wgmma, 4}, 94, nullptr, &ws);
 }
 
 TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {

@@ -109,9 +109,11 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count);
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count);
 TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count);
 
-// Split-K needs a workspace for fp32 partials and per-tile arrival counters. It must be zeroed
-// (cudaMemset) once when allocated; the kernels leave the counters at zero again, so one workspace
-// serves any number of launches on one stream. Size 0 means none is needed.
+// Split-K needs a workspace for fp32 partials and per-tile arrival counters (a fixed 64 KiB
+// counter header, then the partials; at most 16384 output tiles per split-K launch). It must be
+// zeroed (cudaMemset) once when allocated; the kernels leave the counters at zero again, so one
+// workspace of the largest size needed serves any number of launches, of any problems and configs,
+// on one stream. Size 0 means none is needed.
 struct Workspace {
   void* ptr = nullptr;
   size_t bytes = 0;

@@ -60,12 +60,19 @@ void check_output(const std::string& op, const void* c) {
   SWAPFFN_REQUIRE(aligned(c, 4), op + ": output c is not 4-byte aligned");
 }
 
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+// Split-K workspace layout: a fixed-size counter header, then the partials. The header size does
+// not depend on the problem or the config, so a workspace shared by different configs never has
+// one config's partials where another keeps its counters (the kernels leave counters at zero, but
+// partials are arbitrary floats). A counter-sized-per-config layout did exactly that in the
+// bench's config search: a later config found a previous config's partials as its counters.
+constexpr int64_t kMaxSplitTiles = 16384;
 
-cu::SplitWorkspace split_workspace(int64_t tiles, int split, int64_t floats_per_cta) {
+cu::SplitWorkspace split_workspace(const std::string& op, int64_t tiles, int split, int64_t floats_per_cta) {
   cu::SplitWorkspace w;
   if (split <= 1) return w;
-  w.counter_bytes = align256(static_cast<size_t>(tiles) * sizeof(int));
+  SWAPFFN_REQUIRE(tiles <= kMaxSplitTiles, op + ": split-K over " + std::to_string(tiles) + " output tiles; at most " +
+                                               std::to_string(kMaxSplitTiles) + " are supported (use split_k=1)");
+  w.counter_bytes = kMaxSplitTiles * sizeof(int);
   w.partial_bytes = static_cast<size_t>(tiles) * split * floats_per_cta * sizeof(float);
   return w;
 }
@@ -94,18 +101,18 @@ bool gemm_tile_ok(Tile t) {
 bool dual_tile_ok(Tile t) { return t == Tile::m128_n64 || t == Tile::m64_n64 || t == Tile::m128_n64_wgmma; }
 
 cu::SplitWorkspace gemv_ws(const GemvProblem& p, const GemvConfig& c) {
-  return split_workspace(ceil_div(p.m, cu::kGemvRowsPerCta) * p.l, c.split_k, cu::kGemvRowsPerCta);
+  return split_workspace("nvfp4 gemv", ceil_div(p.m, cu::kGemvRowsPerCta) * p.l, c.split_k, cu::kGemvRowsPerCta);
 }
 cu::SplitWorkspace gemm_ws(const GemmProblem& p, const TileConfig& c) {
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
   if (c.split_k <= 1 || !gemm_tile_ok(c.tile)) return {};
-  return split_workspace(tiles, c.split_k,
+  return split_workspace("nvfp4 gemm", tiles, c.split_k,
                          static_cast<int64_t>(cu::tile_threads(c.tile, false)) * cu::tile_acc_per_thread(c.tile, false));
 }
 cu::SplitWorkspace dual_ws(const DualGemmProblem& p, const TileConfig& c) {
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
   if (c.split_k <= 1 || !dual_tile_ok(c.tile)) return {};
-  return split_workspace(tiles, c.split_k,
+  return split_workspace("nvfp4 dual_gemm_swiglu", tiles, c.split_k,
                          static_cast<int64_t>(cu::tile_threads(c.tile, true)) * cu::tile_acc_per_thread(c.tile, true));
 }
 
