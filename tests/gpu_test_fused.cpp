@@ -53,12 +53,14 @@ TEST_P(FusedCheck, AgreesWithReferenceWithinBf16Tolerance) {
   EXPECT_GT(r.gate_checked, 0);
 }
 
-// Every path through the fused step: both routers, our split-K down GEMM (with and without operand
+// Every path through the fused step: both routers (the event router with 4-, 8- and 16-row CTAs:
+// 16 in the batch-invariance test below), our split-K down GEMM (with and without operand
 // multicast) and cuBLASLt's, each dual-GEMM tile. The default model's reference costs ~206 GFLOP
 // per token and sequence on the CPU: short runs there.
 INSTANTIATE_TEST_SUITE_P(
     Paths, FusedCheck,
     ::testing::Values(CheckCase{"tiny", 1, 6, ""}, CheckCase{"tiny", 3, 6, ""},
+                      CheckCase{"tiny", 16, 2, ""},  // 640 rows: the event router's 8-row CTAs
                       CheckCase{"tiny", 3, 4, "router=cublas,down=cublas"},
                       CheckCase{"tiny", 2, 4, "router=event,down=bn64_st6_sk2_mc2,up=bn256_st4_sk1_mc2"},
                       CheckCase{"tiny", 2, 4, "router=cublas,down=bn128_st4_sk2_mc1,up=bn128_st6_sk1_mc2"},
