@@ -53,7 +53,7 @@ TEST_P(FusedCheck, AgreesWithReferenceWithinBf16Tolerance) {
   EXPECT_GT(r.gate_checked, 0);
 }
 
-// Every path through the fused step: both routers (the event router with 4-, 8- and 16-row CTAs:
+// Every path through the fused step: both routers (the event router with 8- and 16-row CTAs:
 // 16 in the batch-invariance test below), our split-K down GEMM (with and without operand
 // multicast) and cuBLASLt's, each dual-GEMM tile. The default model's reference costs ~206 GFLOP
 // per token and sequence on the CPU: short runs there.

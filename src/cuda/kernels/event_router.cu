@@ -15,10 +15,9 @@
 namespace swapffn::cuda {
 namespace {
 
-// Rows per CTA: 4 while that still fits one wave (128 CTAs at M = 512: rows spread over the SMs), 8
-// up to four waves, then 16 (fewer router_w copies into shared memory). The MMA's rows past kRows
-// are zeros. The choice does not change any row's arithmetic (K-slices per warp and their
-// summation order are fixed), so it may follow the batch size.
+// Rows per CTA: 8 while the grid is small (64 CTAs at M = 512; the MMA's other 8 rows are zeros),
+// 16 once there are CTAs to spare (half the router_w copies into shared memory). The choice does
+// not change any row's arithmetic (K-slices per warp and their summation order are fixed).
 constexpr int kMmaRows = 16;  // m16 MMA tile
 constexpr int kWarps = 8;
 constexpr int kPad = 8;         // bf16 elements of row padding: ldmatrix rows land in distinct banks
@@ -46,7 +45,7 @@ __device__ __forceinline__ float4 unpack_bf16x4(uint2 v) {
 
 template <int kRows>
 __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterArgs a) {
-  static_assert(kRows == 4 || kRows == 8 || kRows == 16, "a CTA owns 4, 8 or 16 rows of one m16 MMA tile");
+  static_assert(kRows == 8 || kRows == 16, "a CTA owns 8 or 16 rows of one m16 MMA tile");
   extern __shared__ __align__(128) uint8_t smem[];
   const int D = static_cast<int>(a.d_model), R = static_cast<int>(a.d_router), rows = static_cast<int>(a.rows);
   const Smem L = smem_layout(D, R);
@@ -226,13 +225,12 @@ void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int smem = int(smem_layout(a.d_model, a.d_router).total());
-  const auto blocks = [&](int rows_per_cta) { return static_cast<unsigned>((a.rows + rows_per_cta - 1) / rows_per_cta); };
-  if (blocks(4) <= unsigned(sms)) {
-    launch_kernel_ex(event_router_kernel<4>, dim3(blocks(4)), dim3(kWarps * 32), dim3(1, 1, 1), smem, stream, pdl, a);
-  } else if (blocks(8) <= 4u * unsigned(sms)) {
-    launch_kernel_ex(event_router_kernel<8>, dim3(blocks(8)), dim3(kWarps * 32), dim3(1, 1, 1), smem, stream, pdl, a);
+  if (a.rows / 8 > 4 * int64_t(sms)) {
+    launch_kernel_ex(event_router_kernel<16>, dim3(static_cast<unsigned>((a.rows + 15) / 16)), dim3(kWarps * 32),
+                     dim3(1, 1, 1), smem, stream, pdl, a);
   } else {
-    launch_kernel_ex(event_router_kernel<16>, dim3(blocks(16)), dim3(kWarps * 32), dim3(1, 1, 1), smem, stream, pdl, a);
+    launch_kernel_ex(event_router_kernel<8>, dim3(static_cast<unsigned>((a.rows + 7) / 8)), dim3(kWarps * 32),
+                     dim3(1, 1, 1), smem, stream, pdl, a);
   }
 }
 
