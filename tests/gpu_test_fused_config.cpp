@@ -1,0 +1,99 @@
+// The fused backend's kernel-configuration choice (src/cuda/fused/fused_config.cpp): variant names,
+// overrides, the tuning cache, and the batch-invariance rule that options changing the summation
+// order (router, down-GEMM implementation and split) are the same at every batch size. Host logic
+// of the CUDA build: these tests need no GPU and run in CI.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cuda/fused/fused_config.hpp"
+#include "swapffn/device.hpp"
+#include "swapffn/error.hpp"
+
+namespace swapffn::cuda {
+namespace {
+
+std::string write_cache(const std::string& name, const std::string& entries, const std::string& device) {
+  const auto path = std::filesystem::temp_directory_path() / ("swapffn_tune_" + name + ".json");
+  std::ofstream(path) << R"({"device": ")" << device << R"(", "d_model": 1024, "d_ff": 4096, "entries": [)" << entries
+                      << "]}";
+  return path.string();
+}
+
+std::string this_device() { return query_gpu().name; }  // "" without a GPU: still a consistent key
+
+TEST(FusedConfig, VariantNamesRoundTripAndBadNamesAreRefused) {
+  for (const auto& v : {GemmVariant{256, 4, 1, 1}, GemmVariant{64, 6, 2, 2}})
+    EXPECT_EQ(parse_gemm_variant(v.name()), v) << v.name();
+  for (const char* bad : {"bn256_st4_sk1", "bn256_st4_sk1_mc1x", "cublas", ""})
+    EXPECT_THROW(parse_gemm_variant(bad), Error) << bad;
+}
+
+TEST(FusedConfig, DefaultsAndOverrides) {
+  const Config cfg = Config::preset("default");
+  const FusedKernelConfig d = select_fused_config(cfg, 1, "", "");
+  EXPECT_EQ(d.router, "event");
+  EXPECT_TRUE(d.down_cublas);
+  const FusedKernelConfig o = select_fused_config(cfg, 4, "", "up=bn128_st6_sk1_mc2,down=bn64_st6_sk2_mc1,router=cublas");
+  EXPECT_EQ(o.up, (GemmVariant{128, 6, 1, 2}));
+  EXPECT_FALSE(o.down_cublas);
+  EXPECT_EQ(o.down, (GemmVariant{64, 6, 2, 1}));
+  EXPECT_EQ(o.router, "cublas");
+  // A router the event kernel cannot take (R > 64) defaults to the cuBLAS chain.
+  Config wide = cfg;
+  wide.d_router = 128;
+  EXPECT_EQ(select_fused_config(wide, 1, "", "").router, "cublas");
+}
+
+TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
+  const Config cfg = Config::preset("default");
+  for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "split_k"}}) {
+    try {
+      select_fused_config(cfg, 1, "", spec);
+      ADD_FAILURE() << spec << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(FusedConfig, TuningCacheIsReadPerBatchAndMustKeepNumericsFixed) {
+  const Config cfg = Config::preset("default");
+  const std::string good = write_cache(
+      "good",
+      R"({"batch": 1, "up": "bn256_st4_sk1_mc1", "down": "cublas", "router": "event"},
+         {"batch": 16, "up": "bn128_st6_sk1_mc2", "down": "cublas", "router": "event"})",
+      this_device());
+  EXPECT_EQ(select_fused_config(cfg, 4, good, "").up, (GemmVariant{256, 4, 1, 1}));   // largest tuned B <= 4
+  EXPECT_EQ(select_fused_config(cfg, 64, good, "").up, (GemmVariant{128, 6, 1, 2}));  // from the B = 16 entry
+
+  const std::string mixed = write_cache(
+      "mixed",
+      R"({"batch": 1, "up": "bn256_st4_sk1_mc1", "down": "cublas", "router": "event"},
+         {"batch": 16, "up": "bn256_st4_sk1_mc1", "down": "cublas", "router": "cublas"})",
+      this_device());
+  EXPECT_NO_THROW(select_fused_config(cfg, 4, mixed, ""));
+  try {
+    select_fused_config(cfg, 16, mixed, "");
+    ADD_FAILURE() << "a cache switching the router with the batch size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch invariance"), std::string::npos) << e.what();
+  }
+
+  const std::string other = write_cache(
+      "other", R"({"batch": 1, "up": "bn128_st6_sk1_mc2", "down": "cublas", "router": "event"})", "Another GPU");
+  EXPECT_EQ(select_fused_config(cfg, 1, other, "").up, FusedKernelConfig{}.up) << "another GPU's cache must not apply";
+
+  EXPECT_THROW(select_fused_config(cfg, 1, "/nonexistent/swapffn-tune.json", ""), Error);
+  const auto broken = std::filesystem::temp_directory_path() / "swapffn_tune_broken.json";
+  std::ofstream(broken) << "{not json";
+  EXPECT_THROW(select_fused_config(cfg, 1, broken.string(), ""), Error);
+  for (const auto& p : {good, mixed, other, broken.string()}) std::remove(p.c_str());
+}
+
+}  // namespace
+}  // namespace swapffn::cuda
