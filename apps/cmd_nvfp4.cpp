@@ -91,7 +91,8 @@ bool run_check(uint64_t seed) {
       const auto da = upload(a, layout), db = upload(b, layout);
       const auto ref = reference_gemm(a, b);
       GemmProblem p{m, n, k, l, da.view, db.view, nullptr};
-      for (TileConfig cfg : {choose_gemm_config(p, sms), TileConfig{Tile::m128_n64, 3}, TileConfig{Tile::m128_n128_wgmma, 2}}) {
+      for (TileConfig cfg : {choose_gemm_config(p, sms), TileConfig{Tile::m128_n64, 3}, TileConfig{Tile::m128_n128_wgmma, 2},
+                             TileConfig{Tile::m128_n128_ws, 3}}) {
         DeviceBuffer c(m * n * 2);
         c.fill(0x55);
         p.c = c.get();
@@ -107,7 +108,8 @@ bool run_check(uint64_t seed) {
       const auto da = upload(a, layout), d1 = upload(b1, layout), d2 = upload(b2, layout);
       const auto ref = reference_dual_gemm_swiglu(a, b1, b2);
       DualGemmProblem p{m, n, k, l, da.view, d1.view, d2.view, nullptr};
-      for (TileConfig cfg : {choose_dual_config(p, sms), TileConfig{Tile::m64_n64, 2}, TileConfig{Tile::m128_n64_wgmma, 2}}) {
+      for (TileConfig cfg : {choose_dual_config(p, sms), TileConfig{Tile::m64_n64, 2}, TileConfig{Tile::m128_n64_wgmma, 2},
+                             TileConfig{Tile::m128_n64_ws, 3}}) {
         DeviceBuffer c(m * n * 2);
         c.fill(0x55);
         p.c = c.get();
@@ -323,7 +325,7 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   DeviceBuffer c(m * n * 2);
   GemmProblem p{m, n, k, 1, da.view, db.view, c.get()};
   std::vector<TileConfig> cands{choose_gemm_config(p, sms)};
-  for (Tile t : {Tile::m128_n128, Tile::m128_n64, Tile::m128_n128_wgmma})
+  for (Tile t : {Tile::m128_n128, Tile::m128_n64, Tile::m128_n128_wgmma, Tile::m128_n128_ws})
     for (int s : {1, 2, 3, 4, 6})
       if (s <= k / 64 / 8) cands.push_back({t, s});
   size_t ws_bytes = 0;
@@ -359,8 +361,8 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   DeviceBuffer c(m * n * 2);
   DualGemmProblem p{m, n, k, 1, da.view, d1.view, d2.view, c.get()};
   std::vector<TileConfig> cands{choose_dual_config(p, sms)};
-  for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma})
-    for (int s : {1, 2, 3})
+  for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws})
+    for (int s : {1, 2, 3, 4})
       cands.push_back({t, s});
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
@@ -412,7 +414,7 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
     r.flops += 2.0 * ms[g] * n * k;
   }
   std::vector<TileConfig> cands{choose_grouped_config(p, sms), {Tile::m128_n128, 1}, {Tile::m128_n64, 1}, {Tile::m64_n128, 1},
-                                {Tile::m128_n128_wgmma, 1}};
+                                {Tile::m128_n128_wgmma, 1}, {Tile::m128_n128_ws, 1}};
   const auto [best, bi] = search<TileConfig>(timer, cands, [&](const TileConfig& cfg) { grouped_gemm(p, cfg, nullptr); }, &r.default_us);
   r.us = best;
   r.config = describe(cands[bi]);

@@ -90,8 +90,10 @@ struct GemvConfig {
 
 // Tile GEMMs: CTA tile M x N (per B operand for the dual GEMM) from the instantiated set, and
 // split_k CTAs per output tile (reduced in a fixed order by the last one, so results stay
-// deterministic). Plain tiles multiply with mma.sync; *_wgmma tiles with Hopper warpgroup MMAs.
-enum class Tile { m128_n128, m128_n64, m64_n128, m64_n64, m128_n128_wgmma, m128_n64_wgmma };
+// deterministic). Plain tiles multiply with mma.sync; *_wgmma tiles with Hopper warpgroup MMAs;
+// *_ws tiles are warp-specialised (dequant warpgroups feed wgmma warpgroups through an mbarrier
+// ring, no CTA barrier per k-tile).
+enum class Tile { m128_n128, m128_n64, m64_n128, m64_n64, m128_n128_wgmma, m128_n64_wgmma, m128_n128_ws, m128_n64_ws };
 const char* to_string(Tile t);
 int tile_m(Tile t);
 int tile_n(Tile t);

@@ -96,9 +96,12 @@ void check_split(const std::string& op, int split, int64_t ktiles) {
 }
 
 bool gemm_tile_ok(Tile t) {
-  return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma;
+  return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma ||
+         t == Tile::m128_n128_ws;
 }
-bool dual_tile_ok(Tile t) { return t == Tile::m128_n64 || t == Tile::m64_n64 || t == Tile::m128_n64_wgmma; }
+bool dual_tile_ok(Tile t) {
+  return t == Tile::m128_n64 || t == Tile::m64_n64 || t == Tile::m128_n64_wgmma || t == Tile::m128_n64_ws;
+}
 
 cu::SplitWorkspace gemv_ws(const GemvProblem& p, const GemvConfig& c) {
   return split_workspace("nvfp4 gemv", ceil_div(p.m, cu::kGemvRowsPerCta) * p.l, c.split_k, cu::kGemvRowsPerCta);
@@ -194,7 +197,7 @@ void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream
 void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 gemm";
-  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg)");
+  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws)");
   check_split(op, c.split_k, p.k / 64);
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
@@ -212,7 +215,7 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
 void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 dual_gemm_swiglu";
-  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg)");
+  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws)");
   check_split(op, c.split_k, p.k / 64);
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
@@ -231,7 +234,7 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
 void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 grouped_gemm";
-  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg)");
+  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws)");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
   cu::GroupedArgs a;
   a.groups = static_cast<int>(p.groups.size());

@@ -22,12 +22,16 @@ const char* to_string(Tile t) {
     case Tile::m64_n64: return "64x64";
     case Tile::m128_n128_wgmma: return "128x128wg";
     case Tile::m128_n64_wgmma: return "128x64wg";
+    case Tile::m128_n128_ws: return "128x128ws";
+    case Tile::m128_n64_ws: return "128x64ws";
   }
   return "?";
 }
 
 int tile_m(Tile t) { return (t == Tile::m64_n128 || t == Tile::m64_n64) ? 64 : 128; }
-int tile_n(Tile t) { return (t == Tile::m128_n128 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma) ? 128 : 64; }
+int tile_n(Tile t) {
+  return (t == Tile::m128_n128 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma || t == Tile::m128_n128_ws) ? 128 : 64;
+}
 
 std::string describe(const GemvConfig& c) {
   return "warps=" + std::to_string(c.warps) + " split_k=" + std::to_string(c.split_k);
@@ -78,40 +82,43 @@ GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
   return c;
 }
 
-// GEMM: M is 128 in the issue's shapes, so output tiles are few; 128x128 tiles keep the dequant
-// cost per MMA lowest (each dequantized element feeds 128 columns) and the wgmma variant beat
-// mma.sync on every shape (its MMAs leave the issue slots to the dequantization). Split-K fills
-// the SMs, capped at 4: measured, 6 and 7 splits lost to 4 (more partials, shorter pipelines).
+// GEMM: M is 128 in the issue's shapes, so output tiles are few and 128x128 tiles keep the dequant
+// cost per MMA lowest (each dequantized element feeds 128 columns). The warp-specialised tile
+// (one 512-thread CTA per SM: dequant warpgroups feed wgmma warpgroups through an mbarrier ring)
+// replaces the shared-producer wgmma tile, which was latency-bound on its per-k-tile CTA barrier
+// (docs/NVFP4.md). Split-K fills the SMs at one CTA per SM, capped at 4 so the fixed-order
+// reduction (one 64 KB fp32 partial per split and tile) stays small against the mainloop.
 // Rejected: 128x64 tiles (twice the A dequantization per output; slower at every split).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n128 : Tile::m128_n128_wgmma;
+  c.tile = p.m <= 64 ? Tile::m64_n128 : Tile::m128_n128_ws;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
-  c.split_k = std::min(4, pick_split(tiles, p.k / 64, sm_count, 2, 16));
+  const int per_sm = c.tile == Tile::m128_n128_ws ? 1 : 2;
+  c.split_k = std::min(4, pick_split(tiles, p.k / 64, sm_count, per_sm, 16));
   return c;
 }
 
-// Dual GEMM: 128 rows x 64 columns of each product with wgmma (the A tile is shared, so a CTA does
-// the MMA work of a 128x128 GEMM tile); M = 256..512 gives 96..256 tiles. Split-K only when the
-// tiles cannot even half-fill the SMs: measured, a second split cost more (two fp32 accumulator
-// sets per CTA to reduce) than the extra occupancy bought.
+// Dual GEMM: 128 rows x 64 columns of each product (the A tile is shared, so a CTA does the MMA
+// work of a 128x128 GEMM tile), warp-specialised like the GEMM; M = 256..512 gives 96..256 tiles,
+// and split-K (capped at 4) rounds them up to whole waves of one CTA per SM.
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_wgmma;
+  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_ws;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, 64) * p.l;
-  c.split_k = tiles < sm_count / 2 ? std::min(4, pick_split(tiles, p.k / 64, sm_count, 2, 16)) : 1;
+  const int per_sm = c.tile == Tile::m128_n64_ws ? 1 : 2;
+  c.split_k = std::min(4, pick_split(tiles, p.k / 64, sm_count, per_sm, 16));
   return c;
 }
 
-// Grouped: 128x128 wgmma tiles won on all four issue shapes even with m_i well below 128 (the
-// padding rows cost MMA work, which is not the bottleneck; the B dequantization is); 64-row
-// mma.sync tiles only when the groups are tiny.
+// Grouped: 128x128 tiles even with m_i well below 128: the warp-specialised mainloop neither loads
+// nor converts rows beyond m_i, so padding costs only idle MMA rows; 64-row mma.sync tiles only
+// when the groups are tiny.
 TileConfig choose_grouped_config(const GroupedGemmProblem& p, int /*sm_count*/) {
   int64_t sum_m = 0;
   for (const auto& g : p.groups) sum_m += g.m;
   const int64_t groups = std::max<size_t>(p.groups.size(), 1);
   TileConfig c;
-  c.tile = sum_m / groups <= 48 ? Tile::m64_n128 : Tile::m128_n128_wgmma;
+  c.tile = sum_m / groups <= 48 ? Tile::m64_n128 : Tile::m128_n128_ws;
   c.split_k = 1;
   return c;
 }

@@ -35,6 +35,7 @@ struct TileCfg {
   static constexpr int kStages = Stages_;
   static constexpr int kMinBlocks = MinBlocks_;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kAccThreads = kThreads;  // threads that hold accumulators (split-K)
   static constexpr int BM = 16 * kMT * kWarpsM;
   static constexpr int BN = 8 * kNT * kWarpsN;  // per B operand
   static constexpr int BK = 64;                 // elements per k-tile: 32 raw bytes, 4 scales
@@ -330,33 +331,39 @@ struct TileMainloop {
 __device__ __forceinline__ int acc_row(int mt, int i) { return mt * 16 + ((threadIdx.x & 31) >> 2) + (i >= 2 ? 8 : 0); }
 __device__ __forceinline__ int acc_col(int nt, int i) { return nt * 8 + (threadIdx.x & 3) * 2 + (i & 1); }
 
-// Split-K in a fixed order: every CTA of an output tile stores its fp32 partials, the last one to
-// arrive (per-tile counter) sums all partials in split order 0..S-1 and returns true with `acc`
-// holding the total; the others return false. The order never depends on arrival, so results
-// are bitwise deterministic. The last CTA resets the counter for the next launch.
-template <class Cfg>
-__device__ bool splitk_reduce(typename TileMainloop<Cfg>::Acc& acc, float* partials, int* counter,
-                              int split, int nsplit) {
-  constexpr int kVec = Cfg::kAcc / 4;
-  float4* mine = reinterpret_cast<float4*>(partials) + static_cast<int64_t>(split) * kVec * Cfg::kThreads;
-  float* flat = &acc[0][0][0][0];
+// Barrier among threads [0, N) only (named barrier 1): the split-K reduction runs in the threads
+// that hold accumulators, which in the warp-specialised kernels are not all of the CTA's threads.
+template <int N>
+__device__ __forceinline__ void acc_threads_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(N) : "memory");
+}
+
+// Split-K in a fixed order: every CTA of an output tile stores its fp32 partials (kAcc floats in
+// each of threads [0, kThreads)), the last one to arrive (per-tile counter) sums all partials in
+// split order 0..S-1 and returns true with `flat` holding the total; the others return false. The
+// order never depends on arrival, so results are bitwise deterministic. The last CTA resets the
+// counter for the next launch.
+template <int kAcc, int kThreads>
+__device__ bool splitk_reduce(float* flat, float* partials, int* counter, int split, int nsplit) {
+  constexpr int kVec = kAcc / 4;
+  float4* mine = reinterpret_cast<float4*>(partials) + static_cast<int64_t>(split) * kVec * kThreads;
 #pragma unroll
   for (int v = 0; v < kVec; ++v)
-    __stcg(mine + v * Cfg::kThreads + threadIdx.x,
+    __stcg(mine + v * kThreads + threadIdx.x,
            make_float4(flat[4 * v], flat[4 * v + 1], flat[4 * v + 2], flat[4 * v + 3]));
   __threadfence();
-  __syncthreads();
+  acc_threads_sync<kThreads>();
   __shared__ int is_last;
   if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == nsplit - 1;
-  __syncthreads();
+  acc_threads_sync<kThreads>();
   if (!is_last) return false;
   __threadfence();
   const float4* all = reinterpret_cast<const float4*>(partials);
 #pragma unroll
   for (int v = 0; v < kVec; ++v) {
-    float4 sum = __ldcg(all + v * Cfg::kThreads + threadIdx.x);
+    float4 sum = __ldcg(all + v * kThreads + threadIdx.x);
     for (int s = 1; s < nsplit; ++s) {
-      const float4 p = __ldcg(all + (static_cast<int64_t>(s) * kVec + v) * Cfg::kThreads + threadIdx.x);
+      const float4 p = __ldcg(all + (static_cast<int64_t>(s) * kVec + v) * kThreads + threadIdx.x);
       sum.x += p.x;
       sum.y += p.y;
       sum.z += p.z;

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "cuda/kernels/nvfp4/nvfp4_tile_mainloop.cuh"
+#include "cuda/kernels/nvfp4/nvfp4_ws_mainloop.cuh"
 #include "swapffn/error.hpp"
 #include "swapffn/nvfp4.hpp"
 
@@ -34,17 +35,61 @@ static_assert(DualM64N64::BM == 64 && DualM64N64::BN == 64, "tile enum and confi
 using GemmM128N128Wg = TileCfg<2, 4, 4, 1, 3, 2>;
 using DualM128N64Wg = TileCfg<2, 4, 2, 2, 3, 2>;
 
-template <bool W>
-using UseWgmma = std::bool_constant<W>;
+// Warp-specialised tiles (nvfp4_ws_mainloop.cuh): BN, NB, fp16 stages, k-tiles of raw loads in
+// flight per dequant thread. 6 stages of 32 KB use 192 KB of the 227 KB a CTA may have: with one
+// CTA per SM, shared memory has no other use, and a deeper ring absorbs the dequant warps' jitter.
+// 4 k-tiles in flight per thread keep 32 KB of loads outstanding per SM (2 x 16 B per k-tile).
+using GemmM128N128Ws = WsCfg<128, 1, 6, 4>;
+using DualM128N64Ws = WsCfg<64, 2, 6, 4>;
+static_assert(GemmM128N128Ws::BM == 128 && GemmM128N128Ws::BN == 128, "tile enum and config disagree");
+static_assert(DualM128N64Ws::BM == 128 && DualM128N64Ws::BN == 64, "tile enum and config disagree");
 
-// Calls f(Cfg{}, UseWgmma<bool>{}) with the single-B configuration of `tile`.
+// Which mainloop a tile runs: mma.sync, wgmma with the shared producer, or warp-specialised.
+enum class Path { mma_sync, wgmma, ws };
+template <Path P>
+using PathTag = std::integral_constant<Path, P>;
+
+// The accumulators of a tile's mainloop, and the mainloop itself. run_mainloop returns false in
+// threads that hold no accumulators (the warp-specialised tiles' dequant warps), which must leave.
+// (A trait, not std::conditional_t: that would instantiate every mainloop with every config.)
+template <class Cfg, Path P>
+struct AccOf {
+  using type = typename TileMainloop<Cfg>::Acc;
+};
+template <class Cfg>
+struct AccOf<Cfg, Path::wgmma> {
+  using type = typename TileMainloop<Cfg>::WgAcc;
+};
+template <class Cfg>
+struct AccOf<Cfg, Path::ws> {
+  using type = typename WsMainloop<Cfg>::Acc;
+};
+template <class Cfg, Path P>
+using Acc = typename AccOf<Cfg, P>::type;
+
+template <class Cfg, Path P>
+__device__ __forceinline__ bool run_mainloop(uint8_t* smem, const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count,
+                                             Acc<Cfg, P>& acc) {
+  if constexpr (P == Path::ws) {
+    return WsMainloop<Cfg>(smem).run(src, kt0, count, acc);
+  } else if constexpr (P == Path::wgmma) {
+    TileMainloop<Cfg>(smem).run_wgmma(src, kt0, count, acc);
+    return true;
+  } else {
+    TileMainloop<Cfg>(smem).run(src, kt0, count, acc);
+    return true;
+  }
+}
+
+// Calls f(Cfg{}, PathTag<...>{}) with the single-B configuration of `tile`.
 template <class F>
 void dispatch_gemm_tile(Tile tile, F&& f) {
   switch (tile) {
-    case Tile::m128_n128: f(GemmM128N128{}, UseWgmma<false>{}); return;
-    case Tile::m128_n64: f(GemmM128N64{}, UseWgmma<false>{}); return;
-    case Tile::m64_n128: f(GemmM64N128{}, UseWgmma<false>{}); return;
-    case Tile::m128_n128_wgmma: f(GemmM128N128Wg{}, UseWgmma<true>{}); return;
+    case Tile::m128_n128: f(GemmM128N128{}, PathTag<Path::mma_sync>{}); return;
+    case Tile::m128_n64: f(GemmM128N64{}, PathTag<Path::mma_sync>{}); return;
+    case Tile::m64_n128: f(GemmM64N128{}, PathTag<Path::mma_sync>{}); return;
+    case Tile::m128_n128_wgmma: f(GemmM128N128Wg{}, PathTag<Path::wgmma>{}); return;
+    case Tile::m128_n128_ws: f(GemmM128N128Ws{}, PathTag<Path::ws>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }
@@ -52,9 +97,10 @@ void dispatch_gemm_tile(Tile tile, F&& f) {
 template <class F>
 void dispatch_dual_tile(Tile tile, F&& f) {
   switch (tile) {
-    case Tile::m128_n64: f(DualM128N64{}, UseWgmma<false>{}); return;
-    case Tile::m64_n64: f(DualM64N64{}, UseWgmma<false>{}); return;
-    case Tile::m128_n64_wgmma: f(DualM128N64Wg{}, UseWgmma<true>{}); return;
+    case Tile::m128_n64: f(DualM128N64{}, PathTag<Path::mma_sync>{}); return;
+    case Tile::m64_n64: f(DualM64N64{}, PathTag<Path::mma_sync>{}); return;
+    case Tile::m128_n64_wgmma: f(DualM128N64Wg{}, PathTag<Path::wgmma>{}); return;
+    case Tile::m128_n64_ws: f(DualM128N64Ws{}, PathTag<Path::ws>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 dual GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }

@@ -7,8 +7,6 @@
 // have M = 128 and large N, K: few output tiles, so split-K (fixed-order reduction) fills the SMs.
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
@@ -17,7 +15,7 @@ namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
-template <class Cfg, bool Wgmma>
+template <class Cfg, Path P>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_gemm_kernel(const GemmArgs args) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int m_tile = blockIdx.x, n_tile = blockIdx.y;
@@ -30,24 +28,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_gemm_ker
   const int kt_total = static_cast<int>(args.k / Cfg::BK);
   const int kt0 = split * kt_total / args.split_k, kt1 = (split + 1) * kt_total / args.split_k;
 
-  using Main = TileMainloop<Cfg>;
-  using Acc = std::conditional_t<Wgmma, typename Main::WgAcc, typename Main::Acc>;
-  static_assert(!Wgmma || sizeof(typename Main::WgAcc) == sizeof(typename Main::Acc),
-                "split-K treats the wgmma accumulators as kAcc floats");
-  Acc acc = {};
-  if constexpr (Wgmma) Main(smem).run_wgmma(src, kt0, kt1 - kt0, acc);
-  else Main(smem).run(src, kt0, kt1 - kt0, acc);
+  Acc<Cfg, P> acc = {};
+  static_assert(sizeof(acc) == sizeof(float) * Cfg::kAcc, "split-K treats the accumulators as kAcc floats");
+  if (!run_mainloop<Cfg, P>(smem, src, kt0, kt1 - kt0, acc)) return;
 
   if (args.split_k > 1) {
     const int64_t tile = (static_cast<int64_t>(batch) * gridDim.y + n_tile) * gridDim.x + m_tile;
-    float* partials = args.partials + tile * args.split_k * Cfg::kAcc * Cfg::kThreads;
-    if (!splitk_reduce<Cfg>(*reinterpret_cast<typename Main::Acc*>(&acc), partials, args.counters + tile, split,
-                            args.split_k))
+    float* partials = args.partials + tile * args.split_k * Cfg::kAcc * Cfg::kAccThreads;
+    if (!splitk_reduce<Cfg::kAcc, Cfg::kAccThreads>(reinterpret_cast<float*>(&acc), partials, args.counters + tile,
+                                                     split, args.split_k))
       return;
   }
   __half* c = static_cast<__half*>(args.c) + batch * args.m * args.n;
   const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
-  if constexpr (Wgmma) store_tile_wg<Cfg::BN>(c, args.m, args.n, row0, col0, [&](int r) { return acc[0][r]; });
+  if constexpr (P != Path::mma_sync) store_tile_wg<Cfg::BN>(c, args.m, args.n, row0, col0, [&](int r) { return acc[0][r]; });
   else store_tile<Cfg>(c, args.m, args.n, row0, col0, [&](int mt, int nt, int i) { return acc[0][mt][nt][i]; });
 }
 
@@ -55,8 +49,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_gemm_ker
 
 int tile_threads(Tile tile, bool dual) {
   int t = 0;
-  if (dual) dispatch_dual_tile(tile, [&](auto cfg, auto) { t = decltype(cfg)::kThreads; });
-  else dispatch_gemm_tile(tile, [&](auto cfg, auto) { t = decltype(cfg)::kThreads; });
+  if (dual) dispatch_dual_tile(tile, [&](auto cfg, auto) { t = decltype(cfg)::kAccThreads; });
+  else dispatch_gemm_tile(tile, [&](auto cfg, auto) { t = decltype(cfg)::kAccThreads; });
   return t;
 }
 
@@ -68,9 +62,9 @@ int tile_acc_per_thread(Tile tile, bool dual) {
 }
 
 void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
-  dispatch_gemm_tile(tile, [&](auto cfg, auto wgmma) {
+  dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
-    auto kernel = nvfp4_gemm_kernel<Cfg, decltype(wgmma)::value>;
+    auto kernel = nvfp4_gemm_kernel<Cfg, decltype(path)::value>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
     const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
                     static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),

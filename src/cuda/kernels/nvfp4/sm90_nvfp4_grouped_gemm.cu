@@ -16,7 +16,7 @@ namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
-template <class Cfg, bool Wgmma>
+template <class Cfg, Path P>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_gemm_kernel(const __grid_constant__ GroupedArgs args) {
   extern __shared__ __align__(128) uint8_t smem[];
   int g = 0;
@@ -30,23 +30,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_
 
   const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
   __half* c = static_cast<__half*>(p.c);
-  if constexpr (Wgmma) {
-    typename TileMainloop<Cfg>::WgAcc acc = {};
-    TileMainloop<Cfg>(smem).run_wgmma(src, 0, p.k / Cfg::BK, acc);
+  Acc<Cfg, P> acc = {};
+  if (!run_mainloop<Cfg, P>(smem, src, 0, p.k / Cfg::BK, acc)) return;
+  if constexpr (P != Path::mma_sync)
     store_tile_wg<Cfg::BN>(c, p.m, p.n, row0, col0, [&](int r) { return acc[0][r]; });
-  } else {
-    typename TileMainloop<Cfg>::Acc acc = {};
-    TileMainloop<Cfg>(smem).run(src, 0, p.k / Cfg::BK, acc);
+  else
     store_tile<Cfg>(c, p.m, p.n, row0, col0, [&](int mt, int nt, int i) { return acc[0][mt][nt][i]; });
-  }
 }
 
 }  // namespace
 
 void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream) {
-  dispatch_gemm_tile(tile, [&](auto cfg, auto wgmma) {
+  dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
-    auto kernel = nvfp4_grouped_gemm_kernel<Cfg, decltype(wgmma)::value>;
+    auto kernel = nvfp4_grouped_gemm_kernel<Cfg, decltype(path)::value>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
     kernel<<<static_cast<unsigned>(args.total_tiles), Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args);
     SWAPFFN_CHECK_LAUNCH();
