@@ -46,6 +46,10 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   Config wide = cfg;
   wide.d_router = 128;
   EXPECT_EQ(select_fused_config(wide, 1, "", "").router, "cublas");
+  // Nor a row too long to be held in registers (d_model > 1024).
+  Config deep = cfg;
+  deep.d_model = 2048;
+  EXPECT_EQ(select_fused_config(deep, 1, "", "").router, "cublas");
 }
 
 TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {

@@ -57,7 +57,7 @@ void apply_override(FusedKernelConfig& k, const std::string& spec) {
 
 FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::string& tune_file) {
   FusedKernelConfig k;
-  k.router = cfg.d_router % 16 == 0 && cfg.d_router <= 64 ? "event" : "cublas";
+  k.router = cfg.d_router % 16 == 0 && cfg.d_router <= 64 && cfg.d_model <= 1024 ? "event" : "cublas";
   if (tune_file.empty()) return k;
   std::ifstream in(tune_file);
   SWAPFFN_REQUIRE(in.good(), "cannot open tuning cache " + tune_file);

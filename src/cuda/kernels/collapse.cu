@@ -35,20 +35,19 @@ __global__ void __launch_bounds__(kPoolThreads) collapse_pool_finish_kernel(Coll
   a.pooled[i] = acc;
 }
 
-// zc[b, r] = sum_k pooled[b, k] . basis[k, r]; one warp per (b, r).
+// zc[b, r] = sum_k pooled[b, k] . basis[k, r]; one block per (b, r), warp w taking k = w, w + 8, ...
+// (a warp per (b, r) walked the K basis rows one after another: 224 warps at B = 1, 16 us).
 __global__ void __launch_bounds__(kWarpThreads) collapse_basis_kernel(CollapseArgs a) {
-  const int64_t w = blockIdx.x * int64_t{kWarpThreads / 32} + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
+  __shared__ float red[kWarpThreads / 32];
+  const int64_t b = blockIdx.x / a.collapse_r, r = blockIdx.x % a.collapse_r;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t Rc = a.collapse_r, D = a.d_model;
-  if (w >= a.batch * Rc) return;
-  const int64_t b = w / Rc, r = w % Rc;
   float acc = 0.f;
-  for (int64_t k = 0; k < a.collapse_k; ++k) {
+  for (int64_t k = warp; k < a.collapse_k; k += kWarpThreads / 32) {
     const float* p = a.pooled + (b * a.collapse_k + k) * D;
     const __nv_bfloat16* basis = a.basis + (k * Rc + r) * D;
     if (D % 8 == 0) {
-      // 16-byte loads, several in flight: a scalar walk here is a chain of dependent L2 round trips
-      // (52 us at B = 1, D = 1024 before this path).
+      // 16-byte loads, several in flight: a scalar walk here is a chain of dependent L2 round trips.
 #pragma unroll 4
       for (int64_t i = lane; i < D / 8; i += 32) {
         const uint4 bv = reinterpret_cast<const uint4*>(basis)[i];
@@ -62,8 +61,8 @@ __global__ void __launch_bounds__(kWarpThreads) collapse_basis_kernel(CollapseAr
       for (int64_t d = lane; d < D; d += 32) acc += p[d] * __bfloat162float(basis[d]);
     }
   }
-  acc = warp_sum(acc);
-  if (lane == 0) a.zc[w] = a.silu ? acc / (1.f + expf(-acc)) : acc;
+  acc = block_sum<kWarpThreads>(acc, red);
+  if (threadIdx.x == 0) a.zc[blockIdx.x] = a.silu ? acc / (1.f + expf(-acc)) : acc;
 }
 
 // delta[b, d] = decoder[d] . zc[b]; one warp per (b, d).
@@ -98,7 +97,8 @@ void launch_collapse(const CollapseArgs& a, cudaStream_t stream) {
   collapse_pool_finish_kernel<<<blocks(a.batch * a.collapse_k * a.d_model, kPoolThreads), kPoolThreads, 0,
                                 stream>>>(a, chunks);
   SWAPFFN_CHECK_LAUNCH();
-  collapse_basis_kernel<<<blocks(a.batch * a.collapse_r, kWarpThreads / 32), kWarpThreads, 0, stream>>>(a);
+  SWAPFFN_REQUIRE(a.batch * a.collapse_r <= int64_t{0x7fffffff}, "collapse: batch * collapse_r too large for one grid");
+  collapse_basis_kernel<<<static_cast<unsigned>(a.batch * a.collapse_r), kWarpThreads, 0, stream>>>(a);
   SWAPFFN_CHECK_LAUNCH();
   collapse_decode_kernel<<<blocks(a.batch * a.d_model, kWarpThreads / 32), kWarpThreads, 0, stream>>>(a);
   SWAPFFN_CHECK_LAUNCH();

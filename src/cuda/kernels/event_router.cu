@@ -23,14 +23,17 @@ constexpr int kWarps = 8;
 constexpr int kPad = 8;         // bf16 elements of row padding: ldmatrix rows land in distinct banks
 constexpr int kNBlocks = 8;     // n8 blocks of z per pass (64 columns)
 constexpr int kMaxRouter = 64;  // router_w stays resident in shared memory: R rows of D
+constexpr int kMaxVec = 8;      // float4 per lane of one row held in registers: D <= 32 * 4 * 8
 
 struct Smem {
-  size_t w_bytes, n_bytes, partial_bytes, z_bytes;
-  __host__ __device__ size_t total() const { return w_bytes + n_bytes + partial_bytes + z_bytes + 16; }
+  size_t w_bytes, n_bytes, partial_bytes, z_bytes, param_bytes;
+  __host__ __device__ size_t total() const { return w_bytes + n_bytes + partial_bytes + z_bytes + param_bytes + 16; }
 };
+// param: router_gain [D], norm_gain [D], swap_w [R], bank_w [R, 4], swap_b, bank_b [4] (fp32).
 __host__ __device__ Smem smem_layout(int64_t d, int64_t r) {
   return {size_t(r) * size_t(d + kPad) * 2, size_t(kMmaRows) * size_t(d + kPad) * 2,
-          size_t(kWarps) * kMmaRows * kNBlocks * 8 * 4, size_t(kMmaRows) * size_t(r) * 4};
+          size_t(kWarps) * kMmaRows * kNBlocks * 8 * 4, size_t(kMmaRows) * size_t(r) * 4,
+          size_t(2 * d + 5 * r + 5) * 4};
 }
 
 __device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) {
@@ -42,24 +45,36 @@ __device__ __forceinline__ float4 unpack_bf16x4(uint2 v) {
   const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&v.y);
   return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
 }
+__device__ __forceinline__ float sum_sq(const float4& v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
+// Each warp keeps its rows of h in registers from the first read to the last write (one pass over
+// h instead of three), and the small weights sit in shared memory, loaded before the PDL wait.
+// Element i of a lane's row is float4 index lane + 32 i, the order in which the row's sum of squares
+// has always been accumulated (same bits as the three-pass version).
 template <int kRows>
 __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterArgs a) {
   static_assert(kRows == 8 || kRows == 16, "a CTA owns 8 or 16 rows of one m16 MMA tile");
+  constexpr int kRowsPerWarp = kRows / kWarps;
   extern __shared__ __align__(128) uint8_t smem[];
   const int D = static_cast<int>(a.d_model), R = static_cast<int>(a.d_router), rows = static_cast<int>(a.rows);
   const Smem L = smem_layout(D, R);
   __nv_bfloat16* w_smem = reinterpret_cast<__nv_bfloat16*>(smem);  // [R][D + pad]
   __nv_bfloat16* n_smem = reinterpret_cast<__nv_bfloat16*>(smem + L.w_bytes);  // [16][D + pad]
   float* partial = reinterpret_cast<float*>(smem + L.w_bytes + L.n_bytes);  // [warp][16][64]
-  float* z_smem = reinterpret_cast<float*>(smem + L.w_bytes + L.n_bytes + L.partial_bytes);  // [8][R]
-  uint64_t* w_ready = reinterpret_cast<uint64_t*>(smem + L.w_bytes + L.n_bytes + L.partial_bytes + L.z_bytes);
+  float* z_smem = reinterpret_cast<float*>(smem + L.w_bytes + L.n_bytes + L.partial_bytes);  // [16][R]
+  float* rgain = z_smem + kMmaRows * R;
+  float* ngain = rgain + D;
+  float* swap_w = ngain + D;
+  float* bank_w = swap_w + R;
+  float* biases = bank_w + 4 * R;  // swap_b, bank_b[4]
+  uint64_t* w_ready = reinterpret_cast<uint64_t*>(smem + L.w_bytes + L.n_bytes + L.partial_bytes + L.z_bytes +
+                                                  L.param_bytes);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * kRows;
-  const int ld = D + kPad, D4 = D / 4;
+  const int ld = D + kPad, D4 = D / 4, nvec = D / 128;
 
-  // 0. The router weights do not depend on the previous kernel: start their bulk copy into shared
-  //    memory before waiting for it, so the copy overlaps its tail.
+  // 0. The weights do not depend on the previous kernel: start the bulk copy of router_w and load
+  //    the small ones before waiting for it, so both overlap its tail.
   if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(w_ready, 1);
     cutlass::arch::fence_barrier_init();
@@ -71,32 +86,50 @@ __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterAr
     for (int r = lane; r < R; r += 32)
       cute::SM90_BULK_COPY_G2S::copy(a.router_w + size_t(r) * D, w_ready, w_smem + r * ld, D * 2);
   }
+  for (int i = threadIdx.x; i < D; i += kWarps * 32) {
+    rgain[i] = a.router_gain[i];
+    ngain[i] = a.norm_gain ? a.norm_gain[i] : 0.f;
+  }
+  for (int i = threadIdx.x; i < R; i += kWarps * 32) swap_w[i] = a.swap_w[i];
+  for (int i = threadIdx.x; i < 4 * R; i += kWarps * 32) bank_w[i] = a.bank_w[i];
+  if (threadIdx.x < 5) biases[threadIdx.x] = threadIdx.x == 0 ? a.swap_b[0] : a.bank_b[threadIdx.x - 1];
+  __syncthreads();
   pdl_wait();  // h, ram and the maps were written by the previous kernels of the step
   pdl_launch_dependents();
 
-  // 1. The router operand bf16(rms(h) * router_norm) of this CTA's rows (a warp per row); the
-  //    MMA's padding rows are zeros.
-  for (int lr = warp; lr < kMmaRows; lr += kWarps) {
-    const int r = row0 + lr;
+  // 1. This warp's rows of h into registers, and the router operand bf16(rms(h) * router_norm) into
+  //    shared memory; the MMA's padding rows are zeros.
+  float4 hv[kRowsPerWarp][kMaxVec];
+  uint8_t map[kRowsPerWarp];
+  const float4* rg4 = reinterpret_cast<const float4*>(rgain);
+#pragma unroll
+  for (int q = 0; q < kRowsPerWarp; ++q) {
+    const int lr = warp + kWarps * q, r = row0 + lr;
     uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
-    if (lr >= kRows || r >= rows) {
+    if (r >= rows) {
       for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
       continue;
     }
+    map[q] = a.stream_map[r];
     const float4* src = reinterpret_cast<const float4*>(a.h + size_t(r) * D);
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) hv[q][i] = src[lane + 32 * i];
     float ss = 0.f;
-#pragma unroll 8
-    for (int k4 = lane; k4 < D4; k4 += 32) {
-      const float4 v = src[k4];
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) ss += sum_sq(hv[q][i]);
     const float rs = rsqrtf(warp_sum(ss) / float(D) + a.eps);
-    const float4* g4 = reinterpret_cast<const float4*>(a.router_gain);
-#pragma unroll 8
-    for (int k4 = lane; k4 < D4; k4 += 32) {
-      const float4 v = src[k4], g = g4[k4];
-      dst[k4] = pack_bf16x4(v.x * rs * g.x, v.y * rs * g.y, v.z * rs * g.z, v.w * rs * g.w);
-    }
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) {
+        const float4 v = hv[q][i], g = rg4[lane + 32 * i];
+        dst[lane + 32 * i] = pack_bf16x4(v.x * rs * g.x, v.y * rs * g.y, v.z * rs * g.z, v.w * rs * g.w);
+      }
+  }
+  for (int lr = kRows + warp; lr < kMmaRows; lr += kWarps) {
+    uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
+    for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
   }
   __syncthreads();
   cutlass::arch::ClusterTransactionBarrier::wait(w_ready, 0);
@@ -148,58 +181,65 @@ __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterAr
   }
   __syncthreads();
 
-  // 3. Per row (a warp each): decisions, the exchange with the chosen bank, the FFN operand.
-  for (int lr = warp; lr < kRows; lr += kWarps) {
+  // 3. Per row (the warp that holds it): decisions, the exchange with the chosen bank, the FFN operand.
+  const float4* ng4 = reinterpret_cast<const float4*>(ngain);
+#pragma unroll
+  for (int q = 0; q < kRowsPerWarp; ++q) {
+    const int lr = warp + kWarps * q;
     const int64_t m = row0 + lr;
     if (m >= rows) continue;
     float s = 0.f, l[4] = {0.f, 0.f, 0.f, 0.f};
     for (int r = lane; r < R; r += 32) {
       const float zr = z_smem[lr * R + r];
-      s += zr * a.swap_w[r];
+      s += zr * swap_w[r];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) l[k] += zr * a.bank_w[r * 4 + k];
+      for (int k = 0; k < 4; ++k) l[k] += zr * bank_w[r * 4 + k];
     }
-    s = warp_sum(s) + a.swap_b[0];
+    s = warp_sum(s) + biases[0];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) l[k] = warp_sum(l[k]) + a.bank_b[k];
+    for (int k = 0; k < 4; ++k) l[k] = warp_sum(l[k]) + biases[1 + k];
     int j = 0;
 #pragma unroll
     for (int k = 1; k < 4; ++k)
       if (l[k] > l[j]) j = k;  // strict: ties keep the lowest index
     const bool gate = s > 0.f;
-    const uint8_t map = a.stream_map[m];
-    const int p = map_lane(map, j);
-    __syncwarp();  // every lane has read the map before lane 0 rewrites it
+    const int p = map_lane(map[q], j);
     if (lane == 0) {
-      if (gate) a.stream_map[m] = swap_lanes_0_j(map, j);
+      if (gate) a.stream_map[m] = swap_lanes_0_j(map[q], j);
       if (uint8_t* tg = a.io->gate) {
         tg[int64_t(a.event) * rows + m] = gate ? 1 : 0;
         a.io->slot[int64_t(a.event) * rows + m] = static_cast<uint8_t>(j);
       }
     }
-    float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
-    uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
-    const float4* g4 = reinterpret_cast<const float4*>(a.norm_gain);
-    uint2* out = reinterpret_cast<uint2*>(a.norm_out + size_t(m) * D);
-    float ss = 0.f;
-#pragma unroll 8
-    for (int k4 = lane; k4 < D4; k4 += 32) {
-      float4 v = hg[k4];
-      if (gate) {
-        const float4 in = unpack_bf16x4(bank[k4]);
-        bank[k4] = pack_bf16x4(v.x, v.y, v.z, v.w);
-        hg[k4] = in;
-        v = in;
-      }
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    if (gate) {
+      float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
+      uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
+      uint2 in[kMaxVec];
+#pragma unroll
+      for (int i = 0; i < kMaxVec; ++i)
+        if (i < nvec) in[i] = bank[lane + 32 * i];
+#pragma unroll
+      for (int i = 0; i < kMaxVec; ++i)
+        if (i < nvec) {
+          const float4 v = hv[q][i];
+          bank[lane + 32 * i] = pack_bf16x4(v.x, v.y, v.z, v.w);
+          hv[q][i] = unpack_bf16x4(in[i]);
+          hg[lane + 32 * i] = hv[q][i];
+        }
     }
     if (a.norm_out) {
+      float ss = 0.f;
+#pragma unroll
+      for (int i = 0; i < kMaxVec; ++i)
+        if (i < nvec) ss += sum_sq(hv[q][i]);
       const float rs = rsqrtf(warp_sum(ss) / float(D) + a.eps);
-#pragma unroll 8
-      for (int k4 = lane; k4 < D4; k4 += 32) {
-        const float4 v = hg[k4], gg = g4[k4];
-        out[k4] = pack_bf16x4(v.x * rs * gg.x, v.y * rs * gg.y, v.z * rs * gg.z, v.w * rs * gg.w);
-      }
+      uint2* out = reinterpret_cast<uint2*>(a.norm_out + size_t(m) * D);
+#pragma unroll
+      for (int i = 0; i < kMaxVec; ++i)
+        if (i < nvec) {
+          const float4 v = hv[q][i], gg = ng4[lane + 32 * i];
+          out[lane + 32 * i] = pack_bf16x4(v.x * rs * gg.x, v.y * rs * gg.y, v.z * rs * gg.z, v.w * rs * gg.w);
+        }
     }
   }
 }
@@ -207,7 +247,9 @@ __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterAr
 }  // namespace
 
 void check_event_router_shape(int64_t d_model, int64_t d_router) {
-  SWAPFFN_REQUIRE(d_model % 128 == 0, "event router needs d_model % 128 == 0, got " + std::to_string(d_model));
+  SWAPFFN_REQUIRE(d_model % 128 == 0 && d_model <= 128 * kMaxVec,
+                  "event router needs d_model % 128 == 0 and <= " + std::to_string(128 * kMaxVec) + " (rows held in registers), got " +
+                      std::to_string(d_model));
   SWAPFFN_REQUIRE(d_router % 16 == 0 && d_router <= kMaxRouter,
                   "event router needs d_router % 16 == 0 and <= 64, got " + std::to_string(d_router));
   int dev = 0, optin = 0;

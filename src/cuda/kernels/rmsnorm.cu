@@ -22,28 +22,48 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // D % 128 == 0: one warp per row with 16-byte loads all in flight (the block-per-row kernel is
-// latency-bound: a dependent chain of L2 round trips per row).
+// latency-bound: a dependent chain of L2 round trips per row). Up to D = 1024 the row stays in
+// registers between the sum of squares and the scaled write (one read of h instead of two).
+constexpr int kMaxVec = 8;  // float4 per lane
+template <bool kInRegisters>
 __global__ void __launch_bounds__(kWarpKernelThreads)
     rmsnorm_bf16_warp_kernel(const float* h, const float* gain, __nv_bfloat16* out, int64_t rows, int D, float eps) {
   pdl_wait();
+  pdl_launch_dependents();  // the next kernel may start its prologue; its own wait covers this grid
   const int64_t m = blockIdx.x * int64_t{kWarpKernelThreads / 32} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (m >= rows) return;
   const float4* src = reinterpret_cast<const float4*>(h + m * D);
-  float ss = 0.f;
-#pragma unroll 8
-  for (int k4 = lane; k4 < D / 4; k4 += 32) {
-    const float4 v = src[k4];
-    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-  }
-  const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
   const float4* g4 = reinterpret_cast<const float4*>(gain);
   __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out + m * D);
-#pragma unroll 8
-  for (int k4 = lane; k4 < D / 4; k4 += 32) {
-    const float4 v = src[k4], g = g4[k4];
+  const auto store = [&](int k4, const float4& v, float inv) {
+    const float4 g = g4[k4];
     dst[2 * k4] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
     dst[2 * k4 + 1] = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
+  };
+  float ss = 0.f;
+  if constexpr (kInRegisters) {
+    const int nvec = D / 128;
+    float4 v[kMaxVec];
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) v[i] = src[lane + 32 * i];
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+    const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) store(lane + 32 * i, v[i], inv);
+  } else {
+#pragma unroll 8
+    for (int k4 = lane; k4 < D / 4; k4 += 32) {
+      const float4 v = src[k4];
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
+#pragma unroll 8
+    for (int k4 = lane; k4 < D / 4; k4 += 32) store(k4, src[k4], inv);
   }
 }
 }  // namespace
@@ -54,8 +74,9 @@ void launch_rmsnorm_bf16(const float* h, const float* gain, __nv_bfloat16* out, 
   if (d_model % 128 == 0) {
     constexpr int per_block = kWarpKernelThreads / 32;
     const auto blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
-    launch_kernel_ex(rmsnorm_bf16_warp_kernel, dim3(blocks), dim3(kWarpKernelThreads), dim3(1, 1, 1), 0, stream, pdl, h, gain,
-                     out, rows, static_cast<int>(d_model), eps);
+    const auto kernel = d_model <= 128 * kMaxVec ? rmsnorm_bf16_warp_kernel<true> : rmsnorm_bf16_warp_kernel<false>;
+    launch_kernel_ex(kernel, dim3(blocks), dim3(kWarpKernelThreads), dim3(1, 1, 1), 0, stream, pdl, h, gain, out, rows,
+                     static_cast<int>(d_model), eps);
   } else {
     launch_kernel_ex(rmsnorm_bf16_kernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), dim3(1, 1, 1), 0, stream,
                      pdl, h, gain, out, d_model, eps);
