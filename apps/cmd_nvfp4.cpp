@@ -10,6 +10,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,7 +93,7 @@ bool run_check(uint64_t seed) {
       const auto ref = reference_gemm(a, b);
       GemmProblem p{m, n, k, l, da.view, db.view, nullptr};
       for (TileConfig cfg : {choose_gemm_config(p, sms), TileConfig{Tile::m128_n64, 3}, TileConfig{Tile::m128_n128_wgmma, 2},
-                             TileConfig{Tile::m128_n128_ws, 3}}) {
+                             TileConfig{Tile::m128_n128_ws, 3}, TileConfig{Tile::m128_n128_wsr, 3}}) {
         DeviceBuffer c(m * n * 2);
         c.fill(0x55);
         p.c = c.get();
@@ -109,7 +110,7 @@ bool run_check(uint64_t seed) {
       const auto ref = reference_dual_gemm_swiglu(a, b1, b2);
       DualGemmProblem p{m, n, k, l, da.view, d1.view, d2.view, nullptr};
       for (TileConfig cfg : {choose_dual_config(p, sms), TileConfig{Tile::m64_n64, 2}, TileConfig{Tile::m128_n64_wgmma, 2},
-                             TileConfig{Tile::m128_n64_ws, 3}}) {
+                             TileConfig{Tile::m128_n64_ws, 3}, TileConfig{Tile::m128_n64_wsr, 3}}) {
         DeviceBuffer c(m * n * 2);
         c.fill(0x55);
         p.c = c.get();
@@ -276,6 +277,7 @@ std::pair<double, size_t> search(Timer& timer, const std::vector<Cfg>& cands, co
   size_t bi = 0;
   for (size_t i = 0; i < cands.size(); ++i) {
     const double us = timer.median_us([&] { run(cands[i]); });
+    std::cerr << "  candidate " << describe(cands[i]) << ": " << us << " us\n";  // the whole search, for the record
     if (i == 0) *default_us = us;
     if (us < best) best = us, bi = i;
   }
@@ -325,7 +327,7 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   DeviceBuffer c(m * n * 2);
   GemmProblem p{m, n, k, 1, da.view, db.view, c.get()};
   std::vector<TileConfig> cands{choose_gemm_config(p, sms)};
-  for (Tile t : {Tile::m128_n128, Tile::m128_n64, Tile::m128_n128_wgmma, Tile::m128_n128_ws})
+  for (Tile t : {Tile::m128_n128, Tile::m128_n64, Tile::m128_n128_wgmma, Tile::m128_n128_ws, Tile::m128_n128_wsr})
     for (int s : {1, 2, 3, 4, 6})
       if (s <= k / 64 / 8) cands.push_back({t, s});
   size_t ws_bytes = 0;
@@ -361,7 +363,7 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   DeviceBuffer c(m * n * 2);
   DualGemmProblem p{m, n, k, 1, da.view, d1.view, d2.view, c.get()};
   std::vector<TileConfig> cands{choose_dual_config(p, sms)};
-  for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws})
+  for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr})
     for (int s : {1, 2, 3, 4})
       cands.push_back({t, s});
   size_t ws_bytes = 0;
@@ -414,7 +416,8 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
     r.flops += 2.0 * ms[g] * n * k;
   }
   std::vector<TileConfig> cands{choose_grouped_config(p, sms), {Tile::m128_n128, 1}, {Tile::m128_n64, 1}, {Tile::m64_n128, 1},
-                                {Tile::m128_n128_wgmma, 1}, {Tile::m128_n128_ws, 1}};
+                                {Tile::m128_n128_wgmma, 1}, {Tile::m128_n128_ws, 1},
+                                {Tile::m128_n128_wsr, 1}};
   const auto [best, bi] = search<TileConfig>(timer, cands, [&](const TileConfig& cfg) { grouped_gemm(p, cfg, nullptr); }, &r.default_us);
   r.us = best;
   r.config = describe(cands[bi]);

@@ -24,13 +24,18 @@ const char* to_string(Tile t) {
     case Tile::m128_n64_wgmma: return "128x64wg";
     case Tile::m128_n128_ws: return "128x128ws";
     case Tile::m128_n64_ws: return "128x64ws";
+    case Tile::m128_n128_wsr: return "128x128wsr";
+    case Tile::m128_n64_wsr: return "128x64wsr";
   }
   return "?";
 }
 
 int tile_m(Tile t) { return (t == Tile::m64_n128 || t == Tile::m64_n64) ? 64 : 128; }
 int tile_n(Tile t) {
-  return (t == Tile::m128_n128 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma || t == Tile::m128_n128_ws) ? 128 : 64;
+  return (t == Tile::m128_n128 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma || t == Tile::m128_n128_ws ||
+          t == Tile::m128_n128_wsr)
+             ? 128
+             : 64;
 }
 
 std::string describe(const GemvConfig& c) {

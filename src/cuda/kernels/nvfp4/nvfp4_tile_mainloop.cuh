@@ -36,6 +36,7 @@ struct TileCfg {
   static constexpr int kMinBlocks = MinBlocks_;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kAccThreads = kThreads;  // threads that hold accumulators (split-K)
+  static constexpr int kSplitUnit = 1;          // split-K boundaries fall on multiples of this many k-tiles
   static constexpr int BM = 16 * kMT * kWarpsM;
   static constexpr int BN = 8 * kNT * kWarpsN;  // per B operand
   static constexpr int BK = 64;                 // elements per k-tile: 32 raw bytes, 4 scales

@@ -39,8 +39,11 @@ using DualM128N64Wg = TileCfg<2, 4, 2, 2, 3, 2>;
 // flight per dequant thread. 6 stages of 32 KB use 192 KB of the 227 KB a CTA may have: with one
 // CTA per SM, shared memory has no other use, and a deeper ring absorbs the dequant warps' jitter.
 // 4 k-tiles in flight per thread keep 32 KB of loads outstanding per SM (2 x 16 B per k-tile).
-using GemmM128N128Ws = WsCfg<128, 1, 6, 4>;
-using DualM128N64Ws = WsCfg<64, 2, 6, 4>;
+using GemmM128N128Ws = WsCfg<128, 1, 6, 4, false>;
+using DualM128N64Ws = WsCfg<64, 2, 6, 4, false>;
+// Raw-ring variants: 4 fp16 stages (128 KB) + the 80 KB double-buffered raw ring.
+using GemmM128N128WsRing = WsCfg<128, 1, 4, 1, true>;
+using DualM128N64WsRing = WsCfg<64, 2, 4, 1, true>;
 static_assert(GemmM128N128Ws::BM == 128 && GemmM128N128Ws::BN == 128, "tile enum and config disagree");
 static_assert(DualM128N64Ws::BM == 128 && DualM128N64Ws::BN == 64, "tile enum and config disagree");
 
@@ -90,6 +93,7 @@ void dispatch_gemm_tile(Tile tile, F&& f) {
     case Tile::m64_n128: f(GemmM64N128{}, PathTag<Path::mma_sync>{}); return;
     case Tile::m128_n128_wgmma: f(GemmM128N128Wg{}, PathTag<Path::wgmma>{}); return;
     case Tile::m128_n128_ws: f(GemmM128N128Ws{}, PathTag<Path::ws>{}); return;
+    case Tile::m128_n128_wsr: f(GemmM128N128WsRing{}, PathTag<Path::ws>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }
@@ -101,6 +105,7 @@ void dispatch_dual_tile(Tile tile, F&& f) {
     case Tile::m64_n64: f(DualM64N64{}, PathTag<Path::mma_sync>{}); return;
     case Tile::m128_n64_wgmma: f(DualM128N64Wg{}, PathTag<Path::wgmma>{}); return;
     case Tile::m128_n64_ws: f(DualM128N64Ws{}, PathTag<Path::ws>{}); return;
+    case Tile::m128_n64_wsr: f(DualM128N64WsRing{}, PathTag<Path::ws>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 dual GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }

@@ -33,12 +33,19 @@
 
 namespace swapffn::cuda::nvfp4 {
 
-template <int BN_, int NB_, int Stages_, int Depth_>
+// Ring_ = false: raw bytes go straight to registers, kDepth k-tiles ahead (32 bytes of a row per
+// k-tile: each warp load touches 16 rows). Ring_ = true: the dequant threads first copy whole
+// 128-byte row segments (4 k-tiles) with cp.async into a double-buffered raw ring in shared memory
+// (each warp copy covers 4 full lines), synchronise among themselves once per 4 k-tiles (named
+// barrier 2), and convert from there; this trades shared-memory traffic for full-line global
+// requests.
+template <int BN_, int NB_, int Stages_, int Depth_, bool Ring_>
 struct WsCfg {
   static constexpr int BM = 128, BN = BN_, BK = 64;
   static constexpr int kNB = NB_;
   static constexpr int kStages = Stages_;  // fp16 stages in the shared-memory ring
-  static constexpr int kDepth = Depth_;    // k-tiles of raw loads in flight per dequant thread
+  static constexpr int kDepth = Depth_;    // register variant: k-tiles of raw loads in flight per thread
+  static constexpr bool kRing = Ring_;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kDequantThreads = 256;
   static constexpr int kThreads = kConsumerThreads + kDequantThreads;
@@ -49,7 +56,17 @@ struct WsCfg {
   static constexpr int kStageBytes = kRows * kRowBytes;
   static constexpr int kTasks = kRows * 2 / kDequantThreads;  // 16-byte raw chunks per thread per k-tile
   static constexpr int kAcc = kNB * BN / 2;                   // fp32 accumulators per consumer thread
-  static constexpr int kSmemAlloc = kStages * kStageBytes + 2 * kStages * 8 + 1024;  // + align slack
+  // Raw ring (kRing): 2 rounds of 4 k-tiles; a row's 128 bytes padded to 144 so that 8 consecutive
+  // rows' 16-byte reads hit 8 distinct bank groups; 16 scale bytes per row and round.
+  static constexpr int kRoundKtiles = 4;
+  static constexpr int kRawStride = 144;
+  static constexpr int kRawRoundBytes = kRows * kRawStride;
+  static constexpr int kScaleRoundBytes = kRows * 16;
+  static constexpr int kRawBytes = kRing ? 2 * (kRawRoundBytes + kScaleRoundBytes) : 0;
+  static constexpr int kSplitUnit = kRing ? kRoundKtiles : 1;  // split-K boundaries on whole rounds
+  static constexpr int kSmemAlloc = kStages * kStageBytes + kRawBytes + 2 * kStages * 8 + 1024;  // + align slack
+  static_assert(kSmemAlloc <= 227 * 1024, "shared memory per CTA");
+  static_assert(!kRing || kRows == kDequantThreads, "ring copies: one scale row per dequant thread");
 
   static_assert(BN == 64 || BN == 128, "wgmma m64nBNk16 with BN 64 or 128");
   static_assert(kRows % 128 == 0, "each dequant warp owns whole 16-row blocks in every task");
@@ -90,17 +107,22 @@ __device__ __forceinline__ uint32_t ldg_nc_u16(const uint8_t* p) {
   return v;
 }
 
+// A valid global address for cp.async zero-fill copies (source size 0: never read).
+__device__ __forceinline__ const uint8_t* zero_fill_src() { return reinterpret_cast<const uint8_t*>(&dummy_source); }
+
 template <class Cfg>
 struct WsMainloop {
   using Acc = float[Cfg::kNB][Cfg::BN / 2];
 
   uint8_t* stages_;  // [kStages][kRows][128 B], 1024-aligned
+  uint8_t* raw_;     // kRing: [2][kRows][kRawStride] raw bytes, then [2][kRows][16] scales
   uint32_t full_;    // kStages mbarriers: stage dequantized (kDequantThreads arrivals)
   uint32_t empty_;   // kStages mbarriers: stage's MMAs done (kConsumerThreads arrivals)
 
   __device__ explicit WsMainloop(uint8_t* smem)
       : stages_(smem + ((1024 - (smem_addr(smem) & 1023)) & 1023)),
-        full_(smem_addr(stages_ + Cfg::kStages * Cfg::kStageBytes)),
+        raw_(stages_ + Cfg::kStages * Cfg::kStageBytes),
+        full_(smem_addr(raw_ + Cfg::kRawBytes)),
         empty_(full_ + 8 * Cfg::kStages) {}
 
   // Runs the mainloop over k-tiles [kt0, kt0 + count). Returns true in consumer threads, whose
@@ -115,7 +137,8 @@ struct WsMainloop {
     }
     __syncthreads();
     if (threadIdx.x >= Cfg::kConsumerThreads) {
-      dequantize(src, kt0, count);
+      if constexpr (Cfg::kRing) dequantize_ring(src, kt0, count);
+      else dequantize(src, kt0, count);
       return false;
     }
     consume(count, acc);
@@ -165,26 +188,11 @@ struct WsMainloop {
 #pragma unroll
     for (int j = 0; j < Cfg::kTasks; ++j) {
       const int r = (warp + 8 * j) * 16 + (lane & 15);
-      const int o = r < Cfg::BM ? 0 : 1 + (r - Cfg::BM) / Cfg::BN;
-      const int local = r < Cfg::BM ? r : (r - Cfg::BM) % Cfg::BN;
+      const RowSrc rs = row_src(src, r, kt0);
       row_off[j] = r * Cfg::kRowBytes;
-      data[j] = nullptr;
-      scale[j] = nullptr;
-      step[j] = 0;
-      // Operand chosen by a compile-time index: selecting src[o] at run time would copy the
-      // array to local memory.
-#pragma unroll
-      for (int oi = 0; oi <= Cfg::kNB; ++oi) {
-        const TileSrc& t = src[oi];
-        const int64_t row = t.row0 + local;
-        if (oi != o || row >= t.rows) continue;
-        data[j] = t.data + row * (t.k / 2) + static_cast<int64_t>(kt0) * (Cfg::BK / 2) + q * 16;
-        step[j] = t.rk_blocks == 0 ? 4 : 512;
-        scale[j] = t.scales +
-                   (t.rk_blocks == 0 ? row * (t.k / 16)
-                                     : (row / 128) * t.rk_blocks * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4) +
-                   static_cast<int64_t>(kt0) * step[j] + 2 * q;
-      }
+      data[j] = rs.data == nullptr ? nullptr : rs.data + q * 16;
+      scale[j] = rs.scale == nullptr ? nullptr : rs.scale + 2 * q;
+      step[j] = rs.step;
     }
     const int sw = lane & 7;
 
@@ -225,6 +233,108 @@ struct WsMainloop {
           }
         }
         fence_proxy_async();  // generic-proxy stores -> wgmma's async-proxy reads
+        mbar_arrive(full_ + 8 * s);
+        if (++s == Cfg::kStages) {
+          s = 0;
+          phase ^= 1;
+        }
+      }
+    }
+  }
+  // Row r's source in operand order (compile-time operand index, see dequantize()).
+  struct RowSrc {
+    const uint8_t* data = nullptr;   // k-tile-0 bytes of the row, null outside the operand
+    const uint8_t* scale = nullptr;  // k-tile-0 scales of the row
+    uint32_t step = 0;               // scale bytes per k-tile (4 plain, 512 blocked)
+  };
+  __device__ static RowSrc row_src(const TileSrc (&src)[1 + Cfg::kNB], int r, int kt0) {
+    const int o = r < Cfg::BM ? 0 : 1 + (r - Cfg::BM) / Cfg::BN;
+    const int local = r < Cfg::BM ? r : (r - Cfg::BM) % Cfg::BN;
+    RowSrc rs;
+#pragma unroll
+    for (int oi = 0; oi <= Cfg::kNB; ++oi) {
+      const TileSrc& t = src[oi];
+      const int64_t row = t.row0 + local;
+      if (oi != o || row >= t.rows) continue;
+      rs.data = t.data + row * (t.k / 2) + static_cast<int64_t>(kt0) * (Cfg::BK / 2);
+      rs.step = t.rk_blocks == 0 ? 4 : 512;
+      rs.scale = t.scales +
+                 (t.rk_blocks == 0 ? row * (t.k / 16)
+                                   : (row / 128) * t.rk_blocks * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4) +
+                 static_cast<int64_t>(kt0) * rs.step;
+    }
+    return rs;
+  }
+
+  __device__ void dequantize_ring(const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count) const {
+    constexpr int kCopies = Cfg::kRows * 8 / Cfg::kDequantThreads;  // 16-byte copies per thread and round
+    const int d = threadIdx.x - Cfg::kConsumerThreads;
+    const int warp = d >> 5, lane = d & 31, q = lane >> 4;
+    // Copies: chunk i = d + 256 j is 16-byte column i % 8 of row i / 8 (a warp copies 4 full rows).
+    const uint8_t* copy_src[kCopies];
+#pragma unroll
+    for (int j = 0; j < kCopies; ++j) {
+      const int i = d + j * Cfg::kDequantThreads;
+      const RowSrc rs = row_src(src, i >> 3, kt0);
+      copy_src[j] = rs.data == nullptr ? nullptr : rs.data + (i & 7) * 16;
+    }
+    const RowSrc srow = row_src(src, d, kt0);  // this thread copies row d's scales
+    bool valid[Cfg::kTasks];
+#pragma unroll
+    for (int j = 0; j < Cfg::kTasks; ++j) valid[j] = row_src(src, (warp + 8 * j) * 16 + (lane & 15), kt0).data != nullptr;
+
+    const uint32_t raw0 = smem_addr(raw_);
+    const uint32_t scale0 = raw0 + 2 * Cfg::kRawRoundBytes;
+    auto issue = [&](int round) {
+      const uint32_t slot = round & 1;
+#pragma unroll
+      for (int j = 0; j < kCopies; ++j) {
+        const int i = d + j * Cfg::kDequantThreads;
+        const bool ok = copy_src[j] != nullptr;
+        cp_async16(raw0 + slot * Cfg::kRawRoundBytes + (i >> 3) * Cfg::kRawStride + (i & 7) * 16,
+                   ok ? copy_src[j] + round * (Cfg::kRoundKtiles * Cfg::BK / 2) : zero_fill_src(), ok);
+      }
+#pragma unroll
+      for (int g = 0; g < Cfg::kRoundKtiles; ++g) {
+        const bool ok = srow.scale != nullptr;
+        cp_async4(scale0 + slot * Cfg::kScaleRoundBytes + d * 16 + g * 4,
+                  ok ? srow.scale + (round * Cfg::kRoundKtiles + g) * srow.step : zero_fill_src(), ok);
+      }
+      cp_async_commit();
+    };
+
+    const int rounds = count / Cfg::kRoundKtiles;
+    if (rounds > 0) issue(0);
+    int s = 0;
+    uint32_t phase = 0;
+    const int sw = lane & 7;
+    for (int round = 0; round < rounds; ++round) {
+      cp_async_wait<0>();
+      // Every dequant thread's copies of this round have landed, and every one has finished
+      // converting the previous round, whose slot the next copies overwrite.
+      asm volatile("bar.sync 2, %0;\n" ::"n"(Cfg::kDequantThreads) : "memory");
+      if (round + 1 < rounds) issue(round + 1);
+      const uint32_t slot = round & 1;
+#pragma unroll
+      for (int v = 0; v < Cfg::kRoundKtiles; ++v) {
+        mbar_wait(empty_ + 8 * s, phase ^ 1);
+        uint8_t* stage = stages_ + s * Cfg::kStageBytes;
+#pragma unroll
+        for (int j = 0; j < Cfg::kTasks; ++j) {
+          if (!valid[j]) continue;
+          const int r = (warp + 8 * j) * 16 + (lane & 15);
+          const uint4 raw = *reinterpret_cast<const uint4*>(raw_ + slot * Cfg::kRawRoundBytes + r * Cfg::kRawStride +
+                                                            v * (Cfg::BK / 2) + q * 16);
+          const uint32_t sc = *reinterpret_cast<const uint16_t*>(raw_ + 2 * Cfg::kRawRoundBytes +
+                                                                slot * Cfg::kScaleRoundBytes + r * 16 + v * 4 + q * 2);
+          uint32_t h[16];
+          dequant32(raw, sc, h);
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            *reinterpret_cast<uint4*>(stage + r * Cfg::kRowBytes + (((q + 2 * c) ^ sw) * 16)) =
+                make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
+        }
+        fence_proxy_async();
         mbar_arrive(full_ + 8 * s);
         if (++s == Cfg::kStages) {
           s = 0;

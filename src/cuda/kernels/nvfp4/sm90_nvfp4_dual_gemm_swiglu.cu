@@ -30,8 +30,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_dual_gem
   for (int b = 0; b < 2; ++b)
     src[1 + b] = {args.b[b].data + batch * args.b[b].data_batch, args.b[b].scales + batch * args.b[b].scale_batch,
                   args.n, static_cast<int64_t>(n_tile) * Cfg::BN, args.k, args.b[b].rk_blocks};
-  const int kt_total = static_cast<int>(args.k / Cfg::BK);
-  const int kt0 = split * kt_total / args.split_k, kt1 = (split + 1) * kt_total / args.split_k;
+  // Split boundaries on whole load units (kSplitUnit k-tiles; K % 256 == 0 makes the units divide K).
+  const int units = static_cast<int>(args.k / (Cfg::BK * Cfg::kSplitUnit));
+  const int kt0 = split * units / args.split_k * Cfg::kSplitUnit;
+  const int kt1 = (split + 1) * units / args.split_k * Cfg::kSplitUnit;
 
   Acc<Cfg, P> acc = {};
   static_assert(sizeof(acc) == sizeof(float) * Cfg::kAcc, "split-K treats the accumulators as kAcc floats");
