@@ -31,6 +31,7 @@ namespace {
 struct BenchArgs {
   std::string model, preset = "default", json;
   std::vector<std::string> backends;
+  std::vector<std::string> fused_configs;  // extra rows of the fused backend with these kernel configs
   std::vector<int64_t> batches{1, 4, 16, 64};
   int tokens = 16, warmup = 2, repeats = 5, peak_n = 8192;
   uint64_t seed = 1;
@@ -130,11 +131,19 @@ void run_bench(const BenchArgs& a) {
   std::vector<Row> rows;
   std::vector<std::string> breakdown_lines;
   for (const auto& b : run_list) {
-    std::vector<std::pair<std::string, bool>> variants{{b, true}};
-    if (a.eager && is_gpu_backend(b)) variants.push_back({b + "(eager)", false});
-    for (const auto& [label, graph] : variants) {
+    struct Variant {
+      std::string label;
+      bool graph;
+      std::string kernel_config;
+    };
+    std::vector<Variant> variants{{b, true, ""}};
+    if (a.eager && is_gpu_backend(b)) variants.push_back({b + "(eager)", false, ""});
+    if (b == "fused")
+      for (const auto& kc : a.fused_configs) variants.push_back({b + "[" + kc + "]", true, kc});
+    for (const auto& [label, graph, kernel_config] : variants) {
       EngineOptions eo;
       eo.graph = graph;
+      eo.kernel_config = kernel_config;
       std::unique_ptr<Engine> engine;
       try {
         engine = make_engine(b, w, eo);
@@ -244,6 +253,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_flag("--breakdown", a->breakdown, "time per phase (router+swap, FFN GEMMs, elementwise, collapse)");
   cmd->add_flag("--eager", a->eager, "GPU backends: also time without CUDA graphs");
+  cmd->add_option("--fused-configs", a->fused_configs,
+                  "also time the fused backend with each of these kernel configs (';'-separated, e.g. "
+                  "'up=bn256_st4_sk1_mc1_p;down=cublas')")
+      ->delimiter(';');
   cmd->callback([a] { run_bench(*a); });
 }
 

@@ -30,6 +30,7 @@ struct TuneArgs {
   std::vector<int64_t> batches{1, 4, 16, 64};
   int tokens = 8, repeats = 5;
   uint64_t seed = 1;
+  bool gemms_only = false;
 };
 
 #ifdef SWAPFFN_WITH_CUDA
@@ -46,6 +47,7 @@ void run_tune(const TuneArgs& a) {
   for (const auto& t : cuda::time_ffn_gemms(int(cfg.d_model), int(cfg.d_ff), ms, a.repeats * 4))
     std::printf("%-16s %7d %6d %6d %-14s %10.2f %8.1f\n", t.gemm.c_str(), t.m, t.n, t.k,
                 t.gemm.rfind("cublas", 0) == 0 ? "-" : t.variant.name().c_str(), t.us, t.tflops);
+  if (a.gemms_only) return;
 
   std::printf("\n== whole token step per combination (fused backend, CUDA graph)\n");
   std::printf("%6s %-18s %-18s %-7s %10s\n", "B", "up", "down", "router", "ms/step");
@@ -120,6 +122,7 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--tokens", a->tokens, "token steps per timed run")->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "timed runs per point")->capture_default_str();
   cmd->add_option("--out", a->out, "tuning cache to write")->capture_default_str();
+  cmd->add_flag("--gemms-only", a->gemms_only, "only time the FFN GEMM variants alone (writes no cache)");
   cmd->callback([a] {
 #ifdef SWAPFFN_WITH_CUDA
     run_tune(*a);

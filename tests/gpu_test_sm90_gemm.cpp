@@ -90,6 +90,8 @@ std::vector<DualCase> dual_cases() {
     out.push_back({512, 512, 256, v});
     out.push_back({40, 384, 128, v});
     out.push_back({300, 256, 192, v});
+    // Persistent: more tiles than SMs, and 3 k-steps per tile, so the stage ring wraps across tiles.
+    if (v.persistent) out.push_back({2000, 2048, 192, v});
   }
   return out;
 }

@@ -113,9 +113,14 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
 
 GemmVariant parse_gemm_variant(const std::string& name) {
   GemmVariant v;
+  std::string base = name;
+  if (base.size() > 2 && base.compare(base.size() - 2, 2, "_p") == 0) {
+    v.persistent = true;
+    base.resize(base.size() - 2);
+  }
   char tail = 0;
-  if (std::sscanf(name.c_str(), "bn%d_st%d_sk%d_mc%d%c", &v.bn, &v.stages, &v.split_k, &v.multicast, &tail) != 4)
-    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected bn<N>_st<S>_sk<K>_mc<C>)");
+  if (std::sscanf(base.c_str(), "bn%d_st%d_sk%d_mc%d%c", &v.bn, &v.stages, &v.split_k, &v.multicast, &tail) != 4)
+    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected bn<N>_st<S>_sk<K>_mc<C>, optionally _p)");
   return v;
 }
 

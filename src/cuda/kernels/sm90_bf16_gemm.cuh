@@ -15,6 +15,9 @@
 // ClusterN CTAs along x (different N tiles) share the A tile, ClusterM CTAs along y (different M
 // tiles) share the B tile. A stage is then refilled only after the consumers of every CTA it is
 // multicast to have released it (their empty-barrier arrivals go to each CTA of the group).
+// Persistent variants (no cluster): a grid of at most one CTA per SM walks the tiles (N fastest);
+// the stage ring runs on across tiles, so the producer loads the next tile's first stages while the
+// consumers run the epilogue of the current one (no pipeline fill per tile, no relaunch per wave).
 #pragma once
 
 #include <cuda.h>
@@ -35,7 +38,7 @@
 namespace swapffn::cuda::sm90 {
 
 // Compile-time tile configuration of one GEMM variant.
-template <int BN_, int Stages_, int SplitK_, int ClusterN_ = 1, int ClusterM_ = 1>
+template <int BN_, int Stages_, int SplitK_, int ClusterN_ = 1, int ClusterM_ = 1, bool Persistent_ = false>
 struct GemmTile {
   static constexpr int BM = 128;  // two consumer warpgroups of 64 rows
   static constexpr int BN = BN_;
@@ -45,6 +48,7 @@ struct GemmTile {
   static constexpr int ClusterN = ClusterN_;  // CTAs along x sharing (multicasting) the A tile
   static constexpr int ClusterM = ClusterM_;  // CTAs along y sharing (multicasting) the B tile
   static constexpr int kClusterSize = ClusterN * ClusterM * SplitK;
+  static constexpr bool kPersistent = Persistent_;
   // CTAs whose consumers must release a stage before it is refilled: the A group and the B group.
   static constexpr int kGroupCtas = ClusterN + ClusterM - 1;
   static constexpr int kBoxRowsA = BM / ClusterN;  // rows of A each CTA loads (TMA box)
@@ -63,6 +67,7 @@ struct GemmTile {
   static_assert(SplitK == 1 || SplitK == 2, "split-K is a cluster of 1 or 2 CTAs along z");
   static_assert(ClusterN == 1 || ClusterM == 1, "multicast along one grid dimension at a time");
   static_assert(kClusterSize <= 8, "portable cluster size is at most 8");
+  static_assert(!kPersistent || kClusterSize == 1, "persistent variants run without clusters (no split-K, no multicast)");
   static_assert((kBoxRowsA * 128) % 1024 == 0 && (kBoxRowsB * 128) % 1024 == 0,
                 "multicast slices must start on 1024-byte boundaries to keep the 128B swizzle pattern");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
@@ -119,7 +124,8 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 template <class Tile, class Epi>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90_bf16_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
-                          const typename Epi::Params params, int M, int k_tiles_per_split) {
+                          const typename Epi::Params params, int M, int k_tiles_per_split, int tiles_n,
+                          int num_tiles) {
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, S = Tile::Stages;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
@@ -132,13 +138,18 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(smem_reduce) + Tile::kReduceBytes);
   uint64_t* empty = full + S;
 
-  const int n_tile = blockIdx.x, m_tile = blockIdx.y;
   // Position in the (ClusterN, ClusterM, SplitK) cluster; ranks are x-fastest.
   const int cx = blockIdx.x % Tile::ClusterN, cy = blockIdx.y % Tile::ClusterM;
   const int split = Tile::SplitK > 1 ? static_cast<int>(blockIdx.z) : 0;
   const auto rank_of = [](int x, int y, int z) { return x + Tile::ClusterN * (y + Tile::ClusterM * z); };
   const int k_tile0 = split * k_tiles_per_split;
   const int wg = threadIdx.x / 128;
+  // Tiles of this CTA: one (its grid position), or every gridDim.x-th of the linear tile order.
+  const int tile0 = Tile::kPersistent ? static_cast<int>(blockIdx.x) : 0;
+  const int tile_step = Tile::kPersistent ? static_cast<int>(gridDim.x) : 1;
+  const int tile_end = Tile::kPersistent ? num_tiles : 1;
+  const auto n_tile_of = [&](int tile) { return Tile::kPersistent ? tile % tiles_n : static_cast<int>(blockIdx.x); };
+  const auto m_tile_of = [&](int tile) { return Tile::kPersistent ? tile / tiles_n : static_cast<int>(blockIdx.y); };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
@@ -166,9 +177,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       uint16_t mask_a = 0, mask_b = 0;
       for (int x = 0; x < Tile::ClusterN; ++x) mask_a |= uint16_t(1u << rank_of(x, cy, split));
       for (int y = 0; y < Tile::ClusterM; ++y) mask_b |= uint16_t(1u << rank_of(cx, y, split));
-      for (int it = 0; it < k_tiles_per_split; ++it) {
-        const int s = it % S;
-        const uint32_t phase = (it / S) & 1;
+      int g = 0;  // k-steps issued so far by this CTA (the ring position runs on across tiles)
+      for (int tile = tile0; tile < tile_end; tile += tile_step) {
+      const int n_tile = n_tile_of(tile), m_tile = m_tile_of(tile);
+      for (int it = 0; it < k_tiles_per_split; ++it, ++g) {
+        const int s = g % S;
+        const uint32_t phase = (g / S) & 1;
         EmptyBarrier::wait(&empty[s], phase ^ 1);
         Barrier::arrive_and_expect_tx(&full[s], Tile::kStageBytesA + Tile::kStageBytesB);
         const int k = (k_tile0 + it) * BK;
@@ -183,6 +197,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_b, &full[s], mask_b, 0, b_dst, k, b_row);
         else
           cute::SM90_TMA_LOAD_2D::copy(&tma_b, &full[s], 0, b_dst, k, b_row);
+      }
       }
     }
     if constexpr (Tile::kClusterSize > 1) {
@@ -207,9 +222,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // the accumulators inside the MMA pipeline, which serialises the wgmmas (ptxas C7515).
   float acc[Tile::kAccPerThread];
 
-  for (int it = 0; it < k_tiles_per_split; ++it) {
-    const int s = it % S;
-    const uint32_t phase = (it / S) & 1;
+  int g = 0;  // k-steps consumed so far by this CTA
+  for (int tile = tile0; tile < tile_end; tile += tile_step) {
+  const int n_tile = n_tile_of(tile), m_tile = m_tile_of(tile);
+  for (int it = 0; it < k_tiles_per_split; ++it, ++g) {
+    const int s = g % S;
+    const uint32_t phase = (g / S) & 1;
     Barrier::wait(&full[s], phase);
     const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * 64 * 128;
     const uint8_t* b = smem_b + s * Tile::kStageBytesB;
@@ -227,11 +245,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     cute::warpgroup_wait<1>();
 #pragma unroll
     for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
-    if (it > 0) release((it + S - 1) % S);
+    if (it > 0) release((g + S - 1) % S);
   }
   cute::warpgroup_wait<0>();
 #pragma unroll
   for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+  // The tile's last stage goes back too: the producer may already fill it for the next tile.
+  if constexpr (Tile::kPersistent) release((g + S - 1) % S);
 
   float2* red = reinterpret_cast<float2*>(smem_reduce) + c * (Tile::kAccPerThread / 2) * 128;
   if constexpr (Tile::SplitK > 1) {
@@ -261,6 +281,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
   }
   Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t);
+  }
 }
 
 }  // namespace swapffn::cuda::sm90

@@ -53,7 +53,7 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
   const dim3 grid(a.n / BN, (a.m + Tile::BM - 1) / Tile::BM, SplitK);
   launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK), Tile::kSmemBytes, stream, pdl, ta, tb,
-                     ResidualEpilogue::Params{a.h, a.n, a.residual}, a.m, a.k / Tile::BK / SplitK);
+                     ResidualEpilogue::Params{a.h, a.n, a.residual}, a.m, a.k / Tile::BK / SplitK, 0, 0);
 }
 
 // The compiled variants. bn 64 with split-K 2: 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024);

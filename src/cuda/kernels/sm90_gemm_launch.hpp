@@ -22,9 +22,10 @@ struct GemmVariant {
   int stages = 4;
   int split_k = 1;
   int multicast = 1;  // CTAs of a cluster sharing one operand tile (B for the dual GEMM, A for down)
+  bool persistent = false;  // one CTA per SM walking the tiles (no cluster)
   std::string name() const {
     return "bn" + std::to_string(bn) + "_st" + std::to_string(stages) + "_sk" + std::to_string(split_k) + "_mc" +
-           std::to_string(multicast);
+           std::to_string(multicast) + (persistent ? "_p" : "");
   }
   bool operator==(const GemmVariant&) const = default;
 };
@@ -49,6 +50,14 @@ struct GemmResidualArgs {
 // Both launchers encode their tensor maps (cheap host work) and check shapes against the variant.
 void launch_dual_gemm_swiglu(const DualGemmSwigluArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl);
 void launch_gemm_residual(const GemmResidualArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl);
+
+// Multiprocessors of the current device (the persistent grids take at most one CTA each).
+inline int sm_count() {
+  int dev = 0, n = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
 
 // The dual GEMM's B operand: w1 [F, K] and w3 [F, K] interleaved in blocks of 8 rows into [2F, K]
 // (rows 16g..16g+7 = w1[8g..8g+7], rows 16g+8..16g+15 = w3[8g..8g+7]). F must be a multiple of 8.
