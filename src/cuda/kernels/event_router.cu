@@ -33,7 +33,7 @@ struct Smem {
 __host__ __device__ Smem smem_layout(int64_t d, int64_t r) {
   return {size_t(r) * size_t(d + kPad) * 2, size_t(kMmaRows) * size_t(d + kPad) * 2,
           size_t(kWarps) * kMmaRows * kNBlocks * 8 * 4, size_t(kMmaRows) * size_t(r) * 4,
-          size_t(2 * d + 5 * r + 5) * 4};
+          (size_t(2 * d + 5 * r + 5) * 4 + 15) / 16 * 16};  // keeps the mbarrier after it 8-byte aligned
 }
 
 __device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) {
