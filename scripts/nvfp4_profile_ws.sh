@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Nsight Compute metrics of the warp-specialised NVFP4 GEMM tiles (register loads `ws`, raw ring
-# `wsr`) on the first GEMM bench shape: pipe utilisation, warp stalls, global-load efficiency.
+# Nsight Compute metrics of the warp-specialised NVFP4 GEMM tiles (register loads of one k-tile
+# `ws` or two `ws2`) on the first GEMM bench shape: pipe utilisation, warp stalls, global-load
+# efficiency. (The raw-ring `wsr` kernel matches 'WsCfgILi128ELi1ELi4ELi1ELb1'.)
 #   B=<build dir> OUT=<log dir> scripts/nvfp4_profile_ws.sh
 B=${B:-build/nvfp4}; OUT=${OUT:-/tmp/nvfp4_out}; mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
@@ -12,5 +13,5 @@ p() {
   grep -E "^\s+(smsp|sm__|l1tex|lts|dram|gpu__)" "$OUT/ncu_$1.txt" | awk '$NF+0 > 0.05 || /pct|time|sum/' |
     sed -E 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' | awk '{printf "%s=%s ", $1, $NF} END {print ""}'
 }
-p ws 'nvfp4_gemm_kernel.*WsCfgILi128ELi1ELi6ELi4ELb0'
-p wsr 'nvfp4_gemm_kernel.*WsCfgILi128ELi1ELi4ELi1ELb1'
+p ws 'nvfp4_gemm_kernel.*WsCfgILi128ELi1ELi6ELi4ELb0ELi1E'
+p ws2 'nvfp4_gemm_kernel.*WsCfgILi128ELi1ELi6ELi2ELb0ELi2E'

@@ -123,7 +123,7 @@ void run_gemm(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 
 TEST_F(Nvfp4Gpu, GemmBitExact) {
   const Tile tiles[] = {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
-                        Tile::m128_n128_wsr};
+                        Tile::m128_n128_wsr, Tile::m128_n128_ws2};
   for (ScaleLayout layout : kLayouts)
     for (Tile t : tiles) {
       run_gemm(200, 136, 512, 2, layout, {t, 1}, 31);  // M, N not tile multiples
@@ -144,6 +144,7 @@ TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
   run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wgmma, 4}, 94, nullptr, &ws);
   run_gemm(256, 1024, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws, 4}, 95, nullptr, &ws);    // 16 tiles
   run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wsr, 4}, 96, nullptr, &ws);
+  run_gemm(256, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws2, 3}, 97, nullptr, &ws);
 }
 
 TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
@@ -175,7 +176,8 @@ void run_dual(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 
 TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr}) {
+    for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr,
+                   Tile::m128_n64_ws2}) {
       run_dual(160, 200, 512, 2, layout, {t, 1}, 51);
       run_dual(64, 64, 256, 1, layout, {t, 1}, 52);
       run_dual(130, 96, 1024, 1, layout, {t, 4}, 53);
@@ -195,6 +197,9 @@ TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {
   EXPECT_EQ(first, second);
   run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_wsr, 3}, 61, &first);
   run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_wsr, 3}, 61, &second);
+  EXPECT_EQ(first, second);
+  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_ws2, 3}, 61, &first);
+  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_ws2, 3}, 61, &second);
   EXPECT_EQ(first, second);
 }
 
@@ -227,7 +232,7 @@ void run_grouped(const std::vector<int64_t>& ms, const std::vector<int64_t>& ns,
 TEST_F(Nvfp4Gpu, GroupedGemmBitExact) {
   for (ScaleLayout layout : kLayouts)
     for (Tile t : {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
-                   Tile::m128_n128_wsr}) {
+                   Tile::m128_n128_wsr, Tile::m128_n128_ws2}) {
       run_grouped({40, 76, 168, 1}, {136, 136, 136, 136}, {512, 512, 512, 512}, layout, {t, 1}, 71);
       run_grouped({130, 64}, {64, 200}, {256, 768}, layout, {t, 1}, 72);  // per-group n and k
     }

@@ -26,6 +26,8 @@ const char* to_string(Tile t) {
     case Tile::m128_n64_ws: return "128x64ws";
     case Tile::m128_n128_wsr: return "128x128wsr";
     case Tile::m128_n64_wsr: return "128x64wsr";
+    case Tile::m128_n128_ws2: return "128x128ws2";
+    case Tile::m128_n64_ws2: return "128x64ws2";
   }
   return "?";
 }
@@ -33,7 +35,7 @@ const char* to_string(Tile t) {
 int tile_m(Tile t) { return (t == Tile::m64_n128 || t == Tile::m64_n64) ? 64 : 128; }
 int tile_n(Tile t) {
   return (t == Tile::m128_n128 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma || t == Tile::m128_n128_ws ||
-          t == Tile::m128_n128_wsr)
+          t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2)
              ? 128
              : 64;
 }
@@ -96,9 +98,9 @@ GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
 // Rejected: 128x64 tiles (twice the A dequantization per output; slower at every split).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n128 : Tile::m128_n128_ws;
+  c.tile = p.m <= 64 ? Tile::m64_n128 : Tile::m128_n128_ws2;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
-  const int per_sm = c.tile == Tile::m128_n128_ws ? 1 : 2;
+  const int per_sm = c.tile == Tile::m128_n128_ws2 ? 1 : 2;
   c.split_k = std::min(4, pick_split(tiles, p.k / 64, sm_count, per_sm, 16));
   return c;
 }
@@ -108,9 +110,9 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
 // and split-K (capped at 4) rounds them up to whole waves of one CTA per SM.
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_ws;
+  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_ws2;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, 64) * p.l;
-  const int per_sm = c.tile == Tile::m128_n64_ws ? 1 : 2;
+  const int per_sm = c.tile == Tile::m128_n64_ws2 ? 1 : 2;
   c.split_k = std::min(4, pick_split(tiles, p.k / 64, sm_count, per_sm, 16));
   return c;
 }
@@ -123,7 +125,7 @@ TileConfig choose_grouped_config(const GroupedGemmProblem& p, int /*sm_count*/) 
   for (const auto& g : p.groups) sum_m += g.m;
   const int64_t groups = std::max<size_t>(p.groups.size(), 1);
   TileConfig c;
-  c.tile = sum_m / groups <= 48 ? Tile::m64_n128 : Tile::m128_n128_ws;
+  c.tile = sum_m / groups <= 48 ? Tile::m64_n128 : Tile::m128_n128_ws2;
   c.split_k = 1;
   return c;
 }

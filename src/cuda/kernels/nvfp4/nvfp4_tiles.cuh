@@ -41,6 +41,9 @@ using DualM128N64Wg = TileCfg<2, 4, 2, 2, 3, 2>;
 // 4 k-tiles in flight per thread keep 32 KB of loads outstanding per SM (2 x 16 B per k-tile).
 using GemmM128N128Ws = WsCfg<128, 1, 6, 4, false>;
 using DualM128N64Ws = WsCfg<64, 2, 6, 4, false>;
+// Two k-tiles per load step (8 lines per warp request), the same 4 k-tiles of loads in flight.
+using GemmM128N128Ws2 = WsCfg<128, 1, 6, 2, false, 2>;
+using DualM128N64Ws2 = WsCfg<64, 2, 6, 2, false, 2>;
 // Raw-ring variants: 4 fp16 stages (128 KB) + the 80 KB double-buffered raw ring.
 using GemmM128N128WsRing = WsCfg<128, 1, 4, 1, true>;
 using DualM128N64WsRing = WsCfg<64, 2, 4, 1, true>;
@@ -94,6 +97,7 @@ void dispatch_gemm_tile(Tile tile, F&& f) {
     case Tile::m128_n128_wgmma: f(GemmM128N128Wg{}, PathTag<Path::wgmma>{}); return;
     case Tile::m128_n128_ws: f(GemmM128N128Ws{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n128_wsr: f(GemmM128N128WsRing{}, PathTag<Path::ws>{}); return;
+    case Tile::m128_n128_ws2: f(GemmM128N128Ws2{}, PathTag<Path::ws>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }
@@ -106,6 +110,7 @@ void dispatch_dual_tile(Tile tile, F&& f) {
     case Tile::m128_n64_wgmma: f(DualM128N64Wg{}, PathTag<Path::wgmma>{}); return;
     case Tile::m128_n64_ws: f(DualM128N64Ws{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n64_wsr: f(DualM128N64WsRing{}, PathTag<Path::ws>{}); return;
+    case Tile::m128_n64_ws2: f(DualM128N64Ws2{}, PathTag<Path::ws>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 dual GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }

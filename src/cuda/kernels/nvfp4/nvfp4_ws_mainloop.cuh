@@ -39,13 +39,14 @@ namespace swapffn::cuda::nvfp4 {
 // (each warp copy covers 4 full lines), synchronise among themselves once per 4 k-tiles (named
 // barrier 2), and convert from there; this trades shared-memory traffic for full-line global
 // requests.
-template <int BN_, int NB_, int Stages_, int Depth_, bool Ring_>
+template <int BN_, int NB_, int Stages_, int Depth_, bool Ring_, int Span_ = 1>
 struct WsCfg {
   static constexpr int BM = 128, BN = BN_, BK = 64;
   static constexpr int kNB = NB_;
   static constexpr int kStages = Stages_;  // fp16 stages in the shared-memory ring
-  static constexpr int kDepth = Depth_;    // register variant: k-tiles of raw loads in flight per thread
+  static constexpr int kDepth = Depth_;    // register variant: load steps in flight per thread
   static constexpr bool kRing = Ring_;
+  static constexpr int kSpan = Span_;      // register variant: k-tiles per load step (1 or 2)
   static constexpr int kConsumerThreads = 256;
   static constexpr int kDequantThreads = 256;
   static constexpr int kThreads = kConsumerThreads + kDequantThreads;
@@ -54,7 +55,7 @@ struct WsCfg {
   static constexpr int kRows = BM + kNB * BN;
   static constexpr int kRowBytes = BK * 2;  // 128 B of fp16: one swizzle atom row
   static constexpr int kStageBytes = kRows * kRowBytes;
-  static constexpr int kTasks = kRows * 2 / kDequantThreads;  // 16-byte raw chunks per thread per k-tile
+  static constexpr int kTasks = kRows * 2 * kSpan / kDequantThreads;  // 16-byte raw chunks per thread and step
   static constexpr int kAcc = kNB * BN / 2;                   // fp32 accumulators per consumer thread
   // Raw ring (kRing): 2 rounds of 4 k-tiles; a row's 128 bytes padded to 144 so that 8 consecutive
   // rows' 16-byte reads hit 8 distinct bank groups; 16 scale bytes per row and round.
@@ -63,10 +64,12 @@ struct WsCfg {
   static constexpr int kRawRoundBytes = kRows * kRawStride;
   static constexpr int kScaleRoundBytes = kRows * 16;
   static constexpr int kRawBytes = kRing ? 2 * (kRawRoundBytes + kScaleRoundBytes) : 0;
-  static constexpr int kSplitUnit = kRing ? kRoundKtiles : 1;  // split-K boundaries on whole rounds
+  static constexpr int kSplitUnit = kRing ? kRoundKtiles : kSpan;  // split-K boundaries on whole steps
   static constexpr int kSmemAlloc = kStages * kStageBytes + kRawBytes + 2 * kStages * 8 + 1024;  // + align slack
   static_assert(kSmemAlloc <= 227 * 1024, "shared memory per CTA");
   static_assert(!kRing || kRows == kDequantThreads, "ring copies: one scale row per dequant thread");
+  static_assert(!kRing || kSpan == 1, "the ring variant converts one k-tile per stage");
+  static_assert((kSpan == 1 || kSpan == 2) && kStages % kSpan == 0, "a step's stages never wrap the ring");
 
   static_assert(BN == 64 || BN == 128, "wgmma m64nBNk16 with BN 64 or 128");
   static_assert(kRows % 128 == 0, "each dequant warp owns whole 16-row blocks in every task");
@@ -177,24 +180,33 @@ struct WsMainloop {
     wgmma_wait<0>();
   }
 
+  // Register variant. A load step covers kSpan k-tiles: each row's kSpan * 32 bytes are read by
+  // 2 * kSpan lanes of one warp request (kSpan = 2: 8 rows x 64 bytes, 8 lines per request instead
+  // of 16, which halves the L1 tag work per byte; see docs/NVFP4.md). Chunk c of a row belongs to
+  // k-tile c / 2 of the step, half c % 2 of it; every thread arrives on all kSpan stages of a step.
   __device__ void dequantize(const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count) const {
+    constexpr int kSpan = Cfg::kSpan, kRowsPerTask = 16 / kSpan;
     const int d = threadIdx.x - Cfg::kConsumerThreads;
-    const int warp = d >> 5, lane = d & 31, q = lane >> 4;
-    // Per task: k-tile-0 addresses (null: row outside the operand), scale step per k-tile, and
-    // the task's row offset in a stage. r % 8 == lane % 8 for every task (16-row blocks).
+    const int warp = d >> 5, lane = d & 31;
+    const int c = lane / kRowsPerTask, q = c & 1;
+    // Per task: step-0 addresses (null: row outside the operand), scale bytes per step, and the
+    // task's row offset in its stage. r % 8 == lane % 8 for every task (8- or 16-row blocks), so
+    // each 8-lane phase of the shared stores covers 8 rows of one chunk column: conflict-free.
     const uint8_t* data[Cfg::kTasks];
     const uint8_t* scale[Cfg::kTasks];
     uint32_t step[Cfg::kTasks], row_off[Cfg::kTasks];
 #pragma unroll
     for (int j = 0; j < Cfg::kTasks; ++j) {
-      const int r = (warp + 8 * j) * 16 + (lane & 15);
+      const int r = (warp + 8 * j) * kRowsPerTask + lane % kRowsPerTask;
       const RowSrc rs = row_src(src, r, kt0);
-      row_off[j] = r * Cfg::kRowBytes;
-      data[j] = rs.data == nullptr ? nullptr : rs.data + q * 16;
-      scale[j] = rs.scale == nullptr ? nullptr : rs.scale + 2 * q;
-      step[j] = rs.step;
+      row_off[j] = (c >> 1) * Cfg::kStageBytes + r * Cfg::kRowBytes;
+      data[j] = rs.data == nullptr ? nullptr : rs.data + c * 16;
+      scale[j] = rs.scale == nullptr ? nullptr : rs.scale + (c >> 1) * rs.step + 2 * q;
+      step[j] = rs.step * kSpan;
     }
     const int sw = lane & 7;
+    const int steps = count / kSpan;
+    constexpr int kStepBytes = kSpan * Cfg::BK / 2;
 
     uint4 raw[Cfg::kDepth][Cfg::kTasks];
     uint32_t sc[Cfg::kDepth][Cfg::kTasks];
@@ -202,19 +214,20 @@ struct WsMainloop {
     for (int i = 0; i < Cfg::kDepth; ++i)
 #pragma unroll
       for (int j = 0; j < Cfg::kTasks; ++j)
-        if (i < count && data[j] != nullptr) {
-          raw[i][j] = ldg_nc_v4(data[j] + i * (Cfg::BK / 2));
+        if (i < steps && data[j] != nullptr) {
+          raw[i][j] = ldg_nc_v4(data[j] + i * kStepBytes);
           sc[i][j] = ldg_nc_u16(scale[j] + i * step[j]);
         }
 
     int s = 0;
     uint32_t phase = 0;
-    for (int t0 = 0; t0 < count; t0 += Cfg::kDepth) {
+    for (int p0 = 0; p0 < steps; p0 += Cfg::kDepth) {
 #pragma unroll
       for (int i = 0; i < Cfg::kDepth; ++i) {
-        const int t = t0 + i;
-        if (t >= count) break;
-        mbar_wait(empty_ + 8 * s, phase ^ 1);
+        const int p = p0 + i;
+        if (p >= steps) break;
+#pragma unroll
+        for (int u = 0; u < kSpan; ++u) mbar_wait(empty_ + 8 * (s + u), phase ^ 1);
         uint8_t* stage = stages_ + s * Cfg::kStageBytes;
 #pragma unroll
         for (int j = 0; j < Cfg::kTasks; ++j) {
@@ -222,25 +235,28 @@ struct WsMainloop {
           uint32_t h[16];
           dequant32(raw[i][j], sc[i][j], h);
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            *reinterpret_cast<uint4*>(stage + row_off[j] + (((q + 2 * c) ^ sw) * 16)) =
-                make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
-          // Refill this register slot with k-tile t + kDepth while the others are converted.
-          const int next = t + Cfg::kDepth;
-          if (next < count) {
-            raw[i][j] = ldg_nc_v4(data[j] + next * (Cfg::BK / 2));
+          for (int e = 0; e < 4; ++e)
+            *reinterpret_cast<uint4*>(stage + row_off[j] + (((q + 2 * e) ^ sw) * 16)) =
+                make_uint4(h[4 * e], h[4 * e + 1], h[4 * e + 2], h[4 * e + 3]);
+          // Refill this register slot with step p + kDepth while the others are converted.
+          const int next = p + Cfg::kDepth;
+          if (next < steps) {
+            raw[i][j] = ldg_nc_v4(data[j] + next * kStepBytes);
             sc[i][j] = ldg_nc_u16(scale[j] + next * step[j]);
           }
         }
         fence_proxy_async();  // generic-proxy stores -> wgmma's async-proxy reads
-        mbar_arrive(full_ + 8 * s);
-        if (++s == Cfg::kStages) {
+#pragma unroll
+        for (int u = 0; u < kSpan; ++u) mbar_arrive(full_ + 8 * (s + u));
+        s += kSpan;
+        if (s == Cfg::kStages) {
           s = 0;
           phase ^= 1;
         }
       }
     }
   }
+
   // Row r's source in operand order (compile-time operand index, see dequantize()).
   struct RowSrc {
     const uint8_t* data = nullptr;   // k-tile-0 bytes of the row, null outside the operand
