@@ -10,17 +10,26 @@ constexpr int kPoolThreads = 128;  // d values per block in the pooling kernels
 constexpr int kWarpThreads = 256;  // 8 warps, one output each, in the dot-product kernels
 
 // partial[b, chunk, k, d] = sum over the chunk's cores c (ascending) of alpha[c, k] * h[b, c, d].
+// Eight k per pass over the chunk's rows of h, so each h value is loaded once per pass, not once per k.
 __global__ void __launch_bounds__(kPoolThreads) collapse_pool_partial_kernel(CollapseArgs a) {
+  constexpr int kKPerPass = 8;
   const int64_t d = blockIdx.x * int64_t{kPoolThreads} + threadIdx.x;
   const int64_t chunk = blockIdx.y, b = blockIdx.z, D = a.d_model, K = a.collapse_k;
   if (d >= D) return;
   const int64_t c0 = chunk * kChunk;
   const int64_t c1 = c0 + kChunk < a.cores ? c0 + kChunk : a.cores;
   const int64_t chunks = gridDim.y;
-  for (int64_t k = 0; k < K; ++k) {
-    float acc = 0.f;
-    for (int64_t c = c0; c < c1; ++c) acc += a.alpha[c * K + k] * a.h[(b * a.cores + c) * D + d];
-    a.partial[((b * chunks + chunk) * K + k) * D + d] = acc;
+  for (int64_t k0 = 0; k0 < K; k0 += kKPerPass) {
+    float acc[kKPerPass] = {};
+    for (int64_t c = c0; c < c1; ++c) {
+      const float hv = a.h[(b * a.cores + c) * D + d];
+#pragma unroll
+      for (int j = 0; j < kKPerPass; ++j)
+        if (k0 + j < K) acc[j] += a.alpha[c * K + k0 + j] * hv;
+    }
+#pragma unroll
+    for (int j = 0; j < kKPerPass; ++j)
+      if (k0 + j < K) a.partial[((b * chunks + chunk) * K + k0 + j) * D + d] = acc[j];
   }
 }
 

@@ -15,25 +15,45 @@
 namespace swapffn::cuda {
 namespace {
 
-// Rows per CTA: 8 while the grid is small (64 CTAs at M = 512; the MMA's other 8 rows are zeros),
-// 16 once there are CTAs to spare (half the router_w copies into shared memory). The choice does
-// not change any row's arithmetic (K-slices per warp and their summation order are fixed).
-constexpr int kMmaRows = 16;  // m16 MMA tile
-constexpr int kWarps = 8;
+// Rows per CTA (kRows): 8 while the grid is small (64 CTAs at M = 512; the MMA's other 8 rows are
+// zeros), 16 and then 32 (16 warps, two m16 MMA tiles) as rows grow: each CTA copies all of
+// router_w (128 KB) into shared memory and only one CTA fits per SM, so larger M wants fewer,
+// wider CTAs. The choice does not change any row's arithmetic: every row's z is the sum over the
+// same 8 K-slices of D, in the same order, each slice accumulated by one warp's MMAs.
+constexpr int kMmaRows = 16;    // m16 MMA tile
+constexpr int kSlices = 8;      // K-slices of D per m16 tile, one warp each
 constexpr int kPad = 8;         // bf16 elements of row padding: ldmatrix rows land in distinct banks
 constexpr int kNBlocks = 8;     // n8 blocks of z per pass (64 columns)
 constexpr int kMaxRouter = 64;  // router_w stays resident in shared memory: R rows of D
 constexpr int kMaxVec = 8;      // float4 per lane of one row held in registers: D <= 32 * 4 * 8
 
-struct Smem {
-  size_t w_bytes, n_bytes, partial_bytes, z_bytes, param_bytes;
-  __host__ __device__ size_t total() const { return w_bytes + n_bytes + partial_bytes + z_bytes + param_bytes + 16; }
+template <int kRows>
+struct RouterShape {
+  static_assert(kRows == 8 || kRows == 16 || kRows == 32, "a CTA owns 8, 16 or 32 rows");
+  static constexpr int kMTiles = kRows > 16 ? kRows / kMmaRows : 1;
+  static constexpr int kWarps = kSlices * kMTiles;
+  static constexpr int kRowsPerWarp = kRows / kWarps;
+  static constexpr int kOperandRows = kMmaRows * kMTiles;  // MMA rows, zero padded
 };
-// param: router_gain [D], norm_gain [D], swap_w [R], bank_w [R, 4], swap_b, bank_b [4] (fp32).
-__host__ __device__ Smem smem_layout(int64_t d, int64_t r) {
-  return {size_t(r) * size_t(d + kPad) * 2, size_t(kMmaRows) * size_t(d + kPad) * 2,
-          size_t(kWarps) * kMmaRows * kNBlocks * 8 * 4, size_t(kMmaRows) * size_t(r) * 4,
+
+struct Smem {
+  size_t w_bytes, n_bytes, z_bytes, param_bytes;
+  __host__ __device__ size_t total() const { return w_bytes + n_bytes + z_bytes + param_bytes + 16; }
+};
+// w: router_w [R][D + pad] bf16; n: the MMA operand [rows][D + pad] bf16, reused for the per-warp
+// partial sums [warp][16][64] fp32 once the MMAs are done; z [rows][R]; param: router_gain [D],
+// norm_gain [D], swap_w [R], bank_w [R, 4], swap_b, bank_b [4] (fp32).
+__host__ __device__ Smem smem_layout(int64_t d, int64_t r, int operand_rows, int warps) {
+  const size_t operand = size_t(operand_rows) * size_t(d + kPad) * 2;
+  const size_t partial = size_t(warps) * kMmaRows * kNBlocks * 8 * 4;
+  return {size_t(r) * size_t(d + kPad) * 2, ((operand > partial ? operand : partial) + 15) / 16 * 16,
+          size_t(operand_rows) * size_t(r) * 4,
           (size_t(2 * d + 5 * r + 5) * 4 + 15) / 16 * 16};  // keeps the mbarrier after it 8-byte aligned
+}
+template <int kRows>
+__host__ __device__ Smem smem_layout(int64_t d, int64_t r) {
+  using S = RouterShape<kRows>;
+  return smem_layout(d, r, S::kOperandRows, S::kWarps);
 }
 
 __device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) {
@@ -52,23 +72,22 @@ __device__ __forceinline__ float sum_sq(const float4& v) { return v.x * v.x + v.
 // Element i of a lane's row is float4 index lane + 32 i, the order in which the row's sum of squares
 // has always been accumulated (same bits as the three-pass version).
 template <int kRows>
-__global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterArgs a) {
-  static_assert(kRows == 8 || kRows == 16, "a CTA owns 8 or 16 rows of one m16 MMA tile");
-  constexpr int kRowsPerWarp = kRows / kWarps;
+__global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_kernel(EventRouterArgs a) {
+  using Shape = RouterShape<kRows>;
+  constexpr int kWarps = Shape::kWarps, kRowsPerWarp = Shape::kRowsPerWarp;
   extern __shared__ __align__(128) uint8_t smem[];
   const int D = static_cast<int>(a.d_model), R = static_cast<int>(a.d_router), rows = static_cast<int>(a.rows);
-  const Smem L = smem_layout(D, R);
+  const Smem L = smem_layout<kRows>(D, R);
   __nv_bfloat16* w_smem = reinterpret_cast<__nv_bfloat16*>(smem);  // [R][D + pad]
-  __nv_bfloat16* n_smem = reinterpret_cast<__nv_bfloat16*>(smem + L.w_bytes);  // [16][D + pad]
-  float* partial = reinterpret_cast<float*>(smem + L.w_bytes + L.n_bytes);  // [warp][16][64]
-  float* z_smem = reinterpret_cast<float*>(smem + L.w_bytes + L.n_bytes + L.partial_bytes);  // [16][R]
-  float* rgain = z_smem + kMmaRows * R;
+  __nv_bfloat16* n_smem = reinterpret_cast<__nv_bfloat16*>(smem + L.w_bytes);  // [operand rows][D + pad]
+  float* partial = reinterpret_cast<float*>(smem + L.w_bytes);  // [warp][16][64], after the MMAs
+  float* z_smem = reinterpret_cast<float*>(smem + L.w_bytes + L.n_bytes);  // [operand rows][R]
+  float* rgain = z_smem + Shape::kOperandRows * R;
   float* ngain = rgain + D;
   float* swap_w = ngain + D;
   float* bank_w = swap_w + R;
   float* biases = bank_w + 4 * R;  // swap_b, bank_b[4]
-  uint64_t* w_ready = reinterpret_cast<uint64_t*>(smem + L.w_bytes + L.n_bytes + L.partial_bytes + L.z_bytes +
-                                                  L.param_bytes);
+  uint64_t* w_ready = reinterpret_cast<uint64_t*>(smem + L.w_bytes + L.n_bytes + L.z_bytes + L.param_bytes);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * kRows;
   const int ld = D + kPad, D4 = D / 4, nvec = D / 128;
@@ -127,19 +146,19 @@ __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterAr
         dst[lane + 32 * i] = pack_bf16x4(v.x * rs * g.x, v.y * rs * g.y, v.z * rs * g.z, v.w * rs * g.w);
       }
   }
-  for (int lr = kRows + warp; lr < kMmaRows; lr += kWarps) {
+  for (int lr = kRows + warp; lr < Shape::kOperandRows; lr += kWarps) {
     uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
     for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
   }
   __syncthreads();
   cutlass::arch::ClusterTransactionBarrier::wait(w_ready, 0);
 
-  // 2. z = n @ router_w^T from shared memory: each warp a K-slice of D for all columns, then a
-  //    fixed-order sum over warps (deterministic, the same for every batch size).
+  // 2. z = n @ router_w^T from shared memory: each warp one K-slice of D of one m16 tile for all
+  //    columns, then a fixed-order sum over the slices (deterministic, the same for every batch size).
   const int g = lane / 4, t = lane % 4;
-  const int k_per_warp = D / kWarps;
-  const int kbeg = warp * k_per_warp;
-  const __nv_bfloat16* arow = n_smem + (lane % 16) * ld + (lane / 16) * 8;
+  const int mtile = warp / kSlices, k_per_warp = D / kSlices;
+  const int kbeg = (warp % kSlices) * k_per_warp;
+  const __nv_bfloat16* arow = n_smem + (mtile * kMmaRows + lane % 16) * ld + (lane / 16) * 8;
   // ldmatrix.x4 over two n8 blocks of W: lanes 0-15 address block j's 8 rows at k and k + 8,
   // lanes 16-31 block j + 1's.
   const __nv_bfloat16* brow = w_smem + ((lane % 8) + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8;
@@ -164,6 +183,7 @@ __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterAr
       }
     }
   }
+  __syncthreads();  // every warp is done reading the operand: its space takes the partial sums
   float* mine = partial + warp * kMmaRows * kNBlocks * 8;
 #pragma unroll
   for (int j = 0; j < kNBlocks; ++j) {
@@ -174,9 +194,10 @@ __global__ void __launch_bounds__(kWarps * 32) event_router_kernel(EventRouterAr
   __syncthreads();
   for (int i = threadIdx.x; i < kRows * R; i += kWarps * 32) {
     const int lr = i / R, c = i % R;
+    const float* p = partial + ((lr / kMmaRows) * kSlices * kMmaRows + lr % kMmaRows) * kNBlocks * 8 + c;
     float sum = 0.f;
 #pragma unroll
-    for (int wi = 0; wi < kWarps; ++wi) sum += partial[(wi * kMmaRows + lr) * kNBlocks * 8 + c];
+    for (int wi = 0; wi < kSlices; ++wi) sum += p[wi * kMmaRows * kNBlocks * 8];
     z_smem[lr * R + c] = sum;
   }
   __syncthreads();
@@ -255,7 +276,8 @@ void check_event_router_shape(int64_t d_model, int64_t d_router) {
   int dev = 0, optin = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  SWAPFFN_REQUIRE(smem_layout(d_model, d_router).total() <= size_t(optin),
+  SWAPFFN_REQUIRE(smem_layout<32>(d_model, d_router).total() <= size_t(optin) &&
+                      smem_layout<8>(d_model, d_router).total() <= size_t(optin),
                   "event router: d_model " + std::to_string(d_model) + " needs more shared memory than this GPU has");
 }
 
@@ -266,14 +288,18 @@ void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int smem = int(smem_layout(a.d_model, a.d_router).total());
-  if (a.rows / 8 > 4 * int64_t(sms)) {
-    launch_kernel_ex(event_router_kernel<16>, dim3(static_cast<unsigned>((a.rows + 15) / 16)), dim3(kWarps * 32),
-                     dim3(1, 1, 1), smem, stream, pdl, a);
-  } else {
-    launch_kernel_ex(event_router_kernel<8>, dim3(static_cast<unsigned>((a.rows + 7) / 8)), dim3(kWarps * 32),
-                     dim3(1, 1, 1), smem, stream, pdl, a);
-  }
+  // Thresholds in rows per SM: 32-row CTAs from ~24 rows per SM (B >= 7 at the defaults on 132
+  // SMs), 16-row CTAs from ~12 (B = 4), else 8-row CTAs (B = 1: 64 CTAs).
+  const auto go = [&](auto kernel, int rows_per_cta, int warps, size_t smem) {
+    launch_kernel_ex(kernel, dim3(static_cast<unsigned>((a.rows + rows_per_cta - 1) / rows_per_cta)), dim3(warps * 32),
+                     dim3(1, 1, 1), int(smem), stream, pdl, a);
+  };
+  if (a.rows >= 24 * int64_t(sms))
+    go(event_router_kernel<32>, 32, RouterShape<32>::kWarps, smem_layout<32>(a.d_model, a.d_router).total());
+  else if (a.rows >= 12 * int64_t(sms))
+    go(event_router_kernel<16>, 16, RouterShape<16>::kWarps, smem_layout<16>(a.d_model, a.d_router).total());
+  else
+    go(event_router_kernel<8>, 8, RouterShape<8>::kWarps, smem_layout<8>(a.d_model, a.d_router).total());
 }
 
 }  // namespace swapffn::cuda
