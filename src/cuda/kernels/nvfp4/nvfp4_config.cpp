@@ -89,43 +89,60 @@ GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
   return c;
 }
 
+namespace {
+
+// Split-K for the warp-specialised tiles (one CTA per SM). Measured on the H100 (docs/NVFP4.md):
+// while the tiles fit in one wave, the best split is the largest that still fits in one wave
+// (a second, partial wave costs a whole extra CTA time: GEMM 128x7168x16384 split 2 148 us, split
+// 3 199 us); beyond one wave, pick_split rounds up to whole waves (dual 512x3072x7168: split 2,
+// 200 us against 234 us unsplit). Capped at 4 so the fixed-order reduction stays small.
+int ws_split(int64_t tiles, int64_t ktiles, int sm_count) {
+  if (tiles >= sm_count) return std::min(4, pick_split(tiles, ktiles, sm_count, 1, 16));
+  int s = 1;
+  while (s < 4 && tiles * (s + 1) <= sm_count && ktiles / (s + 1) >= 16) ++s;
+  return s;
+}
+
+}  // namespace
+
 // GEMM: M is 128 in the shapes, so output tiles are few and 128x128 tiles keep the dequant
-// cost per MMA lowest (each dequantized element feeds 128 columns). The warp-specialised tile
-// (one 512-thread CTA per SM: dequant warpgroups feed wgmma warpgroups through an mbarrier ring)
-// replaces the shared-producer wgmma tile, which was latency-bound on its per-k-tile CTA barrier
-// (docs/NVFP4.md). Split-K fills the SMs at one CTA per SM, capped at 4 so the fixed-order
-// reduction (one 64 KB fp32 partial per split and tile) stays small against the mainloop.
+// cost per MMA lowest (each dequantized element feeds 128 columns). The warp-specialised tile with
+// one-k-tile register loads (`128x128ws`: one 512-thread CTA per SM, dequant warpgroups feed wgmma
+// warpgroups through an mbarrier ring) was fastest on all three shapes, 1-4% ahead of the
+// shared-producer wgmma tile; its two-k-tile (`ws2`) and raw-ring (`wsr`) variants were slower.
 // Rejected: 128x64 tiles (twice the A dequantization per output; slower at every split).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n128 : Tile::m128_n128_ws2;
+  c.tile = p.m <= 64 ? Tile::m64_n128 : Tile::m128_n128_ws;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
-  const int per_sm = c.tile == Tile::m128_n128_ws2 ? 1 : 2;
-  c.split_k = std::min(4, pick_split(tiles, p.k / 64, sm_count, per_sm, 16));
+  c.split_k = c.tile == Tile::m128_n128_ws ? ws_split(tiles, p.k / 64, sm_count)
+                                            : std::min(4, pick_split(tiles, p.k / 64, sm_count, 2, 16));
   return c;
 }
 
 // Dual GEMM: 128 rows x 64 columns of each product (the A tile is shared, so a CTA does the MMA
-// work of a 128x128 GEMM tile), warp-specialised like the GEMM; M = 256..512 gives 96..256 tiles,
-// and split-K (capped at 4) rounds them up to whole waves of one CTA per SM.
+// work of a 128x128 GEMM tile). The warp-specialised `128x64ws` tile was fastest on three of the
+// four shapes (5-12% ahead of the shared-producer wgmma tile) and tied on the fourth.
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_ws2;
+  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_ws;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, 64) * p.l;
-  const int per_sm = c.tile == Tile::m128_n64_ws2 ? 1 : 2;
-  c.split_k = std::min(4, pick_split(tiles, p.k / 64, sm_count, per_sm, 16));
+  c.split_k = c.tile == Tile::m128_n64_ws ? ws_split(tiles, p.k / 64, sm_count) : 1;
   return c;
 }
 
-// Grouped: 128x128 tiles even with m_i well below 128: the warp-specialised mainloop neither loads
-// nor converts rows beyond m_i, so padding costs only idle MMA rows; 64-row mma.sync tiles only
-// when the groups are tiny.
+// Grouped: 128x128 tiles even with m_i well below 128 (the padding rows cost MMA work, which is
+// not the bottleneck). The shared-producer wgmma tile stays the default: with 300-700 short CTAs
+// its two CTAs per SM overlap one CTA's pipeline fill and epilogue with the other's mainloop,
+// which the one-CTA-per-SM warp-specialised tile cannot (measured 6-22% slower on the four
+// shapes; a persistent tile scheduler would be needed). 64-row mma.sync tiles only when the
+// groups are tiny.
 TileConfig choose_grouped_config(const GroupedGemmProblem& p, int /*sm_count*/) {
   int64_t sum_m = 0;
   for (const auto& g : p.groups) sum_m += g.m;
   const int64_t groups = std::max<size_t>(p.groups.size(), 1);
   TileConfig c;
-  c.tile = sum_m / groups <= 48 ? Tile::m64_n128 : Tile::m128_n128_ws2;
+  c.tile = sum_m / groups <= 48 ? Tile::m64_n128 : Tile::m128_n128_wgmma;
   c.split_k = 1;
   return c;
 }
