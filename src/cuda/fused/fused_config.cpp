@@ -17,7 +17,8 @@ namespace swapffn::cuda {
 //   wave; each W13 tile serves 128 rows x 128 SwiGLU outputs. 16.4 us at M = 512 against 15.0 us for
 //   cuBLAS's gate/up GEMM alone (which then still needs a SwiGLU pass). bn 128 (two waves, twice the A
 //   traffic) was slower at every B; multicast of W13 over 2 M tiles gained nothing (each SM still
-//   ingests the same bytes; the per-SM L2->SM path, not L2 output, is the limit here).
+//   ingests the same bytes; the per-SM L2->SM path, not L2 output, is the limit here). The
+//   persistent variant (_p) measured 2-3% slower than this one at M = 512 and 8192 (H100).
 // - down: cuBLASLt. Our split-K kernel (bn 64, 2-CTA cluster) runs M = 512 in 15.9 us against 11.3
 //   for cuBLASLt's pinned split-K-free algorithm; bn 128 split 2 is 22.5 us (64 CTAs at about half
 //   of the per-SM MMA rate). Multicast of u over 2 N tiles made the 4-CTA clusters slower (23.6 us).
@@ -26,8 +27,8 @@ namespace swapffn::cuda {
 //   Rejected: split-K through a global workspace (extra [M, D] fp32 round trip and a second pass),
 //   and atomics (order-dependent, not deterministic).
 // - router: the one-kernel event router (B = 1: 0.626 ms per step against 0.665 with the cuBLAS
-//   chain; B = 16: 8.06 ms against 7.83, as each of the M/8 CTAs copies all of router_w, 128 KB, into
-//   shared memory). The router and the down GEMM's implementation set the floating-point summation
+//   chain on the H200; at large B its CTAs widen to 16 and 32 rows, since each CTA copies all of
+//   router_w, 128 KB, into shared memory: router phase 6% of the step at B = 16 on the H100). The router and the down GEMM's implementation set the floating-point summation
 //   order, so they must be the same at every batch size (batch invariance); only tile shapes,
 //   stages and multicast, which leave each output's summation order alone, may vary with B.
 namespace {
