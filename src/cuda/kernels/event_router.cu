@@ -8,8 +8,8 @@
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/kernels/router_decision.cuh"
 #include "cuda/kernels/row_reduce.cuh"
-#include "cuda/kernels/stream_map.cuh"
 #include "cuda/launch.hpp"
 
 namespace swapffn::cuda {
@@ -209,29 +209,10 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
     const int lr = warp + kWarps * q;
     const int64_t m = row0 + lr;
     if (m >= rows) continue;
-    float s = 0.f, l[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int r = lane; r < R; r += 32) {
-      const float zr = z_smem[lr * R + r];
-      s += zr * swap_w[r];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) l[k] += zr * bank_w[r * 4 + k];
-    }
-    s = warp_sum(s) + biases[0];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) l[k] = warp_sum(l[k]) + biases[1 + k];
-    int j = 0;
-#pragma unroll
-    for (int k = 1; k < 4; ++k)
-      if (l[k] > l[j]) j = k;  // strict: ties keep the lowest index
-    const bool gate = s > 0.f;
-    const int p = map_lane(map[q], j);
-    if (lane == 0) {
-      if (gate) a.stream_map[m] = swap_lanes_0_j(map[q], j);
-      if (uint8_t* tg = a.io->gate) {
-        tg[int64_t(a.event) * rows + m] = gate ? 1 : 0;
-        a.io->slot[int64_t(a.event) * rows + m] = static_cast<uint8_t>(j);
-      }
-    }
+    const RowDecision d = decide_row(z_smem + lr * R, R, swap_w, biases[0], bank_w, biases + 1, lane);
+    const bool gate = d.gate;
+    const int p = map_lane(map[q], d.slot);  // the physical bank of the chosen slot
+    if (lane == 0) apply_decision(d, map[q], a.stream_map, m, a.io, a.event, rows);
     if (gate) {
       float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
       uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);

@@ -1,7 +1,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/router_select_swap.hpp"
+#include "cuda/kernels/router_decision.cuh"
 #include "cuda/kernels/row_reduce.cuh"
-#include "cuda/kernels/stream_map.cuh"
 
 namespace swapffn::cuda {
 
@@ -14,31 +14,12 @@ __global__ void __launch_bounds__(kThreads) router_select_swap_kernel(RouterSele
   __shared__ int decision;  // bit 0: gate, bits 1-2: physical bank
   const int64_t m = blockIdx.x, D = a.d_model;
   if (threadIdx.x < 32) {
-    const float* z = a.z + m * a.d_router;
-    float s = 0.f, l[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int64_t r = threadIdx.x; r < a.d_router; r += 32) {
-      const float zr = z[r];
-      s += zr * a.swap_w[r];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) l[k] += zr * a.bank_w[r * 4 + k];
-    }
-    s = warp_sum(s) + a.swap_b[0];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) l[k] = warp_sum(l[k]) + a.bank_b[k];
+    const RowDecision d = decide_row(a.z + m * a.d_router, static_cast<int>(a.d_router), a.swap_w, a.swap_b[0],
+                                     a.bank_w, a.bank_b, static_cast<int>(threadIdx.x));
     if (threadIdx.x == 0) {
-      int j = 0;
-#pragma unroll
-      for (int k = 1; k < 4; ++k)
-        if (l[k] > l[j]) j = k;  // strict: ties keep the lowest index
       const uint8_t map = a.stream_map[m];
-      const int p = map_lane(map, j);
-      const bool gate = s > 0.f;
-      if (gate) a.stream_map[m] = swap_lanes_0_j(map, j);
-      if (uint8_t* g = a.io->gate) {
-        g[static_cast<int64_t>(a.event) * a.rows + m] = gate ? 1 : 0;
-        a.io->slot[static_cast<int64_t>(a.event) * a.rows + m] = static_cast<uint8_t>(j);
-      }
-      decision = (gate ? 1 : 0) | (p << 1);
+      apply_decision(d, map, a.stream_map, m, a.io, a.event, a.rows);
+      decision = (d.gate ? 1 : 0) | (map_lane(map, d.slot) << 1);
     }
   }
   __syncthreads();

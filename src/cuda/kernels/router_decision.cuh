@@ -1,0 +1,50 @@
+// The per-row decision of an event (SPEC section 4), shared by both event heads (the one-kernel
+// event router and the decision/swap kernel after the cuBLASLt router GEMM), so the two compute
+// every row's gate and slot with the same operations in the same order.
+#pragma once
+#include <cstdint>
+
+#include "cuda/kernels/row_reduce.cuh"
+#include "cuda/kernels/step_io.hpp"
+#include "cuda/kernels/stream_map.cuh"
+
+namespace swapffn::cuda {
+
+struct RowDecision {
+  bool gate;  // swap this row with a bank
+  int slot;   // logical slot j = argmax of the bank logits (ties -> lowest)
+};
+
+// Called by a whole warp: s = z . swap_w + swap_b and l = z @ bank_w + bank_b over R router outputs
+// (per-lane partial sums, then the xor butterfly); every lane gets the same decision.
+__device__ __forceinline__ RowDecision decide_row(const float* z, int R, const float* swap_w, float swap_b,
+                                                  const float* bank_w, const float* bank_b, int lane) {
+  float s = 0.f, l[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int r = lane; r < R; r += 32) {
+    const float zr = z[r];
+    s += zr * swap_w[r];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) l[k] += zr * bank_w[r * 4 + k];
+  }
+  s = warp_sum(s) + swap_b;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) l[k] = warp_sum(l[k]) + bank_b[k];
+  int j = 0;
+#pragma unroll
+  for (int k = 1; k < 4; ++k)
+    if (l[k] > l[j]) j = k;  // strict: ties keep the lowest index
+  return {s > 0.f, j};
+}
+
+// One thread per row: the lane exchange of the stream map (map: the row's map before it) and the
+// trace entry of event `event`, row m of `rows`.
+__device__ __forceinline__ void apply_decision(RowDecision d, uint8_t map, uint8_t* stream_map, int64_t m,
+                                               const StepIO* io, int event, int64_t rows) {
+  if (d.gate) stream_map[m] = swap_lanes_0_j(map, d.slot);
+  if (uint8_t* g = io->gate) {
+    g[int64_t(event) * rows + m] = d.gate ? 1 : 0;
+    io->slot[int64_t(event) * rows + m] = static_cast<uint8_t>(d.slot);
+  }
+}
+
+}  // namespace swapffn::cuda
