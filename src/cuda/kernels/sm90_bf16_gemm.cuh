@@ -119,8 +119,11 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 }
 
 
-// The epilogue interface: `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg)` with acc holding
-// the (fully reduced) accumulators of 64 rows starting at m_base and BN columns from n_base.
+// The epilogue interface: `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg, stage, barrier)`
+// with acc holding the (fully reduced) accumulators of 64 rows starting at m_base and BN columns from
+// n_base; stage is Epi::smem_bytes<BN>() of shared memory owned by this consumer warpgroup and
+// barrier a named-barrier id (1 or 2) for its 128 threads. Launchers pass
+// kernel_smem_bytes<Tile, Epi>() (below) as the dynamic shared memory.
 template <class Tile, class Epi>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90_bf16_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
@@ -137,6 +140,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   float* smem_reduce = reinterpret_cast<float*>(smem_b + S * Tile::kStageBytesB);
   uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(smem_reduce) + Tile::kReduceBytes);
   uint64_t* empty = full + S;
+  // Epilogue staging (Epi::smem_bytes<BN>() per consumer warpgroup), after the barriers.
+  uint8_t* epi_smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(empty + S) + 127) & ~uintptr_t(127));
 
   // Position in the (ClusterN, ClusterM, SplitK) cluster; ranks are x-fastest.
   const int cx = blockIdx.x % Tile::ClusterN, cy = blockIdx.y % Tile::ClusterM;
@@ -280,8 +285,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       acc[2 * p + 1] += o.y;
     }
   }
-  Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t);
+  Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t,
+                          epi_smem + c * Epi::template smem_bytes<BN>(), 1 + c);
   }
 }
+
+// Dynamic shared memory of a kernel instance: the tile's, the staging of both consumer warpgroups
+// and the alignment of the staging.
+template <class Tile, class Epi>
+constexpr int kernel_smem_bytes() {
+  return Tile::kSmemBytes + 128 + Tile::kConsumers * Epi::template smem_bytes<Tile::BN>();
+}
+
+// bar.sync on a named barrier for the 128 threads of one warpgroup.
+__device__ __forceinline__ void warpgroup_bar(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
 
 }  // namespace swapffn::cuda::sm90

@@ -17,8 +17,12 @@ struct ResidualEpilogue {
     int ld_h;  // D
     bool residual;
   };
+  // fp32 pairs: four lanes cover 32 contiguous bytes of a row, whole sectors, so no staging.
   template <int BN>
-  __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int M, int t) {
+  static constexpr int smem_bytes() { return 0; }
+  template <int BN>
+  __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int M, int t,
+                               uint8_t* /*stage*/, int /*barrier*/) {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       const sm90::AccCoord a = sm90::acc_coord(t, j);
@@ -52,7 +56,8 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   const CUtensorMap tb = make_tma_2d_bf16_sw128(a.w, a.n, a.k, Tile::kBoxRowsB, 64);
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
   const dim3 grid(a.n / BN, (a.m + Tile::BM - 1) / Tile::BM, SplitK);
-  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK), Tile::kSmemBytes, stream, pdl, ta, tb,
+  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK),
+                   sm90::kernel_smem_bytes<Tile, ResidualEpilogue>(), stream, pdl, ta, tb,
                      ResidualEpilogue::Params{a.h, a.n, a.residual}, a.m, a.k / Tile::BK / SplitK, 0, 0);
 }
 
