@@ -3,8 +3,9 @@
 #include <string>
 
 #include <cute/arch/copy_sm75.hpp>
-#include <cute/arch/copy_sm80.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm80.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/router_decision.cuh"
@@ -37,7 +38,7 @@ struct RouterShape {
 
 struct Smem {
   size_t w_bytes, n_bytes, z_bytes, param_bytes;
-  __host__ __device__ size_t total() const { return w_bytes + n_bytes + z_bytes + param_bytes; }
+  __host__ __device__ size_t total() const { return w_bytes + n_bytes + z_bytes + param_bytes + 16; }
 };
 // w: router_w [R][D + pad] bf16; n: the MMA operand [rows][D + pad] bf16, reused for the per-warp
 // partial sums [warp][16][64] fp32 once the MMAs are done; z [rows][R]; param: router_gain [D],
@@ -47,7 +48,7 @@ __host__ __device__ Smem smem_layout(int64_t d, int64_t r, int operand_rows, int
   const size_t partial = size_t(warps) * kMmaRows * kNBlocks * 8 * 4;
   return {size_t(r) * size_t(d + kPad) * 2, ((operand > partial ? operand : partial) + 15) / 16 * 16,
           size_t(operand_rows) * size_t(r) * 4,
-          (size_t(2 * d + 5 * r + 5) * 4 + 15) / 16 * 16};
+          (size_t(2 * d + 5 * r + 5) * 4 + 15) / 16 * 16};  // keeps the mbarrier after it 8-byte aligned
 }
 template <int kRows>
 __host__ __device__ Smem smem_layout(int64_t d, int64_t r) {
@@ -86,22 +87,24 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   float* swap_w = ngain + D;
   float* bank_w = swap_w + R;
   float* biases = bank_w + 4 * R;  // swap_b, bank_b[4]
+  uint64_t* w_ready = reinterpret_cast<uint64_t*>(smem + L.w_bytes + L.n_bytes + L.z_bytes + L.param_bytes);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * kRows;
   const int ld = D + kPad, D4 = D / 4, nvec = D / 128;
 
-  // 0. The weights do not depend on the previous kernel: start the copy of router_w and load the
-  //    small ones before waiting for it, so both overlap its tail. Every thread issues 16-byte
-  //    cp.async requests (Nsight Compute: with one warp issuing a bulk copy per router row the kernel
-  //    took 12 us at B = 1 with 7% of its issue slots busy).
-  const int chunks_per_row = D / 8;
-  for (int i = threadIdx.x; i < R * chunks_per_row; i += kWarps * 32) {
-    const int r = i / chunks_per_row, c = i % chunks_per_row;
-    cute::SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>::copy(
-        *reinterpret_cast<const cute::uint128_t*>(a.router_w + size_t(r) * D + c * 8),
-        *reinterpret_cast<cute::uint128_t*>(w_smem + r * ld + c * 8));
+  // 0. The weights do not depend on the previous kernel: start the bulk copy of router_w and load
+  //    the small ones before waiting for it, so both overlap its tail.
+  if (threadIdx.x == 0) {
+    cutlass::arch::ClusterTransactionBarrier::init(w_ready, 1);
+    cutlass::arch::fence_barrier_init();
   }
-  cute::cp_async_fence();
+  __syncthreads();
+  if (warp == 0) {
+    if (lane == 0) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(w_ready, uint32_t(R) * D * 2);
+    __syncwarp();
+    for (int r = lane; r < R; r += 32)
+      cute::SM90_BULK_COPY_G2S::copy(a.router_w + size_t(r) * D, w_ready, w_smem + r * ld, D * 2);
+  }
   for (int i = threadIdx.x; i < D; i += kWarps * 32) {
     rgain[i] = a.router_gain[i];
     ngain[i] = a.norm_gain ? a.norm_gain[i] : 0.f;
@@ -147,8 +150,8 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
     uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
     for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
   }
-  cute::cp_async_wait<0>();
   __syncthreads();
+  cutlass::arch::ClusterTransactionBarrier::wait(w_ready, 0);
 
   // 2. z = n @ router_w^T from shared memory: each warp one K-slice of D of one m16 tile for all
   //    columns, then a fixed-order sum over the slices (deterministic, the same for every batch size).

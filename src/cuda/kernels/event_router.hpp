@@ -4,7 +4,7 @@
 //   bf16), swap lanes 0 and j; then the FFN operand bf16(rms(h) * norm_gain) of the new h.
 // Why one kernel: the unfused chain (RMSNorm, a skinny N = 64 GEMM, a per-row decision kernel) costs
 // three launches and two round trips of z and h through L2 per event. Here a CTA takes 8 rows: the
-// router weights (128 KB at the defaults) are copied into shared memory before the kernel waits
+// router weights (128 KB at the defaults) are bulk-copied into shared memory before the kernel waits
 // on its predecessor (programmatic dependent launch), the rows are normalised into shared memory,
 // warps run tensor-core MMAs (m16n8k16) over K-slices, the partial sums are added over warps in a
 // fixed order (deterministic, batch invariant), and each warp then decides and moves its row.
