@@ -76,6 +76,7 @@ TEST(Unfused, OddConfigsAgreeWithReference) {
        "collapse_r=10", "core_embed_dim=4", "ffn_residual=false", "collapse_silu=false"},
       {"n_events=0"},
       {"k_ffn=0"},
+      {"d_model=1152", "core_count=8"},  // RMSNorm rows too long to stay in registers (two passes)
   };
   for (const auto& sets : variants) {
     Config cfg = Config::preset("tiny");

@@ -11,6 +11,14 @@ namespace swapffn::cuda {
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
+// Multiprocessors of the current device (grids sized to the machine: persistent GEMMs, router CTA widths).
+inline int sm_count() {
+  int dev = 0, n = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
 template <class Kernel, class... Args>
 void launch_kernel_ex(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int smem_bytes, cudaStream_t stream, bool pdl,
                       Args... args) {

@@ -28,9 +28,10 @@ namespace swapffn::cuda {
 //   and atomics (order-dependent, not deterministic).
 // - router: the one-kernel event router (B = 1: 0.626 ms per step against 0.665 with the cuBLAS
 //   chain on the H200; at large B its CTAs widen to 16 and 32 rows, since each CTA copies all of
-//   router_w, 128 KB, into shared memory: router phase 6% of the step at B = 16 on the H100). The router and the down GEMM's implementation set the floating-point summation
-//   order, so they must be the same at every batch size (batch invariance); only tile shapes,
-//   stages and multicast, which leave each output's summation order alone, may vary with B.
+//   router_w, 128 KB, into shared memory: router phase 6% of the step at B = 16 on the H100). The
+//   router and the down GEMM's implementation set the floating-point summation order, so they
+//   must be the same at every batch size (batch invariance); only tile shapes, stages and
+//   multicast, which leave each output's summation order alone, may vary with B.
 namespace {
 
 void apply_override(FusedKernelConfig& k, const std::string& spec) {

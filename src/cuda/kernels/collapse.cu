@@ -99,6 +99,7 @@ void launch_collapse(const CollapseArgs& a, cudaStream_t stream) {
   const int64_t chunks = collapse_chunks(a.cores);
   SWAPFFN_REQUIRE(chunks <= 65535 && a.batch <= 65535,
                   "collapse: too many cores or sequences for one launch grid");
+  SWAPFFN_REQUIRE(a.batch * a.collapse_r <= int64_t{0x7fffffff}, "collapse: batch * collapse_r too large for one grid");
   const dim3 pool_grid(blocks(a.d_model, kPoolThreads), static_cast<unsigned>(chunks),
                        static_cast<unsigned>(a.batch));
   collapse_pool_partial_kernel<<<pool_grid, kPoolThreads, 0, stream>>>(a);
@@ -106,7 +107,6 @@ void launch_collapse(const CollapseArgs& a, cudaStream_t stream) {
   collapse_pool_finish_kernel<<<blocks(a.batch * a.collapse_k * a.d_model, kPoolThreads), kPoolThreads, 0,
                                 stream>>>(a, chunks);
   SWAPFFN_CHECK_LAUNCH();
-  SWAPFFN_REQUIRE(a.batch * a.collapse_r <= int64_t{0x7fffffff}, "collapse: batch * collapse_r too large for one grid");
   collapse_basis_kernel<<<static_cast<unsigned>(a.batch * a.collapse_r), kWarpThreads, 0, stream>>>(a);
   SWAPFFN_CHECK_LAUNCH();
   collapse_decode_kernel<<<blocks(a.batch * a.d_model, kWarpThreads / 32), kWarpThreads, 0, stream>>>(a);

@@ -250,8 +250,8 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
 
 void check_event_router_shape(int64_t d_model, int64_t d_router) {
   SWAPFFN_REQUIRE(d_model % 128 == 0 && d_model <= 128 * kMaxVec,
-                  "event router needs d_model % 128 == 0 and <= " + std::to_string(128 * kMaxVec) + " (rows held in registers), got " +
-                      std::to_string(d_model));
+                  "event router needs d_model % 128 == 0 and <= " + std::to_string(128 * kMaxVec) +
+                      " (rows held in registers), got " + std::to_string(d_model));
   SWAPFFN_REQUIRE(d_router % 16 == 0 && d_router <= kMaxRouter,
                   "event router needs d_router % 16 == 0 and <= 64, got " + std::to_string(d_router));
   int dev = 0, optin = 0;
@@ -266,18 +266,16 @@ void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl
   if (a.rows == 0) return;
   SWAPFFN_REQUIRE((a.norm_out == nullptr) == (a.norm_gain == nullptr),
                   "event router: the RMSNorm output and its gain must be given together");
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t sms = sm_count();
   // Thresholds in rows per SM: 32-row CTAs from ~24 rows per SM (B >= 7 at the defaults on 132
   // SMs), 16-row CTAs from ~12 (B = 4), else 8-row CTAs (B = 1: 64 CTAs).
   const auto go = [&](auto kernel, int rows_per_cta, int warps, size_t smem) {
     launch_kernel_ex(kernel, dim3(static_cast<unsigned>((a.rows + rows_per_cta - 1) / rows_per_cta)), dim3(warps * 32),
                      dim3(1, 1, 1), int(smem), stream, pdl, a);
   };
-  if (a.rows >= 24 * int64_t(sms))
+  if (a.rows >= 24 * sms)
     go(event_router_kernel<32>, 32, RouterShape<32>::kWarps, smem_layout<32>(a.d_model, a.d_router).total());
-  else if (a.rows >= 12 * int64_t(sms))
+  else if (a.rows >= 12 * sms)
     go(event_router_kernel<16>, 16, RouterShape<16>::kWarps, smem_layout<16>(a.d_model, a.d_router).total());
   else
     go(event_router_kernel<8>, 8, RouterShape<8>::kWarps, smem_layout<8>(a.d_model, a.d_router).total());

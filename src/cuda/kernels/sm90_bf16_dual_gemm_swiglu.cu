@@ -20,8 +20,8 @@ struct SwigluEpilogue {
   };
   // The warpgroup's 64 x BN/2 outputs go through shared memory: written from the accumulator layout
   // (4 bytes per thread, rows 8 apart), read back as whole 16-byte row chunks so the global stores
-  // fill their sectors (direct bf16x2 stores used half of each 32-byte sector; Nsight Compute put
-  // the cost at a quarter of the kernel at M = 8192). 16-byte chunks are XOR-swizzled by row so
+  // fill their sectors (direct bf16x2 stores used half of each 32-byte sector; staging took the
+  // kernel from 16.5 to 14.7 us at M = 512 on an H100). 16-byte chunks are XOR-swizzled by row so
   // both sides are free of bank conflicts.
   template <int BN>
   static constexpr int smem_bytes() { return 64 * BN; }  // 64 rows x BN/2 bf16

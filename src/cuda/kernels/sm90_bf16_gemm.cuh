@@ -67,7 +67,8 @@ struct GemmTile {
   static_assert(SplitK == 1 || SplitK == 2, "split-K is a cluster of 1 or 2 CTAs along z");
   static_assert(ClusterN == 1 || ClusterM == 1, "multicast along one grid dimension at a time");
   static_assert(kClusterSize <= 8, "portable cluster size is at most 8");
-  static_assert(!kPersistent || kClusterSize == 1, "persistent variants run without clusters (no split-K, no multicast)");
+  static_assert(!kPersistent || kClusterSize == 1,
+                "persistent variants run without clusters (no split-K, no multicast)");
   static_assert((kBoxRowsA * 128) % 1024 == 0 && (kBoxRowsB * 128) % 1024 == 0,
                 "multicast slices must start on 1024-byte boundaries to keep the 128B swizzle pattern");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
@@ -184,25 +185,25 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int y = 0; y < Tile::ClusterM; ++y) mask_b |= uint16_t(1u << rank_of(cx, y, split));
       int g = 0;  // k-steps issued so far by this CTA (the ring position runs on across tiles)
       for (int tile = tile0; tile < tile_end; tile += tile_step) {
-      const int n_tile = n_tile_of(tile), m_tile = m_tile_of(tile);
-      for (int it = 0; it < k_tiles_per_split; ++it, ++g) {
-        const int s = g % S;
-        const uint32_t phase = (g / S) & 1;
-        EmptyBarrier::wait(&empty[s], phase ^ 1);
-        Barrier::arrive_and_expect_tx(&full[s], Tile::kStageBytesA + Tile::kStageBytesB);
-        const int k = (k_tile0 + it) * BK;
-        uint8_t* a_dst = smem_a + s * Tile::kStageBytesA + cx * Tile::kBoxRowsA * 128;
-        uint8_t* b_dst = smem_b + s * Tile::kStageBytesB + cy * Tile::kBoxRowsB * 128;
-        const int a_row = m_tile * BM + cx * Tile::kBoxRowsA, b_row = n_tile * BN + cy * Tile::kBoxRowsB;
-        if constexpr (Tile::ClusterN > 1)
-          cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_a, &full[s], mask_a, 0, a_dst, k, a_row);
-        else
-          cute::SM90_TMA_LOAD_2D::copy(&tma_a, &full[s], 0, a_dst, k, a_row);
-        if constexpr (Tile::ClusterM > 1)
-          cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_b, &full[s], mask_b, 0, b_dst, k, b_row);
-        else
-          cute::SM90_TMA_LOAD_2D::copy(&tma_b, &full[s], 0, b_dst, k, b_row);
-      }
+        const int n_tile = n_tile_of(tile), m_tile = m_tile_of(tile);
+        for (int it = 0; it < k_tiles_per_split; ++it, ++g) {
+          const int s = g % S;
+          const uint32_t phase = (g / S) & 1;
+          EmptyBarrier::wait(&empty[s], phase ^ 1);
+          Barrier::arrive_and_expect_tx(&full[s], Tile::kStageBytesA + Tile::kStageBytesB);
+          const int k = (k_tile0 + it) * BK;
+          uint8_t* a_dst = smem_a + s * Tile::kStageBytesA + cx * Tile::kBoxRowsA * 128;
+          uint8_t* b_dst = smem_b + s * Tile::kStageBytesB + cy * Tile::kBoxRowsB * 128;
+          const int a_row = m_tile * BM + cx * Tile::kBoxRowsA, b_row = n_tile * BN + cy * Tile::kBoxRowsB;
+          if constexpr (Tile::ClusterN > 1)
+            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_a, &full[s], mask_a, 0, a_dst, k, a_row);
+          else
+            cute::SM90_TMA_LOAD_2D::copy(&tma_a, &full[s], 0, a_dst, k, a_row);
+          if constexpr (Tile::ClusterM > 1)
+            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_b, &full[s], mask_b, 0, b_dst, k, b_row);
+          else
+            cute::SM90_TMA_LOAD_2D::copy(&tma_b, &full[s], 0, b_dst, k, b_row);
+        }
       }
     }
     if constexpr (Tile::kClusterSize > 1) {
@@ -229,64 +230,64 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
   int g = 0;  // k-steps consumed so far by this CTA
   for (int tile = tile0; tile < tile_end; tile += tile_step) {
-  const int n_tile = n_tile_of(tile), m_tile = m_tile_of(tile);
-  for (int it = 0; it < k_tiles_per_split; ++it, ++g) {
-    const int s = g % S;
-    const uint32_t phase = (g / S) & 1;
-    Barrier::wait(&full[s], phase);
-    const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * 64 * 128;
-    const uint8_t* b = smem_b + s * Tile::kStageBytesB;
-#pragma unroll
+    const int n_tile = n_tile_of(tile), m_tile = m_tile_of(tile);
+    for (int it = 0; it < k_tiles_per_split; ++it, ++g) {
+      const int s = g % S;
+      const uint32_t phase = (g / S) & 1;
+      Barrier::wait(&full[s], phase);
+      const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * 64 * 128;
+      const uint8_t* b = smem_b + s * Tile::kStageBytesB;
+  #pragma unroll
+      for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+      cute::warpgroup_arrive();
+  #pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk)
+        wgmma_call<typename WgmmaAtom<BN>::Op>(
+            sw128_desc(a + kk * 32), sw128_desc(b + kk * 32), acc,
+            (it == 0 && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+            std::make_index_sequence<Tile::kAccPerThread>{});
+      cute::warpgroup_commit_batch();
+      // Keep this k-step's MMAs in flight while the previous one's stage is handed back.
+      cute::warpgroup_wait<1>();
+  #pragma unroll
+      for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+      if (it > 0) release((g + S - 1) % S);
+    }
+    cute::warpgroup_wait<0>();
+  #pragma unroll
     for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
-    cute::warpgroup_arrive();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk)
-      wgmma_call<typename WgmmaAtom<BN>::Op>(
-          sw128_desc(a + kk * 32), sw128_desc(b + kk * 32), acc,
-          (it == 0 && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
-          std::make_index_sequence<Tile::kAccPerThread>{});
-    cute::warpgroup_commit_batch();
-    // Keep this k-step's MMAs in flight while the previous one's stage is handed back.
-    cute::warpgroup_wait<1>();
-#pragma unroll
-    for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
-    if (it > 0) release((g + S - 1) % S);
-  }
-  cute::warpgroup_wait<0>();
-#pragma unroll
-  for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
-  // The tile's last stage goes back too: the producer may already fill it for the next tile.
-  if constexpr (Tile::kPersistent) release((g + S - 1) % S);
+    // The tile's last stage goes back too: the producer may already fill it for the next tile.
+    if constexpr (Tile::kPersistent) release((g + S - 1) % S);
 
-  float2* red = reinterpret_cast<float2*>(smem_reduce) + c * (Tile::kAccPerThread / 2) * 128;
-  if constexpr (Tile::SplitK > 1) {
-    // Rank z = 1 ships its partial sums to rank z = 0 (same slot per thread: a private layout).
-    if (split == 1) {
-      const uint32_t local = cute::cast_smem_ptr_to_uint(red);
-      uint32_t remote;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank_of(cx, cy, 0)));
-#pragma unroll
-      for (int p = 0; p < Tile::kAccPerThread / 2; ++p)
-        asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote + (p * 128 + t) * 8), "f"(acc[2 * p]),
-                     "f"(acc[2 * p + 1])
-                     : "memory");
+    float2* red = reinterpret_cast<float2*>(smem_reduce) + c * (Tile::kAccPerThread / 2) * 128;
+    if constexpr (Tile::SplitK > 1) {
+      // Rank z = 1 ships its partial sums to rank z = 0 (same slot per thread: a private layout).
+      if (split == 1) {
+        const uint32_t local = cute::cast_smem_ptr_to_uint(red);
+        uint32_t remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank_of(cx, cy, 0)));
+  #pragma unroll
+        for (int p = 0; p < Tile::kAccPerThread / 2; ++p)
+          asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote + (p * 128 + t) * 8), "f"(acc[2 * p]),
+                       "f"(acc[2 * p + 1])
+                       : "memory");
+      }
     }
-  }
-  if constexpr (Tile::kClusterSize > 1) {
-    cute::cluster_arrive();
-    cute::cluster_wait();
-  }
-  if (split != 0) return;
-  if constexpr (Tile::SplitK > 1) {
-#pragma unroll
-    for (int p = 0; p < Tile::kAccPerThread / 2; ++p) {
-      const float2 o = red[p * 128 + t];
-      acc[2 * p] += o.x;
-      acc[2 * p + 1] += o.y;
+    if constexpr (Tile::kClusterSize > 1) {
+      cute::cluster_arrive();
+      cute::cluster_wait();
     }
-  }
-  Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t,
-                          epi_smem + c * Epi::template smem_bytes<BN>(), 1 + c);
+    if (split != 0) return;
+    if constexpr (Tile::SplitK > 1) {
+  #pragma unroll
+      for (int p = 0; p < Tile::kAccPerThread / 2; ++p) {
+        const float2 o = red[p * 128 + t];
+        acc[2 * p] += o.x;
+        acc[2 * p + 1] += o.y;
+      }
+    }
+    Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t,
+                            epi_smem + c * Epi::template smem_bytes<BN>(), 1 + c);
   }
 }
 

@@ -51,14 +51,6 @@ struct GemmResidualArgs {
 void launch_dual_gemm_swiglu(const DualGemmSwigluArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl);
 void launch_gemm_residual(const GemmResidualArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl);
 
-// Multiprocessors of the current device (the persistent grids take at most one CTA each).
-inline int sm_count() {
-  int dev = 0, n = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
-}
-
 // The dual GEMM's B operand: w1 [F, K] and w3 [F, K] interleaved in blocks of 8 rows into [2F, K]
 // (rows 16g..16g+7 = w1[8g..8g+7], rows 16g+8..16g+15 = w3[8g..8g+7]). F must be a multiple of 8.
 std::vector<bf16> interleave_w13(const std::vector<bf16>& w1, const std::vector<bf16>& w3, int64_t f, int64_t k);
