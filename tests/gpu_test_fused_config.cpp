@@ -44,6 +44,8 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_FALSE(o.down_cublas);
   EXPECT_EQ(o.down, (GemmVariant{64, 6, 2, 1}));
   EXPECT_EQ(o.router, "cublas");
+  EXPECT_EQ(o.row_chunk, 0);
+  EXPECT_EQ(select_fused_config(cfg, 16, "", "chunk=2048").row_chunk, 2048);
   // A router the event kernel cannot take (R > 64) defaults to the cuBLAS chain.
   Config wide = cfg;
   wide.d_router = 128;
@@ -57,7 +59,8 @@ TEST(FusedConfig, DefaultsAndOverrides) {
 TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
   const Config cfg = Config::preset("default");
   for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
-           {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "split_k"}}) {
+           {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "split_k"},
+           {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}}) {
     try {
       select_fused_config(cfg, 1, "", spec);
       ADD_FAILURE() << spec << " accepted";

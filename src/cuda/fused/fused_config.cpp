@@ -34,6 +34,18 @@ namespace swapffn::cuda {
 //   multicast, which leave each output's summation order alone, may vary with B.
 namespace {
 
+int64_t parse_row_chunk(const std::string& val) {
+  size_t used = 0;
+  int64_t v = -1;
+  try {
+    v = std::stoll(val, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  SWAPFFN_REQUIRE(used == val.size() && v >= 0, "kernel config chunk must be a row count >= 0 (0: no chunks), got '" + val + "'");
+  return v;
+}
+
 void apply_override(FusedKernelConfig& k, const std::string& spec) {
   size_t pos = 0;
   while (pos < spec.size()) {
@@ -50,8 +62,10 @@ void apply_override(FusedKernelConfig& k, const std::string& spec) {
     } else if (key == "router") {
       SWAPFFN_REQUIRE(val == "cublas" || val == "event", "kernel config router must be cublas or event, got '" + val + "'");
       k.router = val;
+    } else if (key == "chunk") {
+      k.row_chunk = parse_row_chunk(val);
     } else {
-      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router)");
+      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router, chunk)");
     }
     pos = end + 1;
   }
@@ -84,6 +98,7 @@ FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::st
       k.down_cublas = down == "cublas";
       if (!k.down_cublas) k.down = parse_gemm_variant(down);
       k.router = e.value("router", k.router);
+      k.row_chunk = e.value("chunk", int64_t{0});
     }
   }
   return k;

@@ -20,6 +20,10 @@ struct FusedKernelConfig {
   // decision/swap kernel; "event" = the one-kernel event router (event_router.cu). The built-in
   // default depends on the batch (select_fused_config).
   std::string router = "cublas";
+  // Rows per FFN chunk (0: all rows at once). Each chunk runs both FFN steps of an event before the
+  // next chunk starts, so its [rows, F] intermediate and its h stay in L2 at large batch sizes.
+  // Rows are independent: the chunking changes no row's arithmetic.
+  int64_t row_chunk = 0;
 };
 
 // Throws naming the first dimension the fused kernels cannot run (before any allocation).
@@ -27,7 +31,7 @@ void check_fused_supports(const Config& cfg);
 
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
-// kernel_config ("up=<variant>,down=<variant>|cublas,router=cublas|event", each part optional)
+// kernel_config ("up=<variant>,down=<variant>|cublas,router=cublas|event,chunk=<rows>", each part optional)
 // overrides.
 FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,
                                       const std::string& kernel_config);

@@ -7,6 +7,8 @@
 // the cuBLASLt router GEMM and the decision/swap kernel), then k_ffn x {dual GEMM, down GEMM,
 // RMSNorm of the next GEMM's operand}. Our kernels use programmatic dependent launch. A token step
 // is one CUDA graph (GpuEngine).
+#include <algorithm>
+
 #include "cuda/backends.hpp"
 #include "cuda/fused/fused_config.hpp"
 #include "cuda/gpu_engine.hpp"
@@ -41,18 +43,18 @@ class FusedEngine final : public GpuEngine {
     if (kcfg_.router == "event") check_event_router_shape(D, cfg_.d_router);
     nrm_.resize(size_t(M * D));
     router_gemm_->set_rows(M);
-    down_gemm_->set_rows(M);
+    chunk_ = kcfg_.row_chunk > 0 && kcfg_.row_chunk < M ? kcfg_.row_chunk : M;
+    if (M % chunk_) down_gemm_->set_rows(M % chunk_);
+    down_gemm_->set_rows(chunk_);
     z_.resize(size_t(M * cfg_.d_router));
-    u_.resize(size_t(M * F));
-    up_ = DualGemmSwigluArgs{as_nv(nrm_.get()), as_nv(w13_.get()), as_nv(u_.get()), int(M), int(2 * F), int(D)};
-    down_ = GemmResidualArgs{as_nv(u_.get()), as_nv(w2_.get()), h_.get(), int(M), int(D), int(F), cfg_.ffn_residual};
+    u_.resize(size_t(chunk_ * F));  // one chunk's intermediate, reused by every chunk
   }
 
   void enqueue_step(PhaseTimer* timer) override {
     const auto mark = [timer](Phase p) {
       if (timer) timer->mark(p);
     };
-    const int64_t B = batch_, C = cfg_.core_count, M = B * C, D = cfg_.d_model;
+    const int64_t B = batch_, C = cfg_.core_count, M = B * C, D = cfg_.d_model, F = cfg_.d_ff;
     const float eps = static_cast<float>(cfg_.norm_eps);
     const bool cublas_router = kcfg_.router == "cublas";
     const float* ffn_gain = cfg_.k_ffn > 0 ? norm_w_.get() : nullptr;
@@ -80,21 +82,29 @@ class FusedEngine final : public GpuEngine {
                              ffn_gain ? as_nv(nrm_.get()) : nullptr, eps},
                             stream_, kcfg_.pdl);
       }
-      for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
-        mark(Phase::ffn_gemm);
-        launch_dual_gemm_swiglu(up_, kcfg_.up, stream_, kcfg_.pdl);
-        if (kcfg_.down_cublas) {
-          down_gemm_->run(w2_.get(), u_.get(), h_.get(), gemm_workspace_.get(), stream_);
-        } else {
-          launch_gemm_residual(down_, kcfg_.down, stream_, kcfg_.pdl);
-        }
-        // The operand of the next GEMM: this event's next FFN step, or (cuBLAS router) the next
-        // event's router; the event router and the collapse read h directly.
-        const bool last_ffn = i + 1 == cfg_.k_ffn, last_event = e + 1 == cfg_.n_events;
-        const float* gain = !last_ffn ? norm_w_.get() : (cublas_router && !last_event ? router_norm_.get() : nullptr);
-        if (gain) {
-          mark(Phase::elementwise);
-          launch_rmsnorm_bf16(h_.get(), gain, as_nv(nrm_.get()), M, D, eps, stream_, kcfg_.pdl);
+      for (int64_t r0 = 0; r0 < M; r0 += chunk_) {  // a chunk runs all its FFN steps, then the next
+        const int64_t rows = std::min(chunk_, M - r0);
+        bf16* nrm = nrm_.get() + r0 * D;
+        float* h = h_.get() + r0 * D;
+        for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
+          mark(Phase::ffn_gemm);
+          launch_dual_gemm_swiglu({as_nv(nrm), as_nv(w13_.get()), as_nv(u_.get()), int(rows), int(2 * F), int(D)},
+                                  kcfg_.up, stream_, kcfg_.pdl);
+          if (kcfg_.down_cublas) {
+            down_gemm_->run(rows, w2_.get(), u_.get(), h, gemm_workspace_.get(), stream_);
+          } else {
+            launch_gemm_residual({as_nv(u_.get()), as_nv(w2_.get()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
+                                 kcfg_.down, stream_, kcfg_.pdl);
+          }
+          // The operand of the next GEMM: this event's next FFN step, or (cuBLAS router) the next
+          // event's router; the event router and the collapse read h directly.
+          const bool last_ffn = i + 1 == cfg_.k_ffn, last_event = e + 1 == cfg_.n_events;
+          const float* gain =
+              !last_ffn ? norm_w_.get() : (cublas_router && !last_event ? router_norm_.get() : nullptr);
+          if (gain) {
+            mark(Phase::elementwise);
+            launch_rmsnorm_bf16(h, gain, as_nv(nrm), rows, D, eps, stream_, kcfg_.pdl);
+          }
         }
       }
     }
@@ -111,8 +121,7 @@ class FusedEngine final : public GpuEngine {
   DeviceBuffer<uint8_t> gemm_workspace_;
   DeviceBuffer<float> z_;
   DeviceBuffer<bf16> w13_, w2_, nrm_, u_;
-  DualGemmSwigluArgs up_{};
-  GemmResidualArgs down_{};
+  int64_t chunk_ = 0;  // rows per FFN chunk (FusedKernelConfig::row_chunk; M when not chunked)
 };
 
 }  // namespace

@@ -68,8 +68,10 @@ BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k
 }
 
 BatchInvariantGemm::~BatchInvariantGemm() {
-  if (x_layout_) cublasLtMatrixLayoutDestroy(x_layout_);
-  if (out_layout_) cublasLtMatrixLayoutDestroy(out_layout_);
+  for (const RowLayouts& l : row_layouts_) {
+    cublasLtMatrixLayoutDestroy(l.x);
+    cublasLtMatrixLayoutDestroy(l.out);
+  }
   if (w_layout_) cublasLtMatrixLayoutDestroy(w_layout_);
   if (op_) cublasLtMatmulDescDestroy(op_);
 }
@@ -81,7 +83,11 @@ void BatchInvariantGemm::make_row_layouts(int64_t rows, cublasLtMatrixLayout_t& 
 
 void BatchInvariantGemm::set_rows(int64_t rows) {
   SWAPFFN_REQUIRE(rows > 0, "GEMM row count must be positive");
-  if (rows == rows_) return;
+  for (const RowLayouts& l : row_layouts_)
+    if (l.rows == rows) {
+      rows_ = rows;
+      return;
+    }
   cublasLtMatrixLayout_t x = nullptr, out = nullptr;
   make_row_layouts(rows, x, out);
   cublasLtMatmulHeuristicResult_t check{};
@@ -93,18 +99,24 @@ void BatchInvariantGemm::set_rows(int64_t rows) {
                  " rows for n=" + std::to_string(n_) + " k=" + std::to_string(k_) + ": " +
                  (st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusString(st) : "workspace too small"));
   }
-  if (x_layout_) cublasLtMatrixLayoutDestroy(x_layout_);
-  if (out_layout_) cublasLtMatrixLayoutDestroy(out_layout_);
-  x_layout_ = x;
-  out_layout_ = out;
+  row_layouts_.push_back({rows, x, out});
   rows_ = rows;
 }
 
 void BatchInvariantGemm::run(const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const {
   SWAPFFN_REQUIRE(rows_ > 0, "BatchInvariantGemm::run before set_rows");
+  run(rows_, w, x, out, workspace, stream);
+}
+
+void BatchInvariantGemm::run(int64_t rows, const void* w, const void* x, void* out, void* workspace,
+                             cudaStream_t stream) const {
+  const RowLayouts* l = nullptr;
+  for (const RowLayouts& c : row_layouts_)
+    if (c.rows == rows) l = &c;
+  SWAPFFN_REQUIRE(l != nullptr, "BatchInvariantGemm::run for " + std::to_string(rows) + " rows, never given to set_rows");
   const float alpha = 1.f;
-  CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w, w_layout_, x, x_layout_, &beta_, out, out_layout_, out,
-                              out_layout_, &algo_, workspace, workspace_bytes_, stream));
+  CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w, w_layout_, x, l->x, &beta_, out, l->out, out, l->out, &algo_,
+                              workspace, workspace_bytes_, stream));
 }
 
 std::string BatchInvariantGemm::describe() const {

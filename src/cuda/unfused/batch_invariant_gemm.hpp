@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_check.hpp"
 
@@ -23,16 +24,24 @@ class BatchInvariantGemm {
   BatchInvariantGemm(const BatchInvariantGemm&) = delete;
   BatchInvariantGemm& operator=(const BatchInvariantGemm&) = delete;
 
-  // Prepares the layouts for `rows` rows (host-only work; call outside graph capture).
+  // Prepares the layouts for `rows` rows and makes it the row count of run() without one (host-only
+  // work; call outside graph capture). Row counts prepared earlier stay available to run(rows, ...).
   void set_rows(int64_t rows);
   // Enqueues the product on stream. w: [n, k] bf16, x: [rows, k] bf16, out: [rows, n].
   void run(const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const;
+  // The same for a row count given to set_rows() before (row chunks of one batch; same algorithm, so
+  // every row's bits are those of a whole-batch run).
+  void run(int64_t rows, const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const;
 
   // "algo=<id> tile=<id> stages=<id> ..." for logs and benchmark reports.
   std::string describe() const;
   int64_t rows() const { return rows_; }
 
  private:
+  struct RowLayouts {
+    int64_t rows;
+    cublasLtMatrixLayout_t x, out;
+  };
   void make_row_layouts(int64_t rows, cublasLtMatrixLayout_t& x, cublasLtMatrixLayout_t& out) const;
 
   cublasLtHandle_t lt_;
@@ -41,7 +50,8 @@ class BatchInvariantGemm {
   float beta_;
   size_t workspace_bytes_;
   cublasLtMatmulDesc_t op_ = nullptr;
-  cublasLtMatrixLayout_t w_layout_ = nullptr, x_layout_ = nullptr, out_layout_ = nullptr;
+  cublasLtMatrixLayout_t w_layout_ = nullptr;
+  std::vector<RowLayouts> row_layouts_;  // every row count prepared so far
   cublasLtMatmulAlgo_t algo_{};
 };
 
