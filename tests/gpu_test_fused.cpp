@@ -67,7 +67,8 @@ INSTANTIATE_TEST_SUITE_P(
                       CheckCase{"tiny", 2, 4, "router=event,down=bn64_st6_sk2_mc2,up=bn256_st4_sk1_mc2"},
                       CheckCase{"tiny", 2, 4, "router=cublas,down=bn128_st4_sk2_mc1,up=bn128_st6_sk1_mc2"},
                       CheckCase{"tiny", 3, 4, "up=bn256_st4_sk1_mc1_p"},
-                      CheckCase{"tiny", 3, 4, "chunk=48"},  // 120 rows: chunks of 48, 48 and 24
+                      CheckCase{"tiny", 3, 4, "chunk=48"},
+                      CheckCase{"tiny", 3, 4, "up=bn128_st3_sk1_mc1_o2"},  // 120 rows: chunks of 48, 48 and 24
                       CheckCase{"tiny", 2, 4, "router=cublas,down=bn64_st6_sk2_mc1,chunk=64"},
                       CheckCase{"default", 1, 2, ""}, CheckCase{"default", 2, 1, "router=cublas,down=bn64_st6_sk2_mc1"}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
@@ -127,19 +128,19 @@ TEST(Fused, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
 // A sequence's bits must not depend on its batch-mates or on B, whatever tile variants a batch
 // size selects (the tuner may pick different ones per B; these two differ in tile N and multicast)
 // and however many rows an event-router CTA takes (default model on 132 SMs: B = 9 takes 32-row
-// CTAs, B = 4 16-row CTAs; alone: 8), and whether the batch's FFN runs in row chunks (the batch
-// runs chunked, with a shorter last chunk; the sequence alone does not).
+// CTAs, B = 4 16-row CTAs; alone: 8), whether the batch's FFN runs in row chunks (with a shorter
+// last chunk; the sequence alone does not) and two-CTAs-per-SM dual GEMM tiles.
 TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
   SKIP_WITHOUT_HOPPER();
-  for (const auto& [preset, B, chunk] : {std::tuple<const char*, int64_t, const char*>{"tiny", 5, "72"},
-                                         {"default", 9, "2048"}, {"default", 4, "0"}}) {
+  for (const auto& [preset, B, batch_kernels] : {std::tuple<const char*, int64_t, const char*>{"tiny", 5, "chunk=72"},
+                                                 {"default", 9, "chunk=2048"}, {"default", 4, "up=bn128_st3_sk1_mc1_o2"}}) {
     const Weights& w = weights_of(preset);
     const bool tiny = preset[0] == 't';
     const int64_t T = tiny ? 3 : 2, D = w.cfg.d_model, pick = 3;
     const State batch_state = random_state(w.cfg, B, 31);
     const auto x = decode_inputs(32, T, B, D);
     const Decoded all =
-        decode(*fused(w, true, std::string("up=bn256_st4_sk1_mc2,down=cublas,chunk=") + chunk), x, T, batch_state);
+        decode(*fused(w, true, std::string("up=bn256_st4_sk1_mc2,down=cublas,") + batch_kernels), x, T, batch_state);
 
     State one = State::init(w.cfg, 1);
     batch_state.copy_sequence_to(pick, one, 0);

@@ -26,10 +26,12 @@ std::string write_cache(const std::string& name, const std::string& entries, con
 std::string this_device() { return query_gpu().name; }  // "" without a GPU: still a consistent key
 
 TEST(FusedConfig, VariantNamesRoundTripAndBadNamesAreRefused) {
-  for (const auto& v : {GemmVariant{256, 4, 1, 1}, GemmVariant{64, 6, 2, 2}, GemmVariant{256, 4, 1, 1, true}})
+  for (const auto& v : {GemmVariant{256, 4, 1, 1}, GemmVariant{64, 6, 2, 2}, GemmVariant{256, 4, 1, 1, true},
+                      GemmVariant{128, 3, 1, 1, false, 2}})
     EXPECT_EQ(parse_gemm_variant(v.name()), v) << v.name();
   EXPECT_TRUE(parse_gemm_variant("bn256_st4_sk1_mc1_p").persistent);
-  for (const char* bad : {"bn256_st4_sk1", "bn256_st4_sk1_mc1x", "bn256_st4_sk1_mc1_q", "bn256_st4_sk1_mc1_p_p", "_p",
+  EXPECT_EQ(parse_gemm_variant("bn128_st3_sk1_mc1_o2").ctas_per_sm, 2);
+  for (const char* bad : {"bn256_st4_sk1", "bn256_st4_sk1_mc1x", "bn256_st4_sk1_mc1_q", "bn256_st4_sk1_mc1_p_p", "_p", "bn128_st3_sk1_mc1_o3", "_o2",
                           "cublas", ""})
     EXPECT_THROW(parse_gemm_variant(bad), Error) << bad;
 }

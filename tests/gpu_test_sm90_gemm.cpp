@@ -92,6 +92,9 @@ std::vector<DualCase> dual_cases() {
     out.push_back({300, 256, 192, v});
     // Persistent: more tiles than SMs, and 3 k-steps per tile, so the stage ring wraps across tiles.
     if (v.persistent) out.push_back({2000, 2048, 192, v});
+    // Two CTAs per SM: more CTAs than fit at once, and 4 k-steps on 3 stages, so the epilogue's
+    // staging (the last stage's A rows) is not stage 0.
+    if (v.ctas_per_sm > 1) out.push_back({2000, 2048, 256, v});
   }
   return out;
 }

@@ -131,13 +131,17 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
 GemmVariant parse_gemm_variant(const std::string& name) {
   GemmVariant v;
   std::string base = name;
-  if (base.size() > 2 && base.compare(base.size() - 2, 2, "_p") == 0) {
-    v.persistent = true;
-    base.resize(base.size() - 2);
-  }
+  const auto strip = [&](const std::string& suffix) {
+    if (base.size() <= suffix.size() || base.compare(base.size() - suffix.size(), suffix.size(), suffix) != 0)
+      return false;
+    base.resize(base.size() - suffix.size());
+    return true;
+  };
+  if (strip("_o2")) v.ctas_per_sm = 2;
+  if (strip("_p")) v.persistent = true;
   char tail = 0;
   if (std::sscanf(base.c_str(), "bn%d_st%d_sk%d_mc%d%c", &v.bn, &v.stages, &v.split_k, &v.multicast, &tail) != 4)
-    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected bn<N>_st<S>_sk<K>_mc<C>, optionally _p)");
+    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected bn<N>_st<S>_sk<K>_mc<C>, optionally _p or _o2)");
   return v;
 }
 

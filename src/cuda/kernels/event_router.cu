@@ -68,7 +68,7 @@ __device__ __forceinline__ float4 unpack_bf16x4(uint2 v) {
 __device__ __forceinline__ float sum_sq(const float4& v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
 // Each warp keeps its rows of h in registers from the first read to the last write (one pass over
-// h instead of three), and the small weights sit in shared memory, loaded before the PDL wait.
+// h instead of three), and the weights sit in shared memory, bulk-copied before the PDL wait.
 // Element i of a lane's row is float4 index lane + 32 i, the order in which the row's sum of squares
 // has always been accumulated (same bits as the three-pass version).
 template <int kRows>
@@ -92,58 +92,72 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   const int row0 = blockIdx.x * kRows;
   const int ld = D + kPad, D4 = D / 4, nvec = D / 128;
 
-  // 0. The weights do not depend on the previous kernel: start the bulk copy of router_w and load
-  //    the small ones before waiting for it, so both overlap its tail.
+  // 0. The weights do not depend on the previous kernel: bulk-copy router_w and the small weight
+  //    vectors into shared memory before waiting for it, so the copies overlap its tail and the h
+  //    loads below (one transaction barrier for all; no chain of dependent loads in the prologue).
   if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(w_ready, 1);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
   if (warp == 0) {
-    if (lane == 0) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(w_ready, uint32_t(R) * D * 2);
+    const uint32_t vec_bytes = uint32_t(D + (a.norm_gain ? D : 0) + 5 * R) * 4;
+    if (lane == 0) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(w_ready, uint32_t(R) * D * 2 + vec_bytes);
     __syncwarp();
     for (int r = lane; r < R; r += 32)
       cute::SM90_BULK_COPY_G2S::copy(a.router_w + size_t(r) * D, w_ready, w_smem + r * ld, D * 2);
+    if (lane == 0) cute::SM90_BULK_COPY_G2S::copy(a.router_gain, w_ready, rgain, D * 4);
+    if (lane == 1 && a.norm_gain) cute::SM90_BULK_COPY_G2S::copy(a.norm_gain, w_ready, ngain, D * 4);
+    if (lane == 2) cute::SM90_BULK_COPY_G2S::copy(a.swap_w, w_ready, swap_w, R * 4);
+    if (lane == 3) cute::SM90_BULK_COPY_G2S::copy(a.bank_w, w_ready, bank_w, 4 * R * 4);
   }
-  for (int i = threadIdx.x; i < D; i += kWarps * 32) {
-    rgain[i] = a.router_gain[i];
-    ngain[i] = a.norm_gain ? a.norm_gain[i] : 0.f;
-  }
-  for (int i = threadIdx.x; i < R; i += kWarps * 32) swap_w[i] = a.swap_w[i];
-  for (int i = threadIdx.x; i < 4 * R; i += kWarps * 32) bank_w[i] = a.bank_w[i];
+  // The biases (not a multiple of 16 bytes) by plain loads; the __syncthreads after step 1
+  // publishes them.
   if (threadIdx.x < 5) biases[threadIdx.x] = threadIdx.x == 0 ? a.swap_b[0] : a.bank_b[threadIdx.x - 1];
-  __syncthreads();
   pdl_wait();  // h, ram and the maps were written by the previous kernels of the step
   pdl_launch_dependents();
 
-  // 1. This warp's rows of h into registers, and the router operand bf16(rms(h) * router_norm) into
-  //    shared memory; the MMA's padding rows are zeros.
+  // 1. This warp's rows of h into registers (their loads overlap the weight copies), then the
+  //    router operand bf16(rms(h) * router_norm) into shared memory; the MMA's padding rows are zeros.
   float4 hv[kRowsPerWarp][kMaxVec];
+  float rs[kRowsPerWarp];
   uint8_t map[kRowsPerWarp];
-  const float4* rg4 = reinterpret_cast<const float4*>(rgain);
 #pragma unroll
   for (int q = 0; q < kRowsPerWarp; ++q) {
-    const int lr = warp + kWarps * q, r = row0 + lr;
-    uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
-    if (r >= rows) {
-      for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
-      continue;
-    }
+    const int r = row0 + warp + kWarps * q;
+    if (r >= rows) continue;
     map[q] = a.stream_map[r];
     const float4* src = reinterpret_cast<const float4*>(a.h + size_t(r) * D);
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
       if (i < nvec) hv[q][i] = src[lane + 32 * i];
+  }
+#pragma unroll
+  for (int q = 0; q < kRowsPerWarp; ++q) {
+    rs[q] = 0.f;
+    if (row0 + warp + kWarps * q >= rows) continue;  // uniform over the warp
     float ss = 0.f;
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
       if (i < nvec) ss += sum_sq(hv[q][i]);
-    const float rs = rsqrtf(warp_sum(ss) / float(D) + a.eps);
+    rs[q] = rsqrtf(warp_sum(ss) / float(D) + a.eps);
+  }
+  cutlass::arch::ClusterTransactionBarrier::wait(w_ready, 0);
+  const float4* rg4 = reinterpret_cast<const float4*>(rgain);
+#pragma unroll
+  for (int q = 0; q < kRowsPerWarp; ++q) {
+    const int lr = warp + kWarps * q;
+    uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
+    if (row0 + lr >= rows) {
+      for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
+      continue;
+    }
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
       if (i < nvec) {
         const float4 v = hv[q][i], g = rg4[lane + 32 * i];
-        dst[lane + 32 * i] = pack_bf16x4(v.x * rs * g.x, v.y * rs * g.y, v.z * rs * g.z, v.w * rs * g.w);
+        dst[lane + 32 * i] =
+            pack_bf16x4(v.x * rs[q] * g.x, v.y * rs[q] * g.y, v.z * rs[q] * g.z, v.w * rs[q] * g.w);
       }
   }
   for (int lr = kRows + warp; lr < Shape::kOperandRows; lr += kWarps) {
@@ -151,7 +165,6 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
     for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
   }
   __syncthreads();
-  cutlass::arch::ClusterTransactionBarrier::wait(w_ready, 0);
 
   // 2. z = n @ router_w^T from shared memory: each warp one K-slice of D of one m16 tile for all
   //    columns, then a fixed-order sum over the slices (deterministic, the same for every batch size).

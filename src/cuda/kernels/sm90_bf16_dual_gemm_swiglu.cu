@@ -57,9 +57,9 @@ struct SwigluEpilogue {
   __device__ static float silu(float g) { return __fdividef(g, 1.f + __expf(-g)); }
 };
 
-template <int BN, int Stages, int Multicast, bool Persistent>
+template <int BN, int Stages, int Multicast, bool Persistent, int CtasPerSm = 1>
 void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
-  using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast, Persistent>;
+  using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast, Persistent, CtasPerSm>;
   SWAPFFN_REQUIRE(a.n2 % BN == 0 && BN % 16 == 0,
                   "dual GEMM: 2*F = " + std::to_string(a.n2) + " is not a multiple of the tile N " + std::to_string(BN));
   SWAPFFN_REQUIRE(a.k > 0 && a.k % Tile::BK == 0, "dual GEMM: K = " + std::to_string(a.k) + " is not a positive multiple of 64");
@@ -80,6 +80,8 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
 // bn 128 x 6 stages: twice the tiles (fills the SMs better at B = 1), half the B reuse.
 // mc 2: two M tiles share each W13 tile through TMA multicast (half the weight traffic from L2).
 // _p: persistent (one CTA per SM walking the tiles; the next tile's loads overlap the epilogue).
+// bn 128 x 3 stages _o2: two CTAs per SM (96 KB of stages and 112 consumer registers each), so one
+// CTA's epilogue runs under the other's MMAs; costs 1.33x the operand bytes per MMA of bn 256.
 struct DualEntry {
   GemmVariant v;
   void (*fn)(const DualGemmSwigluArgs&, cudaStream_t, bool);
@@ -87,7 +89,8 @@ struct DualEntry {
 constexpr DualEntry kDualVariants[] = {{{256, 4, 1, 2}, launch<256, 4, 2, false>},
                                        {{256, 4, 1, 1}, launch<256, 4, 1, false>},
                                        {{256, 4, 1, 1, true}, launch<256, 4, 1, true>},
-                                       {{128, 6, 1, 2}, launch<128, 6, 2, false>}};
+                                       {{128, 6, 1, 2}, launch<128, 6, 2, false>},
+                                       {{128, 3, 1, 1, false, 2}, launch<128, 3, 1, false, 2>}};
 
 }  // namespace
 

@@ -15,6 +15,8 @@
 // ClusterN CTAs along x (different N tiles) share the A tile, ClusterM CTAs along y (different M
 // tiles) share the B tile. A stage is then refilled only after the consumers of every CTA it is
 // multicast to have released it (their empty-barrier arrivals go to each CTA of the group).
+// Two-CTAs-per-SM variants (BN <= 128): 288 threads, consumers first and a producer warp last, so
+// one CTA's epilogue overlaps the other's mainloop.
 // Persistent variants (no cluster): a grid of at most one CTA per SM walks the tiles (N fastest);
 // the stage ring runs on across tiles, so the producer loads the next tile's first stages while the
 // consumers run the epilogue of the current one (no pipeline fill per tile, no relaunch per wave).
@@ -38,7 +40,8 @@
 namespace swapffn::cuda::sm90 {
 
 // Compile-time tile configuration of one GEMM variant.
-template <int BN_, int Stages_, int SplitK_, int ClusterN_ = 1, int ClusterM_ = 1, bool Persistent_ = false>
+template <int BN_, int Stages_, int SplitK_, int ClusterN_ = 1, int ClusterM_ = 1, bool Persistent_ = false,
+          int CtasPerSm_ = 1>
 struct GemmTile {
   static constexpr int BM = 128;  // two consumer warpgroups of 64 rows
   static constexpr int BN = BN_;
@@ -53,14 +56,26 @@ struct GemmTile {
   static constexpr int kGroupCtas = ClusterN + ClusterM - 1;
   static constexpr int kBoxRowsA = BM / ClusterN;  // rows of A each CTA loads (TMA box)
   static constexpr int kBoxRowsB = BN / ClusterM;  // rows of B each CTA loads (TMA box)
-  static constexpr int kThreads = 384;
   static constexpr int kConsumers = 2;
+  static constexpr int kCtasPerSm = CtasPerSm_;
+  // One CTA per SM: warpgroup 0 produces (its registers handed to the consumers by setmaxnreg),
+  // warpgroups 1-2 consume. Two CTAs per SM: warpgroups 0-1 consume and one warp after them produces;
+  // no register reconfiguration (setmaxnreg needs whole warpgroups, and ptxas must fit the MMAs
+  // into the launch bound: 288 threads x 2 CTAs leave 112 registers per thread).
+  static constexpr int kThreads = kCtasPerSm == 1 ? 384 : 128 * kConsumers + 32;
+  static constexpr int kFirstConsumerThread = kCtasPerSm == 1 ? 128 : 0;
+  static constexpr int kProducerThread = kCtasPerSm == 1 ? 0 : 128 * kConsumers;
   static constexpr int kAccPerThread = BN / 2;  // m64nBN f32 accumulators per thread
   static constexpr int kStageBytesA = BM * BK * 2;
   static constexpr int kStageBytesB = BN * BK * 2;
   static constexpr int kReduceBytes = SplitK > 1 ? BM * BN * 4 : 0;
   static constexpr int kSmemBytes =
       1024 /*alignment slack*/ + Stages * (kStageBytesA + kStageBytesB) + kReduceBytes + 2 * Stages * 8;
+  // CTAs resident per SM. With 2, one CTA's epilogue runs under the other's MMAs (with one CTA per
+  // SM nothing overlaps the epilogue); the price is half the registers and shared memory each, so
+  // the accumulators must fit 112 registers (BN <= 128) and the epilogue is staged in the
+  // warpgroup's own A rows of the last stage (no separate staging buffer).
+  static constexpr bool kStageEpilogueInA = kCtasPerSm > 1;
 
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma tile N must be 64, 128 or 256 here");
   static_assert(Stages >= 2 && Stages <= 8, "pipeline depth must be 2..8");
@@ -73,6 +88,10 @@ struct GemmTile {
                 "multicast slices must start on 1024-byte boundaries to keep the 128B swizzle pattern");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
                 "stage buffers must keep the 1024-byte alignment of the 128B swizzle");
+  static_assert(kCtasPerSm == 1 || kCtasPerSm == 2, "one or two CTAs per SM");
+  static_assert(kCtasPerSm == 1 || (BN <= 128 && !kPersistent && SplitK == 1),
+                "two CTAs per SM: accumulators within 112 registers (BN <= 128), and the epilogue reuses the "
+                "last stage, so no loads may still be in flight (not persistent, no split-K)");
 };
 
 template <int BN>
@@ -126,7 +145,7 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 // barrier a named-barrier id (1 or 2) for its 128 threads. Launchers pass
 // kernel_smem_bytes<Tile, Epi>() (below) as the dynamic shared memory.
 template <class Tile, class Epi>
-__global__ void __launch_bounds__(Tile::kThreads, 1)
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     sm90_bf16_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                           const typename Epi::Params params, int M, int k_tiles_per_split, int tiles_n,
                           int num_tiles) {
@@ -149,7 +168,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int split = Tile::SplitK > 1 ? static_cast<int>(blockIdx.z) : 0;
   const auto rank_of = [](int x, int y, int z) { return x + Tile::ClusterN * (y + Tile::ClusterM * z); };
   const int k_tile0 = split * k_tiles_per_split;
-  const int wg = threadIdx.x / 128;
+  const bool producer = Tile::kCtasPerSm == 1 ? threadIdx.x < 128 : threadIdx.x >= Tile::kProducerThread;
   // Tiles of this CTA: one (its grid position), or every gridDim.x-th of the linear tile order.
   const int tile0 = Tile::kPersistent ? static_cast<int>(blockIdx.x) : 0;
   const int tile_step = Tile::kPersistent ? static_cast<int>(gridDim.x) : 1;
@@ -177,9 +196,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   pdl_wait();
   pdl_launch_dependents();
 
-  if (wg == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<40>();
-    if (threadIdx.x == 0) {
+  if (producer) {
+    if constexpr (Tile::kCtasPerSm == 1) cutlass::arch::warpgroup_reg_dealloc<40>();
+    if (threadIdx.x == Tile::kProducerThread) {
       uint16_t mask_a = 0, mask_b = 0;
       for (int x = 0; x < Tile::ClusterN; ++x) mask_a |= uint16_t(1u << rank_of(x, cy, split));
       for (int y = 0; y < Tile::ClusterM; ++y) mask_b |= uint16_t(1u << rank_of(cx, y, split));
@@ -214,8 +233,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     return;
   }
 
-  cutlass::arch::warpgroup_reg_alloc<232>();
-  const int c = wg - 1;  // consumer index: rows [64c, 64c + 64) of the tile
+  if constexpr (Tile::kCtasPerSm == 1) cutlass::arch::warpgroup_reg_alloc<232>();
+  const int c = (threadIdx.x - Tile::kFirstConsumerThread) / 128;  // consumer: rows [64c, 64c + 64) of the tile
   const int t = threadIdx.x % 128;
   // A stage is released to every CTA that multicasts into it (and to this one).
   const auto release = [&](int s) {
@@ -286,8 +305,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         acc[2 * p + 1] += o.y;
       }
     }
-    Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t,
-                            epi_smem + c * Epi::template smem_bytes<BN>(), 1 + c);
+    // Staging: this warpgroup's own 64 rows of A in the last stage (only its MMAs read them, and
+    // they are complete; no load is in flight), or the separate buffer.
+    uint8_t* stage = Tile::kStageEpilogueInA ? smem_a + ((g + S - 1) % S) * Tile::kStageBytesA + c * 64 * 128
+                                             : epi_smem + c * Epi::template smem_bytes<BN>();
+    Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t, stage, 1 + c);
   }
 }
 
@@ -295,6 +317,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 // and the alignment of the staging.
 template <class Tile, class Epi>
 constexpr int kernel_smem_bytes() {
+  static_assert(!Tile::kStageEpilogueInA || Epi::template smem_bytes<Tile::BN>() <= 64 * 128,
+                "the epilogue staged in a warpgroup's A rows must fit their 8 KB");
+  if constexpr (Tile::kStageEpilogueInA) return Tile::kSmemBytes + 128;
   return Tile::kSmemBytes + 128 + Tile::kConsumers * Epi::template smem_bytes<Tile::BN>();
 }
 

@@ -23,9 +23,10 @@ struct GemmVariant {
   int split_k = 1;
   int multicast = 1;  // CTAs of a cluster sharing one operand tile (B for the dual GEMM, A for down)
   bool persistent = false;  // one CTA per SM walking the tiles (no cluster)
+  int ctas_per_sm = 1;      // 2: two resident CTAs per SM, one's epilogue under the other's MMAs
   std::string name() const {
     return "bn" + std::to_string(bn) + "_st" + std::to_string(stages) + "_sk" + std::to_string(split_k) + "_mc" +
-           std::to_string(multicast) + (persistent ? "_p" : "");
+           std::to_string(multicast) + (persistent ? "_p" : "") + (ctas_per_sm > 1 ? "_o" + std::to_string(ctas_per_sm) : "");
   }
   bool operator==(const GemmVariant&) const = default;
 };
