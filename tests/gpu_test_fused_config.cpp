@@ -41,6 +41,11 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   const FusedKernelConfig d = select_fused_config(cfg, 1, "", "");
   EXPECT_EQ(d.router, "event");
   EXPECT_TRUE(d.down_cublas);
+  // The dual GEMM goes persistent once its 128 x 256 tiles take more than one wave of SMs.
+  const GpuInfo gpu = query_gpu();
+  EXPECT_EQ(d.up.persistent, gpu.present && 4 * 32 > gpu.sm_count);  // B = 1: 512 rows, 2F = 8192
+  EXPECT_EQ(select_fused_config(cfg, 16, "", "").up.persistent, gpu.present && 64 * 32 > gpu.sm_count);
+  EXPECT_FALSE(select_fused_config(cfg, 16, "", "up=bn256_st4_sk1_mc1").up.persistent);
   const FusedKernelConfig o = select_fused_config(cfg, 4, "", "up=bn128_st6_sk1_mc2,down=bn64_st6_sk2_mc1,router=cublas");
   EXPECT_EQ(o.up, (GemmVariant{128, 6, 1, 2}));
   EXPECT_FALSE(o.down_cublas);
@@ -97,7 +102,8 @@ TEST(FusedConfig, TuningCacheIsReadPerBatchAndMustKeepNumericsFixed) {
 
   const std::string other = write_cache(
       "other", R"({"batch": 1, "up": "bn128_st6_sk1_mc2", "down": "cublas", "router": "event"})", "Another GPU");
-  EXPECT_EQ(select_fused_config(cfg, 1, other, "").up, FusedKernelConfig{}.up) << "another GPU's cache must not apply";
+  EXPECT_EQ(select_fused_config(cfg, 1, other, "").up, select_fused_config(cfg, 1, "", "").up)
+      << "another GPU's cache must not apply";
 
   EXPECT_THROW(select_fused_config(cfg, 1, "/nonexistent/swapffn-tune.json", ""), Error);
   const auto broken = std::filesystem::temp_directory_path() / "swapffn_tune_broken.json";

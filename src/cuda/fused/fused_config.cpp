@@ -14,11 +14,14 @@ namespace swapffn::cuda {
 
 // Why these defaults (H200, D = 1024, F = 4096; numbers in docs/PERF.md):
 // - up: bn 256 x 4 stages, no multicast. At B = 1, M = 512 gives 4 x 32 = 128 CTAs for 132 SMs, one
-//   wave; each W13 tile serves 128 rows x 128 SwiGLU outputs. 16.4 us at M = 512 against 15.0 us for
-//   cuBLAS's gate/up GEMM alone (which then still needs a SwiGLU pass). bn 128 (two waves, twice the A
-//   traffic) was slower at every B; multicast of W13 over 2 M tiles gained nothing (each SM still
-//   ingests the same bytes; the per-SM L2->SM path, not L2 output, is the limit here). The
-//   persistent variant (_p) measured 2-3% slower than this one at M = 512 and 8192 (H100).
+//   wave; each W13 tile serves 128 rows x 128 SwiGLU outputs. 14.4 us at M = 512 against 15.6 us for
+//   cuBLAS's gate/up GEMM alone (which then still needs a SwiGLU pass; H100). bn 128 (two waves,
+//   twice the A traffic) was slower at every B; multicast of W13 over 2 M tiles gained nothing (each
+//   SM still ingests the same bytes; the per-SM L2->SM path, not L2 output, is the limit here).
+//   Once the tiles take more than one wave the persistent form (_p) is the default: with the staged
+//   epilogue it runs M = 8192 in 200 us against 212 (the next tile's loads overlap the epilogue),
+//   -1.4..-2.5% per step at B = 4..64; at M = 512 (one wave) it is slower alone (15.4 vs 14.4 us).
+//   Rejected: two CTAs per SM with bn 128 (_o2): 237 us at M = 8192, 15.8 at M = 512 (H100).
 // - down: cuBLASLt. Our split-K kernel (bn 64, 2-CTA cluster) runs M = 512 in 15.9 us against 11.3
 //   for cuBLASLt's pinned split-K-free algorithm; bn 128 split 2 is 22.5 us (64 CTAs at about half
 //   of the per-SM MMA rate). Multicast of u over 2 N tiles made the 4-CTA clusters slower (23.6 us).
@@ -74,6 +77,10 @@ void apply_override(FusedKernelConfig& k, const std::string& spec) {
 FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::string& tune_file) {
   FusedKernelConfig k;
   k.router = cfg.d_router % 16 == 0 && cfg.d_router <= 64 && cfg.d_model <= 1024 ? "event" : "cublas";
+  // The persistent dual GEMM once its tiles take more than one wave (B >= 2 on 132 SMs).
+  const GpuInfo gpu = query_gpu();
+  const int64_t up_tiles = (batch * cfg.core_count + 127) / 128 * ((2 * cfg.d_ff + k.up.bn - 1) / k.up.bn);
+  k.up.persistent = gpu.present && up_tiles > gpu.sm_count;
   if (tune_file.empty()) return k;
   std::ifstream in(tune_file);
   SWAPFFN_REQUIRE(in.good(), "cannot open tuning cache " + tune_file);
@@ -83,7 +90,6 @@ FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::st
   } catch (const std::exception& e) {
     SWAPFFN_FAIL("tuning cache " + tune_file + " is not valid JSON: " + e.what());
   }
-  const GpuInfo gpu = query_gpu();
   if (j.value("device", std::string()) != gpu.name || j.value("d_model", int64_t{0}) != cfg.d_model ||
       j.value("d_ff", int64_t{0}) != cfg.d_ff)
     return k;  // tuned for another GPU or model shape: the defaults are the honest choice
