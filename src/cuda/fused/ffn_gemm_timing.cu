@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "cuda/device_buffer.hpp"
+#include "cuda/gpu_engine.hpp"
+#include "cuda/unfused/batch_invariant_gemm.hpp"
 #include "cuda/kernels/random_fill.hpp"
 
 namespace swapffn::cuda {
@@ -42,7 +44,8 @@ void cublas_nt(cublasHandle_t h, const __nv_bfloat16* a, const __nv_bfloat16* b,
 
 }  // namespace
 
-std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<int>& ms, int repeats) {
+std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<int>& ms, int repeats,
+                                       int reference_rows) {
   const int max_m = *std::max_element(ms.begin(), ms.end());
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -59,6 +62,10 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
   fill_random_bf16(u.get(), int64_t(u.size()), 4, 0.5f, stream);
   fill_random_f32(h.get(), int64_t(h.size()), 5, 1.f, stream);
 
+  OwnedLtHandle lt;
+  constexpr size_t kWorkspace = size_t{32} << 20;
+  DeviceBuffer<uint8_t> workspace(kWorkspace);
+  BatchInvariantGemm pinned(lt.h, d_model, d_ff, CUDA_R_32F, true, reference_rows, kWorkspace);
   std::vector<GemmTiming> out;
   for (int m : ms) {
     const double f1 = 2.0 * m * 2.0 * d_ff * d_model, f2 = 2.0 * m * d_model * d_ff;
@@ -78,6 +85,10 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
     const double us2 = median_us([&] { cublas_nt(handle, u.get(), w2.get(), scratch.get(), m, d_model, d_ff); },
                                  repeats, stream);
     out.push_back({"cublas_down", m, d_model, d_ff, {}, us2, f2 / us2 * 1e-6});
+    pinned.set_rows(m);
+    const double us3 = median_us([&] { pinned.run(m, w2.get(), u.get(), h.get(), workspace.get(), stream); }, repeats,
+                                 stream);
+    out.push_back({"cublas_down_pinned", m, d_model, d_ff, {}, us3, f2 / us3 * 1e-6, pinned.describe(m)});
   }
   {
     const int n = 8192;

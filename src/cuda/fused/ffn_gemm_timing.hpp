@@ -9,14 +9,19 @@
 namespace swapffn::cuda {
 
 struct GemmTiming {
-  std::string gemm;  // "dual_swiglu", "down_residual", "cublas_gate_up", "cublas_down", "cublas_peak"
+  // "dual_swiglu", "down_residual", "cublas_gate_up", "cublas_down", "cublas_down_pinned" (the
+  // fused step's down GEMM: batch-invariant cuBLASLt, fp32 h += u W2^T), "cublas_peak"
+  std::string gemm;
   int m = 0, n = 0, k = 0;
   GemmVariant variant;  // meaningless for cuBLAS rows
   double us = 0;        // median time of one launch
   double tflops = 0;
+  std::string algo;     // cuBLASLt algorithm of the pinned row
 };
 
-// Times every compiled variant (and cuBLAS) for each row count in ms on random bf16 data.
-std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<int>& ms, int repeats);
+// Times every compiled variant (and cuBLAS) for each row count in ms on random bf16 data;
+// reference_rows anchors the pinned down GEMM's numerics as in the engines (the core count).
+std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<int>& ms, int repeats,
+                                       int reference_rows);
 
 }  // namespace swapffn::cuda

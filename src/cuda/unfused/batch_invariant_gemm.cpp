@@ -1,6 +1,13 @@
 #include "cuda/unfused/batch_invariant_gemm.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "cuda/device_buffer.hpp"
+#include "cuda/kernels/random_fill.hpp"
 
 namespace swapffn::cuda {
 
@@ -27,6 +34,18 @@ int32_t split_k_of(const cublasLtMatmulAlgo_t& a) {
   CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof(v), &written));
   return v;
 }
+std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
+  int32_t id = 0;
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written));
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "algo=%d tile=%u stages=%u splitk=%d swizzle=%u custom=%u cluster=%u", id,
+                config_u32(algo, CUBLASLT_ALGO_CONFIG_TILE_ID), config_u32(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                split_k_of(algo), config_u32(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                config_u32(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+                static_cast<unsigned>(config_u16(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)));
+  return buf;
+}
 }  // namespace
 
 BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k, cudaDataType_t out_type,
@@ -41,6 +60,15 @@ BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k
 
   cublasLtMatrixLayout_t x = nullptr, out = nullptr;
   make_row_layouts(reference_rows, x, out);
+  const bool chosen = heuristic_best(x, out, algo_);
+  cublasLtMatrixLayoutDestroy(x);
+  cublasLtMatrixLayoutDestroy(out);
+  SWAPFFN_REQUIRE(chosen, "cuBLASLt offers no split-K-free bf16 GEMM for n=" + std::to_string(n) +
+                              " k=" + std::to_string(k) + " (this shape cannot run batch-invariantly)");
+}
+
+bool BatchInvariantGemm::heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out,
+                                        cublasLtMatmulAlgo_t& algo) const {
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;  // excludes split-K
@@ -54,17 +82,46 @@ BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(lt_, op_, w_layout_, x, out, out, pref, kWanted, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
+  for (int i = 0; i < found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS || split_k_of(results[i].algo) > 1) continue;
+    algo = results[i].algo;
+    return true;
+  }
+  return false;
+}
+
+bool BatchInvariantGemm::same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, int64_t rows) const {
+  const int64_t probe = std::min<int64_t>(rows, 1024);
+  cublasLtMatrixLayout_t x = nullptr, out = nullptr;
+  make_row_layouts(probe, x, out);
+  cublasLtMatmulHeuristicResult_t check{};
+  if (cublasLtMatmulAlgoCheck(lt_, op_, w_layout_, x, out, out, &candidate, &check) != CUBLAS_STATUS_SUCCESS ||
+      check.workspaceSize > workspace_bytes_) {
+    cublasLtMatrixLayoutDestroy(x);
+    cublasLtMatrixLayoutDestroy(out);
+    return false;
+  }
+  const size_t out_bytes = size_t(probe * n_) * (out_type_ == CUDA_R_32F ? 4 : 2);
+  DeviceBuffer<__nv_bfloat16> w(size_t(n_ * k_)), xs(size_t(probe * k_));
+  DeviceBuffer<uint8_t> c0(out_bytes), c1(out_bytes), ws(workspace_bytes_);
+  fill_random_bf16(w.get(), n_ * k_, 0x5eed1, 0.05f, nullptr);
+  fill_random_bf16(xs.get(), probe * k_, 0x5eed2, 1.f, nullptr);
+  if (out_type_ == CUDA_R_32F)
+    fill_random_f32(reinterpret_cast<float*>(c0.get()), probe * n_, 0x5eed3, 1.f, nullptr);
+  else
+    fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(c0.get()), probe * n_, 0x5eed3, 1.f, nullptr);
+  CUDA_CHECK(cudaMemcpy(c1.get(), c0.get(), out_bytes, cudaMemcpyDeviceToDevice));
+  const float alpha = 1.f;
+  for (auto [algo, c] : {std::pair{&algo_, c0.get()}, std::pair{&candidate, c1.get()}})
+    CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w.get(), w_layout_, xs.get(), x, &beta_, c, out, c, out, algo,
+                                ws.get(), workspace_bytes_, nullptr));
+  std::vector<uint8_t> h0(out_bytes), h1(out_bytes);
+  CUDA_CHECK(cudaMemcpy(h0.data(), c0.get(), out_bytes, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(h1.data(), c1.get(), out_bytes, cudaMemcpyDeviceToHost));
   cublasLtMatrixLayoutDestroy(x);
   cublasLtMatrixLayoutDestroy(out);
-  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
-  bool chosen = false;
-  for (int i = 0; i < found && !chosen; ++i) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS || split_k_of(results[i].algo) > 1) continue;
-    algo_ = results[i].algo;
-    chosen = true;
-  }
-  SWAPFFN_REQUIRE(chosen, "cuBLASLt offers no split-K-free bf16 GEMM for n=" + std::to_string(n) +
-                              " k=" + std::to_string(k) + " (this shape cannot run batch-invariantly)");
+  return std::memcmp(h0.data(), h1.data(), out_bytes) == 0;
 }
 
 BatchInvariantGemm::~BatchInvariantGemm() {
@@ -99,8 +156,18 @@ void BatchInvariantGemm::set_rows(int64_t rows) {
                  " rows for n=" + std::to_string(n_) + " k=" + std::to_string(k_) + ": " +
                  (st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusString(st) : "workspace too small"));
   }
-  row_layouts_.push_back({rows, x, out});
+  cublasLtMatmulAlgo_t algo = algo_;
+  cublasLtMatmulAlgo_t best{};
+  if (heuristic_best(x, out, best) && std::memcmp(&best, &algo_, sizeof(best)) != 0 && same_bits_as_anchor(best, rows))
+    algo = best;
+  row_layouts_.push_back({rows, x, out, algo});
   rows_ = rows;
+}
+
+const BatchInvariantGemm::RowLayouts& BatchInvariantGemm::layouts_of(int64_t rows) const {
+  for (const RowLayouts& c : row_layouts_)
+    if (c.rows == rows) return c;
+  SWAPFFN_FAIL("BatchInvariantGemm: " + std::to_string(rows) + " rows were never given to set_rows");
 }
 
 void BatchInvariantGemm::run(const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const {
@@ -110,26 +177,14 @@ void BatchInvariantGemm::run(const void* w, const void* x, void* out, void* work
 
 void BatchInvariantGemm::run(int64_t rows, const void* w, const void* x, void* out, void* workspace,
                              cudaStream_t stream) const {
-  const RowLayouts* l = nullptr;
-  for (const RowLayouts& c : row_layouts_)
-    if (c.rows == rows) l = &c;
-  SWAPFFN_REQUIRE(l != nullptr, "BatchInvariantGemm::run for " + std::to_string(rows) + " rows, never given to set_rows");
+  const RowLayouts& l = layouts_of(rows);
   const float alpha = 1.f;
-  CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w, w_layout_, x, l->x, &beta_, out, l->out, out, l->out, &algo_,
+  CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w, w_layout_, x, l.x, &beta_, out, l.out, out, l.out, &l.algo,
                               workspace, workspace_bytes_, stream));
 }
 
-std::string BatchInvariantGemm::describe() const {
-  int32_t id = 0;
-  size_t written = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written));
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "algo=%d tile=%u stages=%u splitk=%d swizzle=%u custom=%u cluster=%u", id,
-                config_u32(algo_, CUBLASLT_ALGO_CONFIG_TILE_ID), config_u32(algo_, CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                split_k_of(algo_), config_u32(algo_, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                config_u32(algo_, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
-                static_cast<unsigned>(config_u16(algo_, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)));
-  return buf;
-}
+std::string BatchInvariantGemm::describe() const { return describe_algo(algo_); }
+
+std::string BatchInvariantGemm::describe(int64_t rows) const { return describe_algo(layouts_of(rows).algo); }
 
 }  // namespace swapffn::cuda

@@ -3,9 +3,16 @@
 //
 // Why pinned: cuBLAS picks its kernel (tile, split-K) per problem size, so the same row could be
 // summed in a different order when the batch (the row count) changes, breaking bitwise batch
-// invariance. The algorithm is therefore chosen once per (n, k) from the heuristic at a fixed
-// reference row count, with split-K excluded, and reused for every row count; set_rows() verifies
-// that the pinned algorithm supports the new row count and refuses it otherwise.
+// invariance. The anchor algorithm is therefore chosen once per (n, k) from the heuristic at a
+// fixed reference row count, with split-K excluded; set_rows() verifies that it supports the new
+// row count and refuses it otherwise.
+// But an algorithm that is best at the reference rows can be poor at other row counts (the 64 x 64
+// tiles picked at 512 rows ran the down GEMM at 8192 rows in 188 us against 90 us for the best
+// algorithm there). So set_rows() also asks the heuristic for the best split-K-free algorithm at
+// the new row count and adopts it only if it reproduces the anchor's bits: both run on a probe of
+// random operands (and a random accumulator when accumulating) and every output must match
+// bitwise. Without split-K every output is one chain of tensor-core k-steps in k order, so
+// algorithms that differ in tiles, stages or clusters normally agree; any that does not is left out.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,16 +40,24 @@ class BatchInvariantGemm {
   // every row's bits are those of a whole-batch run).
   void run(int64_t rows, const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const;
 
-  // "algo=<id> tile=<id> stages=<id> ..." for logs and benchmark reports.
+  // "algo=<id> tile=<id> stages=<id> ..." of the anchor, or of the algorithm used at `rows` rows
+  // (given to set_rows before), for logs and benchmark reports.
   std::string describe() const;
+  std::string describe(int64_t rows) const;
   int64_t rows() const { return rows_; }
 
  private:
   struct RowLayouts {
     int64_t rows;
     cublasLtMatrixLayout_t x, out;
+    cublasLtMatmulAlgo_t algo;  // the anchor, or an algorithm that reproduced its bits
   };
   void make_row_layouts(int64_t rows, cublasLtMatrixLayout_t& x, cublasLtMatrixLayout_t& out) const;
+  // The best split-K-free algorithm the heuristic offers at `rows`, if any (and it fits the workspace).
+  bool heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out, cublasLtMatmulAlgo_t& algo) const;
+  // Whether `candidate` gives bitwise the anchor's outputs on random operands (min(rows, 1024) rows).
+  bool same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, int64_t rows) const;
+  const RowLayouts& layouts_of(int64_t rows) const;
 
   cublasLtHandle_t lt_;
   int64_t n_, k_, rows_ = -1;
