@@ -1,6 +1,5 @@
 #include "cuda/kernels/event_router.hpp"
 
-#include <algorithm>
 #include <string>
 
 #include <cute/arch/copy_sm75.hpp>
@@ -90,7 +89,7 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   float* biases = bank_w + 4 * R;  // swap_b, bank_b[4]
   uint64_t* w_ready = reinterpret_cast<uint64_t*>(smem + L.w_bytes + L.n_bytes + L.z_bytes + L.param_bytes);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int blocks = (rows + kRows - 1) / kRows;
+  const int row0 = blockIdx.x * kRows;
   const int ld = D + kPad, D4 = D / 4, nvec = D / 128;
 
   // 0. The weights do not depend on the previous kernel: bulk-copy router_w and the small weight
@@ -118,150 +117,144 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   pdl_wait();  // h, ram and the maps were written by the previous kernels of the step
   pdl_launch_dependents();
 
-  // Row blocks: one per CTA, or, when there are more blocks than SMs (one CTA fits per SM), each
-  // CTA walks several, so router_w is copied once per SM rather than once per block.
-#pragma unroll 1
-  for (int blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
-    const int row0 = blk * kRows;
-    // 1. This warp's rows of h into registers (their loads overlap the weight copies), then the
-    //    router operand bf16(rms(h) * router_norm) into shared memory; the MMA's padding rows are zeros.
-    float4 hv[kRowsPerWarp][kMaxVec];
-    float rs[kRowsPerWarp];
-    uint8_t map[kRowsPerWarp];
-  #pragma unroll
-    for (int q = 0; q < kRowsPerWarp; ++q) {
-      const int r = row0 + warp + kWarps * q;
-      if (r >= rows) continue;
-      map[q] = a.stream_map[r];
-      const float4* src = reinterpret_cast<const float4*>(a.h + size_t(r) * D);
-  #pragma unroll
-      for (int i = 0; i < kMaxVec; ++i)
-        if (i < nvec) hv[q][i] = src[lane + 32 * i];
+  // 1. This warp's rows of h into registers (their loads overlap the weight copies), then the
+  //    router operand bf16(rms(h) * router_norm) into shared memory; the MMA's padding rows are zeros.
+  float4 hv[kRowsPerWarp][kMaxVec];
+  float rs[kRowsPerWarp];
+  uint8_t map[kRowsPerWarp];
+#pragma unroll
+  for (int q = 0; q < kRowsPerWarp; ++q) {
+    const int r = row0 + warp + kWarps * q;
+    if (r >= rows) continue;
+    map[q] = a.stream_map[r];
+    const float4* src = reinterpret_cast<const float4*>(a.h + size_t(r) * D);
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) hv[q][i] = src[lane + 32 * i];
+  }
+#pragma unroll
+  for (int q = 0; q < kRowsPerWarp; ++q) {
+    rs[q] = 0.f;
+    if (row0 + warp + kWarps * q >= rows) continue;  // uniform over the warp
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) ss += sum_sq(hv[q][i]);
+    rs[q] = rsqrtf(warp_sum(ss) / float(D) + a.eps);
+  }
+  cutlass::arch::ClusterTransactionBarrier::wait(w_ready, 0);
+  const float4* rg4 = reinterpret_cast<const float4*>(rgain);
+#pragma unroll
+  for (int q = 0; q < kRowsPerWarp; ++q) {
+    const int lr = warp + kWarps * q;
+    uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
+    if (row0 + lr >= rows) {
+      for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
+      continue;
     }
-  #pragma unroll
-    for (int q = 0; q < kRowsPerWarp; ++q) {
-      rs[q] = 0.f;
-      if (row0 + warp + kWarps * q >= rows) continue;  // uniform over the warp
-      float ss = 0.f;
-  #pragma unroll
-      for (int i = 0; i < kMaxVec; ++i)
-        if (i < nvec) ss += sum_sq(hv[q][i]);
-      rs[q] = rsqrtf(warp_sum(ss) / float(D) + a.eps);
-    }
-    cutlass::arch::ClusterTransactionBarrier::wait(w_ready, 0);
-    const float4* rg4 = reinterpret_cast<const float4*>(rgain);
-  #pragma unroll
-    for (int q = 0; q < kRowsPerWarp; ++q) {
-      const int lr = warp + kWarps * q;
-      uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
-      if (row0 + lr >= rows) {
-        for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
-        continue;
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) {
+        const float4 v = hv[q][i], g = rg4[lane + 32 * i];
+        dst[lane + 32 * i] =
+            pack_bf16x4(v.x * rs[q] * g.x, v.y * rs[q] * g.y, v.z * rs[q] * g.z, v.w * rs[q] * g.w);
       }
-  #pragma unroll
+  }
+  for (int lr = kRows + warp; lr < Shape::kOperandRows; lr += kWarps) {
+    uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
+    for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
+  }
+  __syncthreads();
+
+  // 2. z = n @ router_w^T from shared memory: each warp one K-slice of D of one m16 tile for all
+  //    columns, then a fixed-order sum over the slices (deterministic, the same for every batch size).
+  const int g = lane / 4, t = lane % 4;
+  const int mtile = warp / kSlices, k_per_warp = D / kSlices;
+  const int kbeg = (warp % kSlices) * k_per_warp;
+  const __nv_bfloat16* arow = n_smem + (mtile * kMmaRows + lane % 16) * ld + (lane / 16) * 8;
+  // ldmatrix.x4 over two n8 blocks of W: lanes 0-15 address block j's 8 rows at k and k + 8,
+  // lanes 16-31 block j + 1's.
+  const __nv_bfloat16* brow = w_smem + ((lane % 8) + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8;
+  const int nblocks = R / 8;
+  float acc[kNBlocks][4];
+#pragma unroll
+  for (int j = 0; j < kNBlocks; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (int k0 = kbeg; k0 < kbeg + k_per_warp; k0 += 16) {
+    uint32_t a0, a1, a2, a3;
+    cute::SM75_U32x4_LDSM_N::copy(*reinterpret_cast<const cute::uint128_t*>(arow + k0), a0, a1, a2, a3);
+#pragma unroll
+    for (int j = 0; j < kNBlocks; j += 2) {
+      if (j < nblocks) {
+        uint32_t b[4];
+        cute::SM75_U32x4_LDSM_N::copy(*reinterpret_cast<const cute::uint128_t*>(brow + j * 8 * ld + k0), b[0], b[1],
+                                      b[2], b[3]);
+        cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(acc[j][0], acc[j][1], acc[j][2], acc[j][3], a0, a1, a2, a3, b[0],
+                                                  b[1], acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+        cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(acc[j + 1][0], acc[j + 1][1], acc[j + 1][2], acc[j + 1][3], a0, a1,
+                                                  a2, a3, b[2], b[3], acc[j + 1][0], acc[j + 1][1], acc[j + 1][2],
+                                                  acc[j + 1][3]);
+      }
+    }
+  }
+  __syncthreads();  // every warp is done reading the operand: its space takes the partial sums
+  float* mine = partial + warp * kMmaRows * kNBlocks * 8;
+#pragma unroll
+  for (int j = 0; j < kNBlocks; ++j) {
+    const int col = j * 8 + 2 * t;
+    *reinterpret_cast<float2*>(&mine[g * kNBlocks * 8 + col]) = make_float2(acc[j][0], acc[j][1]);
+    if (kRows > 8) *reinterpret_cast<float2*>(&mine[(g + 8) * kNBlocks * 8 + col]) = make_float2(acc[j][2], acc[j][3]);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kRows * R; i += kWarps * 32) {
+    const int lr = i / R, c = i % R;
+    const float* p = partial + ((lr / kMmaRows) * kSlices * kMmaRows + lr % kMmaRows) * kNBlocks * 8 + c;
+    float sum = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < kSlices; ++wi) sum += p[wi * kMmaRows * kNBlocks * 8];
+    z_smem[lr * R + c] = sum;
+  }
+  __syncthreads();
+
+  // 3. Per row (the warp that holds it): decisions, the exchange with the chosen bank, the FFN operand.
+  const float4* ng4 = reinterpret_cast<const float4*>(ngain);
+#pragma unroll
+  for (int q = 0; q < kRowsPerWarp; ++q) {
+    const int lr = warp + kWarps * q;
+    const int64_t m = row0 + lr;
+    if (m >= rows) continue;
+    const RowDecision d = decide_row(z_smem + lr * R, R, swap_w, biases[0], bank_w, biases + 1, lane);
+    const bool gate = d.gate;
+    const int p = map_lane(map[q], d.slot);  // the physical bank of the chosen slot
+    if (lane == 0) apply_decision(d, map[q], a.stream_map, m, a.io, a.event, rows);
+    if (gate) {
+      float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
+      uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
+      uint2 in[kMaxVec];
+#pragma unroll
+      for (int i = 0; i < kMaxVec; ++i)
+        if (i < nvec) in[i] = bank[lane + 32 * i];
+#pragma unroll
       for (int i = 0; i < kMaxVec; ++i)
         if (i < nvec) {
-          const float4 v = hv[q][i], g = rg4[lane + 32 * i];
-          dst[lane + 32 * i] =
-              pack_bf16x4(v.x * rs[q] * g.x, v.y * rs[q] * g.y, v.z * rs[q] * g.z, v.w * rs[q] * g.w);
+          const float4 v = hv[q][i];
+          bank[lane + 32 * i] = pack_bf16x4(v.x, v.y, v.z, v.w);
+          hv[q][i] = unpack_bf16x4(in[i]);
+          hg[lane + 32 * i] = hv[q][i];
         }
     }
-    for (int lr = kRows + warp; lr < Shape::kOperandRows; lr += kWarps) {
-      uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
-      for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
-    }
-    __syncthreads();
-
-    // 2. z = n @ router_w^T from shared memory: each warp one K-slice of D of one m16 tile for all
-    //    columns, then a fixed-order sum over the slices (deterministic, the same for every batch size).
-    const int g = lane / 4, t = lane % 4;
-    const int mtile = warp / kSlices, k_per_warp = D / kSlices;
-    const int kbeg = (warp % kSlices) * k_per_warp;
-    const __nv_bfloat16* arow = n_smem + (mtile * kMmaRows + lane % 16) * ld + (lane / 16) * 8;
-    // ldmatrix.x4 over two n8 blocks of W: lanes 0-15 address block j's 8 rows at k and k + 8,
-    // lanes 16-31 block j + 1's.
-    const __nv_bfloat16* brow = w_smem + ((lane % 8) + (lane / 16) * 8) * ld + ((lane / 8) % 2) * 8;
-    const int nblocks = R / 8;
-    float acc[kNBlocks][4];
-  #pragma unroll
-    for (int j = 0; j < kNBlocks; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    for (int k0 = kbeg; k0 < kbeg + k_per_warp; k0 += 16) {
-      uint32_t a0, a1, a2, a3;
-      cute::SM75_U32x4_LDSM_N::copy(*reinterpret_cast<const cute::uint128_t*>(arow + k0), a0, a1, a2, a3);
-  #pragma unroll
-      for (int j = 0; j < kNBlocks; j += 2) {
-        if (j < nblocks) {
-          uint32_t b[4];
-          cute::SM75_U32x4_LDSM_N::copy(*reinterpret_cast<const cute::uint128_t*>(brow + j * 8 * ld + k0), b[0], b[1],
-                                        b[2], b[3]);
-          cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(acc[j][0], acc[j][1], acc[j][2], acc[j][3], a0, a1, a2, a3, b[0],
-                                                    b[1], acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
-          cute::SM80_16x8x16_F32BF16BF16F32_TN::fma(acc[j + 1][0], acc[j + 1][1], acc[j + 1][2], acc[j + 1][3], a0, a1,
-                                                    a2, a3, b[2], b[3], acc[j + 1][0], acc[j + 1][1], acc[j + 1][2],
-                                                    acc[j + 1][3]);
+    if (a.norm_out) {
+      float ss = 0.f;
+#pragma unroll
+      for (int i = 0; i < kMaxVec; ++i)
+        if (i < nvec) ss += sum_sq(hv[q][i]);
+      const float rs = rsqrtf(warp_sum(ss) / float(D) + a.eps);
+      uint2* out = reinterpret_cast<uint2*>(a.norm_out + size_t(m) * D);
+#pragma unroll
+      for (int i = 0; i < kMaxVec; ++i)
+        if (i < nvec) {
+          const float4 v = hv[q][i], gg = ng4[lane + 32 * i];
+          out[lane + 32 * i] = pack_bf16x4(v.x * rs * gg.x, v.y * rs * gg.y, v.z * rs * gg.z, v.w * rs * gg.w);
         }
-      }
-    }
-    __syncthreads();  // every warp is done reading the operand: its space takes the partial sums
-    float* mine = partial + warp * kMmaRows * kNBlocks * 8;
-  #pragma unroll
-    for (int j = 0; j < kNBlocks; ++j) {
-      const int col = j * 8 + 2 * t;
-      *reinterpret_cast<float2*>(&mine[g * kNBlocks * 8 + col]) = make_float2(acc[j][0], acc[j][1]);
-      if (kRows > 8) *reinterpret_cast<float2*>(&mine[(g + 8) * kNBlocks * 8 + col]) = make_float2(acc[j][2], acc[j][3]);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < kRows * R; i += kWarps * 32) {
-      const int lr = i / R, c = i % R;
-      const float* p = partial + ((lr / kMmaRows) * kSlices * kMmaRows + lr % kMmaRows) * kNBlocks * 8 + c;
-      float sum = 0.f;
-  #pragma unroll
-      for (int wi = 0; wi < kSlices; ++wi) sum += p[wi * kMmaRows * kNBlocks * 8];
-      z_smem[lr * R + c] = sum;
-    }
-    __syncthreads();
-
-    // 3. Per row (the warp that holds it): decisions, the exchange with the chosen bank, the FFN operand.
-    const float4* ng4 = reinterpret_cast<const float4*>(ngain);
-  #pragma unroll
-    for (int q = 0; q < kRowsPerWarp; ++q) {
-      const int lr = warp + kWarps * q;
-      const int64_t m = row0 + lr;
-      if (m >= rows) continue;
-      const RowDecision d = decide_row(z_smem + lr * R, R, swap_w, biases[0], bank_w, biases + 1, lane);
-      const bool gate = d.gate;
-      const int p = map_lane(map[q], d.slot);  // the physical bank of the chosen slot
-      if (lane == 0) apply_decision(d, map[q], a.stream_map, m, a.io, a.event, rows);
-      if (gate) {
-        float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
-        uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
-        uint2 in[kMaxVec];
-  #pragma unroll
-        for (int i = 0; i < kMaxVec; ++i)
-          if (i < nvec) in[i] = bank[lane + 32 * i];
-  #pragma unroll
-        for (int i = 0; i < kMaxVec; ++i)
-          if (i < nvec) {
-            const float4 v = hv[q][i];
-            bank[lane + 32 * i] = pack_bf16x4(v.x, v.y, v.z, v.w);
-            hv[q][i] = unpack_bf16x4(in[i]);
-            hg[lane + 32 * i] = hv[q][i];
-          }
-      }
-      if (a.norm_out) {
-        float ss = 0.f;
-  #pragma unroll
-        for (int i = 0; i < kMaxVec; ++i)
-          if (i < nvec) ss += sum_sq(hv[q][i]);
-        const float rs = rsqrtf(warp_sum(ss) / float(D) + a.eps);
-        uint2* out = reinterpret_cast<uint2*>(a.norm_out + size_t(m) * D);
-  #pragma unroll
-        for (int i = 0; i < kMaxVec; ++i)
-          if (i < nvec) {
-            const float4 v = hv[q][i], gg = ng4[lane + 32 * i];
-            out[lane + 32 * i] = pack_bf16x4(v.x * rs * gg.x, v.y * rs * gg.y, v.z * rs * gg.z, v.w * rs * gg.w);
-          }
-      }
     }
   }
 }
@@ -289,12 +282,9 @@ void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl
   const int64_t sms = sm_count();
   // Thresholds in rows per SM: 32-row CTAs from ~24 rows per SM (B >= 7 at the defaults on 132
   // SMs), 16-row CTAs from ~12 (B = 4), else 8-row CTAs (B = 1: 64 CTAs).
-  // At most one CTA per SM (router_w alone takes 128 KB of shared memory); more row blocks than
-  // SMs are walked by the CTAs in turn.
   const auto go = [&](auto kernel, int rows_per_cta, int warps, size_t smem) {
-    const int64_t blocks = std::min<int64_t>((a.rows + rows_per_cta - 1) / rows_per_cta, sms);
-    launch_kernel_ex(kernel, dim3(static_cast<unsigned>(blocks)), dim3(warps * 32), dim3(1, 1, 1), int(smem), stream,
-                     pdl, a);
+    launch_kernel_ex(kernel, dim3(static_cast<unsigned>((a.rows + rows_per_cta - 1) / rows_per_cta)), dim3(warps * 32),
+                     dim3(1, 1, 1), int(smem), stream, pdl, a);
   };
   if (a.rows >= 24 * sms)
     go(event_router_kernel<32>, 32, RouterShape<32>::kWarps, smem_layout<32>(a.d_model, a.d_router).total());
