@@ -15,23 +15,27 @@ namespace {
 
 struct SwigluEpilogue {
   struct Params {
-    __nv_bfloat16* u;  // [M, F]
-    int ld_u;          // F
+    CUtensorMap u;  // u [M, F] bf16, boxes of 64 rows x 64 outputs, 128-byte swizzle
   };
-  // The warpgroup's 64 x BN/2 outputs go through shared memory: written from the accumulator layout
-  // (4 bytes per thread, rows 8 apart), read back as whole 16-byte row chunks so the global stores
-  // fill their sectors (direct bf16x2 stores used half of each 32-byte sector; staging took the
-  // kernel from 16.5 to 14.7 us at M = 512 on an H100). 16-byte chunks are XOR-swizzled by row so
-  // both sides are free of bank conflicts.
+  // The warpgroup's 64 x BN/2 outputs are staged in shared memory as BN/128 boxes of 64 rows x 128
+  // bytes, laid out as the TMA's 128-byte swizzle wants them (16-byte chunk c of row r at chunk
+  // c ^ (r % 8): both the accumulator-layout writes and the TMA reads are conflict-free), and one
+  // thread stores them with TMA. The store runs asynchronously: the warpgroup goes on to the next
+  // tile's MMAs (persistent variants) while the copy engine writes u; only the next tile's epilogue
+  // waits for it to have read the staging. (Thread-issued 16-byte stores kept the warpgroup busy
+  // for the whole copy-out; direct bf16x2 stores filled half of each 32-byte sector.)
   template <int BN>
   static constexpr int smem_bytes() { return 64 * BN; }  // 64 rows x BN/2 bf16
   template <int BN>
-  __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int M, int t,
+  __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int /*M*/, int t,
                                uint8_t* stage, int barrier) {
-    static_assert(BN / 16 >= 8, "the row swizzle needs at least 8 chunks of 16 bytes per staged row");
-    constexpr int kRowBytes = BN, kChunks = BN / 16;
-    const auto at = [&](int r, int byte) { return stage + r * kRowBytes + (((byte / 16) ^ (r & 7)) * 16) + byte % 16; };
-    sm90::warpgroup_bar(barrier);  // the previous tile's copy-out has read the staging
+    static_assert(BN % 128 == 0, "the staging is made of 64-output (128-byte) boxes");
+    constexpr int kBoxBytes = 64 * 128;
+    const auto at = [&](int r, int byte) {
+      return stage + (byte / 128) * kBoxBytes + r * 128 + ((((byte % 128) / 16) ^ (r & 7)) * 16) + byte % 16;
+    };
+    if (t == 0) cute::tma_store_wait<0>();  // the previous tile's store has read the staging
+    sm90::warpgroup_bar(barrier);
     const sm90::AccCoord a = sm90::acc_coord(t, 0);
 #pragma unroll
     for (int g = 0; g < BN / 16; ++g) {
@@ -43,14 +47,18 @@ struct SwigluEpilogue {
         *reinterpret_cast<__nv_bfloat162*>(at(a.row + 8 * half, (8 * g + a.col) * 2)) = v;  // a.col = 2 (lane % 4)
       }
     }
+    cute::tma_store_fence();  // this thread's shared-memory writes become visible to the copy engine
     sm90::warpgroup_bar(barrier);
+    if (t == 0) {
 #pragma unroll
-    for (int i = t; i < 64 * kChunks; i += 128) {
-      const int r = i / kChunks, k = i % kChunks, row = m_base + r;
-      if (row < M)
-        *reinterpret_cast<uint4*>(p.u + static_cast<size_t>(row) * p.ld_u + n_base / 2 + k * 8) =
-            *reinterpret_cast<const uint4*>(at(r, k * 16));
+      for (int b = 0; b < BN / 128; ++b)
+        cute::SM90_TMA_STORE_2D::copy(&p.u, stage + b * kBoxBytes, n_base / 2 + b * 64, m_base);  // rows >= M clipped
+      cute::tma_store_arrive();
     }
+  }
+  // The stores must be complete before the CTA (and its shared memory) goes away.
+  __device__ static void finish(int t) {
+    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
   // Fast reciprocal instead of an IEEE division: the division's ~10 instructions per output were a
   // measurable share of the epilogue, and u is rounded to bf16 right after.
@@ -65,6 +73,7 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
   SWAPFFN_REQUIRE(a.k > 0 && a.k % Tile::BK == 0, "dual GEMM: K = " + std::to_string(a.k) + " is not a positive multiple of 64");
   const CUtensorMap ta = make_tma_2d_bf16_sw128(a.a, a.m, a.k, Tile::kBoxRowsA, 64);
   const CUtensorMap tb = make_tma_2d_bf16_sw128(a.w13, a.n2, a.k, Tile::kBoxRowsB, 64);
+  const CUtensorMap tu = make_tma_2d_bf16_sw128(a.u, a.m, a.n2 / 2, 64, 64);
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, SwigluEpilogue>;
   // M tiles rounded up to whole clusters: a CTA past the last row reads zeros and writes nothing.
   const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = a.n2 / BN;
@@ -72,7 +81,7 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
                                : dim3(n_tiles, (m_tiles + Multicast - 1) / Multicast * Multicast, 1);
   launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(1, Multicast, 1),
                    sm90::kernel_smem_bytes<Tile, SwigluEpilogue>(), stream, pdl, ta, tb,
-                     SwigluEpilogue::Params{a.u, a.n2 / 2}, a.m, a.k / Tile::BK, n_tiles, m_tiles * n_tiles);
+                     SwigluEpilogue::Params{tu}, a.m, a.k / Tile::BK, n_tiles, m_tiles * n_tiles);
 }
 
 // The compiled variants. Split-K is absent on purpose: the SwiGLU needs whole sums.

@@ -139,7 +139,8 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 }
 
 
-// The epilogue interface: `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg, stage, barrier)`
+// The epilogue interface: `Epi::finish(thread_in_wg)` once per consumer thread after its last tile,
+// and `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg, stage, barrier)`
 // with acc holding the (fully reduced) accumulators of 64 rows starting at m_base and BN columns from
 // n_base; stage is Epi::smem_bytes<BN>() of shared memory owned by this consumer warpgroup and
 // barrier a named-barrier id (1 or 2) for its 128 threads. Launchers pass
@@ -147,7 +148,7 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 template <class Tile, class Epi>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     sm90_bf16_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
-                          const typename Epi::Params params, int M, int k_tiles_per_split, int tiles_n,
+                          const __grid_constant__ typename Epi::Params params, int M, int k_tiles_per_split, int tiles_n,
                           int num_tiles) {
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, S = Tile::Stages;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
@@ -160,8 +161,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   float* smem_reduce = reinterpret_cast<float*>(smem_b + S * Tile::kStageBytesB);
   uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(smem_reduce) + Tile::kReduceBytes);
   uint64_t* empty = full + S;
-  // Epilogue staging (Epi::smem_bytes<BN>() per consumer warpgroup), after the barriers.
-  uint8_t* epi_smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(empty + S) + 127) & ~uintptr_t(127));
+  // Epilogue staging (Epi::smem_bytes<BN>() per consumer warpgroup), after the barriers; 1024-byte
+  // aligned so a TMA store can read it with the 128-byte swizzle.
+  uint8_t* epi_smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(empty + S) + 1023) & ~uintptr_t(1023));
 
   // Position in the (ClusterN, ClusterM, SplitK) cluster; ranks are x-fastest.
   const int cx = blockIdx.x % Tile::ClusterN, cy = blockIdx.y % Tile::ClusterM;
@@ -311,16 +313,17 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
                                              : epi_smem + c * Epi::template smem_bytes<BN>();
     Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t, stage, 1 + c);
   }
+  Epi::finish(t);  // e.g. outstanding asynchronous stores of the staging
 }
 
 // Dynamic shared memory of a kernel instance: the tile's, the staging of both consumer warpgroups
-// and the alignment of the staging.
+// and the alignment of the staging (the tile's 1024 bytes of slack cover the barriers too).
 template <class Tile, class Epi>
 constexpr int kernel_smem_bytes() {
   static_assert(!Tile::kStageEpilogueInA || Epi::template smem_bytes<Tile::BN>() <= 64 * 128,
                 "the epilogue staged in a warpgroup's A rows must fit their 8 KB");
-  if constexpr (Tile::kStageEpilogueInA) return Tile::kSmemBytes + 128;
-  return Tile::kSmemBytes + 128 + Tile::kConsumers * Epi::template smem_bytes<Tile::BN>();
+  if constexpr (Tile::kStageEpilogueInA) return Tile::kSmemBytes;
+  return Tile::kSmemBytes + 1024 + Tile::kConsumers * Epi::template smem_bytes<Tile::BN>();
 }
 
 // bar.sync on a named barrier for the 128 threads of one warpgroup.

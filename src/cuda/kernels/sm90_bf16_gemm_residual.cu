@@ -20,6 +20,7 @@ struct ResidualEpilogue {
   // fp32 pairs: four lanes cover 32 contiguous bytes of a row, whole sectors, so no staging.
   template <int BN>
   static constexpr int smem_bytes() { return 0; }
+  __device__ static void finish(int) {}
   template <int BN>
   __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int M, int t,
                                uint8_t* /*stage*/, int /*barrier*/) {
