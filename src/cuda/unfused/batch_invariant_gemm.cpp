@@ -67,8 +67,8 @@ BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k
                               " k=" + std::to_string(k) + " (this shape cannot run batch-invariantly)");
 }
 
-bool BatchInvariantGemm::heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out,
-                                        cublasLtMatmulAlgo_t& algo) const {
+std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cublasLtMatrixLayout_t x,
+                                                                          cublasLtMatrixLayout_t out) const {
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;  // excludes split-K
@@ -83,12 +83,60 @@ bool BatchInvariantGemm::heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrix
       cublasLtMatmulAlgoGetHeuristic(lt_, op_, w_layout_, x, out, out, pref, kWanted, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
-  for (int i = 0; i < found; ++i) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS || split_k_of(results[i].algo) > 1) continue;
-    algo = results[i].algo;
-    return true;
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < found; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS && split_k_of(results[i].algo) <= 1) algos.push_back(results[i].algo);
+  return algos;
+}
+
+bool BatchInvariantGemm::heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out,
+                                        cublasLtMatmulAlgo_t& algo) const {
+  const std::vector<cublasLtMatmulAlgo_t> algos = heuristic_candidates(x, out);
+  if (algos.empty()) return false;
+  algo = algos.front();
+  return true;
+}
+
+const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublasLtMatmulAlgo_t>& algos, int64_t rows,
+                                                        cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const {
+  if (algos.size() == 1) return algos.front();
+  const size_t out_bytes = size_t(rows * n_) * (out_type_ == CUDA_R_32F ? 4 : 2);
+  DeviceBuffer<__nv_bfloat16> w(size_t(n_ * k_)), xs(size_t(rows * k_));
+  DeviceBuffer<uint8_t> c(out_bytes), ws(workspace_bytes_);
+  fill_random_bf16(w.get(), n_ * k_, 0x71e1, 0.05f, nullptr);
+  fill_random_bf16(xs.get(), rows * k_, 0x71e2, 1.f, nullptr);
+  CUDA_CHECK(cudaMemset(c.get(), 0, out_bytes));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  const float alpha = 1.f;
+  size_t best = 0;
+  float best_ms = 0.f;
+  for (size_t i = 0; i < algos.size(); ++i) {
+    const auto launch = [&] {
+      CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w.get(), w_layout_, xs.get(), x, &beta_, c.get(), out, c.get(), out,
+                                  &algos[i], ws.get(), workspace_bytes_, nullptr));
+    };
+    for (int r = 0; r < 2; ++r) launch();
+    std::vector<float> ms;
+    for (int r = 0; r < 5; ++r) {
+      CUDA_CHECK(cudaEventRecord(e0, nullptr));
+      launch();
+      CUDA_CHECK(cudaEventRecord(e1, nullptr));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0.f;
+      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    if (i == 0 || ms[2] < best_ms) {
+      best = i;
+      best_ms = ms[2];
+    }
   }
-  return false;
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return algos[best];
 }
 
 bool BatchInvariantGemm::same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, int64_t rows) const {
@@ -156,11 +204,15 @@ void BatchInvariantGemm::set_rows(int64_t rows) {
                  " rows for n=" + std::to_string(n_) + " k=" + std::to_string(k_) + ": " +
                  (st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusString(st) : "workspace too small"));
   }
-  cublasLtMatmulAlgo_t algo = algo_;
-  cublasLtMatmulAlgo_t best{};
-  if (heuristic_best(x, out, best) && std::memcmp(&best, &algo_, sizeof(best)) != 0 && same_bits_as_anchor(best, rows))
-    algo = best;
-  row_layouts_.push_back({rows, x, out, algo});
+  // Candidates: the anchor and the heuristic's split-K-free algorithms at this row count that give
+  // the anchor's bits; the fastest of them on this GPU (timed here, once per row count) runs.
+  std::vector<cublasLtMatmulAlgo_t> same{algo_};
+  for (const cublasLtMatmulAlgo_t& c : heuristic_candidates(x, out)) {
+    bool seen = false;
+    for (const cublasLtMatmulAlgo_t& a : same) seen = seen || std::memcmp(&a, &c, sizeof(c)) == 0;
+    if (!seen && same_bits_as_anchor(c, rows)) same.push_back(c);
+  }
+  row_layouts_.push_back({rows, x, out, fastest(same, rows, x, out)});
   rows_ = rows;
 }
 

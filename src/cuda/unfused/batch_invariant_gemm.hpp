@@ -8,11 +8,12 @@
 // row count and refuses it otherwise.
 // But an algorithm that is best at the reference rows can be poor at other row counts (the 64 x 64
 // tiles picked at 512 rows ran the down GEMM at 8192 rows in 188 us against 90 us for the best
-// algorithm there). So set_rows() also asks the heuristic for the best split-K-free algorithm at
-// the new row count and adopts it only if it reproduces the anchor's bits: both run on a probe of
-// random operands (and a random accumulator when accumulating) and every output must match
-// bitwise. Without split-K every output is one chain of tensor-core k-steps in k order, so
-// algorithms that differ in tiles, stages or clusters normally agree; any that does not is left out.
+// algorithm there). So set_rows() also takes the heuristic's split-K-free algorithms at the new
+// row count, keeps those that reproduce the anchor's bits (both run on a probe of random operands,
+// and a random accumulator when accumulating; every output must match bitwise) and times them with
+// the anchor, running the fastest. Without split-K every output is one chain of tensor-core k-steps
+// in k order, so algorithms that differ in tiles, stages or clusters normally agree; any that does
+// not is left out.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -53,8 +54,13 @@ class BatchInvariantGemm {
     cublasLtMatmulAlgo_t algo;  // the anchor, or an algorithm that reproduced its bits
   };
   void make_row_layouts(int64_t rows, cublasLtMatrixLayout_t& x, cublasLtMatrixLayout_t& out) const;
-  // The best split-K-free algorithm the heuristic offers at `rows`, if any (and it fits the workspace).
+  // The split-K-free algorithms the heuristic offers for these layouts (fitting the workspace),
+  // best first; heuristic_best() takes the first.
+  std::vector<cublasLtMatmulAlgo_t> heuristic_candidates(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const;
   bool heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out, cublasLtMatmulAlgo_t& algo) const;
+  // The fastest of `algos` at `rows` rows on random operands (median of 5 runs each).
+  const cublasLtMatmulAlgo_t& fastest(const std::vector<cublasLtMatmulAlgo_t>& algos, int64_t rows,
+                                      cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const;
   // Whether `candidate` gives bitwise the anchor's outputs on random operands (min(rows, 1024) rows).
   bool same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, int64_t rows) const;
   const RowLayouts& layouts_of(int64_t rows) const;
