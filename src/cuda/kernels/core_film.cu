@@ -6,6 +6,7 @@ namespace swapffn::cuda {
 
 namespace {
 constexpr int kThreads = 256;
+constexpr int kMaxPerThread = 8;  // rows up to 2048 values held in registers
 
 // One block per (sequence, core) row.
 __global__ void __launch_bounds__(kThreads) core_film_kernel(CoreFilmArgs a) {
@@ -16,10 +17,29 @@ __global__ void __launch_bounds__(kThreads) core_film_kernel(CoreFilmArgs a) {
   const float* sh = a.shift + c * D;
   float* h = a.h + m * D;
   float ss = 0.f;
-  for (int64_t d = threadIdx.x; d < D; d += kThreads) {
-    const float v = x[d] * sc[d] + sh[d];
-    h[d] = v;
-    ss += v * v;
+  if (D <= kThreads * kMaxPerThread) {
+    // All loads first, then the stores: interleaved, each iteration's loads would wait for the
+    // previous store to h (it may alias them as far as the compiler knows). Same order of ss.
+    float v[kMaxPerThread];
+#pragma unroll
+    for (int i = 0; i < kMaxPerThread; ++i) {
+      const int64_t d = threadIdx.x + i * kThreads;
+      if (d < D) v[i] = x[d] * sc[d] + sh[d];
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxPerThread; ++i) {
+      const int64_t d = threadIdx.x + i * kThreads;
+      if (d < D) {
+        h[d] = v[i];
+        ss += v[i] * v[i];
+      }
+    }
+  } else {
+    for (int64_t d = threadIdx.x; d < D; d += kThreads) {
+      const float v = x[d] * sc[d] + sh[d];
+      h[d] = v;
+      ss += v * v;
+    }
   }
   if (a.norm_out) store_rmsnorm_row<kThreads>(h, ss, a.norm_gain, a.norm_out + m * D, D, a.eps, smem);
 }

@@ -43,18 +43,28 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
   };
   float ss = 0.f;
   if constexpr (kInRegisters) {
+    // The gains are loaded with the row, up front: interleaved with the stores, each gain load
+    // would wait for the store before it (out may alias gain as far as the compiler knows), a
+    // chain of dependent round trips.
     const int nvec = D / 128;
-    float4 v[kMaxVec];
+    float4 v[kMaxVec], g[kMaxVec];
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) v[i] = src[lane + 32 * i];
+      if (i < nvec) {
+        v[i] = src[lane + 32 * i];
+        g[i] = g4[lane + 32 * i];
+      }
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
       if (i < nvec) ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
     const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) store(lane + 32 * i, v[i], inv);
+      if (i < nvec) {
+        const int k4 = lane + 32 * i;
+        dst[2 * k4] = __floats2bfloat162_rn(v[i].x * inv * g[i].x, v[i].y * inv * g[i].y);
+        dst[2 * k4 + 1] = __floats2bfloat162_rn(v[i].z * inv * g[i].z, v[i].w * inv * g[i].w);
+      }
   } else {
 #pragma unroll 8
     for (int k4 = lane; k4 < D / 4; k4 += 32) {
