@@ -1,6 +1,8 @@
 #include "cuda/fused/ffn_gemm_timing.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "cuda/device_buffer.hpp"
 #include "cuda/gpu_engine.hpp"
@@ -55,7 +57,7 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
 
   DeviceBuffer<__nv_bfloat16> a(size_t(max_m) * d_model), w13(size_t(2) * d_ff * d_model), w2(size_t(d_model) * d_ff),
       u(size_t(max_m) * d_ff), scratch(size_t(max_m) * 2 * d_ff);
-  DeviceBuffer<float> h(size_t(max_m) * d_model);
+  DeviceBuffer<float> h(size_t(max_m) * d_model), h_ours(size_t(max_m) * d_model), h_theirs(size_t(max_m) * d_model);
   fill_random_bf16(a.get(), int64_t(a.size()), 1, 1.f, stream);
   fill_random_bf16(w13.get(), int64_t(w13.size()), 2, 0.03f, stream);
   fill_random_bf16(w2.get(), int64_t(w2.size()), 3, 0.015f, stream);
@@ -74,10 +76,23 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
       const double us = median_us([&] { launch_dual_gemm_swiglu(args, v, stream, true); }, repeats, stream);
       out.push_back({"dual_swiglu", m, 2 * d_ff, d_model, v, us, f1 / us * 1e-6});
     }
+    pinned.set_rows(m);
     for (const auto& v : down_gemm_variants()) {
       GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
       const double us = median_us([&] { launch_gemm_residual(args, v, stream, true); }, repeats, stream);
-      out.push_back({"down_residual", m, d_model, d_ff, v, us, f2 / us * 1e-6});
+      // Whether this variant sums like cuBLAS's batch-invariant down GEMM: both from the same h.
+      const size_t hn = size_t(m) * d_model;
+      fill_random_f32(h_ours.get(), int64_t(hn), 8, 1.f, stream);
+      CUDA_CHECK(cudaMemcpyAsync(h_theirs.get(), h_ours.get(), hn * 4, cudaMemcpyDeviceToDevice, stream));
+      launch_gemm_residual({u.get(), w2.get(), h_ours.get(), m, d_model, d_ff, true}, v, stream, false);
+      pinned.run(m, w2.get(), u.get(), h_theirs.get(), workspace.get(), stream);
+      std::vector<float> a(hn), b(hn);
+      CUDA_CHECK(cudaMemcpyAsync(a.data(), h_ours.get(), hn * 4, cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaMemcpyAsync(b.data(), h_theirs.get(), hn * 4, cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      const bool same = std::memcmp(a.data(), b.data(), hn * 4) == 0;
+      out.push_back({"down_residual", m, d_model, d_ff, v, us, f2 / us * 1e-6,
+                     same ? "bits = cuBLAS pinned" : "bits != cuBLAS pinned"});
     }
     const double us1 = median_us([&] { cublas_nt(handle, a.get(), w13.get(), scratch.get(), m, 2 * d_ff, d_model); },
                                  repeats, stream);
@@ -85,7 +100,6 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
     const double us2 = median_us([&] { cublas_nt(handle, u.get(), w2.get(), scratch.get(), m, d_model, d_ff); },
                                  repeats, stream);
     out.push_back({"cublas_down", m, d_model, d_ff, {}, us2, f2 / us2 * 1e-6});
-    pinned.set_rows(m);
     const double us3 = median_us([&] { pinned.run(m, w2.get(), u.get(), h.get(), workspace.get(), stream); }, repeats,
                                  stream);
     out.push_back({"cublas_down_pinned", m, d_model, d_ff, {}, us3, f2 / us3 * 1e-6, pinned.describe(m)});

@@ -16,7 +16,8 @@ struct GemmTiming {
   GemmVariant variant;  // meaningless for cuBLAS rows
   double us = 0;        // median time of one launch
   double tflops = 0;
-  std::string algo;     // cuBLASLt algorithm of the pinned row
+  std::string algo;     // cuBLASLt algorithm of the pinned row; for our down variants, whether
+                        // their bits equal the pinned cuBLAS GEMM's
 };
 
 // Times every compiled variant (and cuBLAS) for each row count in ms on random bf16 data;

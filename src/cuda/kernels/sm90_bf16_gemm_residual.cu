@@ -63,8 +63,10 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
 }
 
 // The compiled variants. bn 64 with split-K 2: 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024);
-// bn 128 split 2: half the CTAs, more B reuse; bn 64 without split: different summation order, so
-// usable only when every batch size uses it (batch invariance), so it is not compiled.
+// bn 128 split 2: half the CTAs, more B reuse. bn 128 without split (sk1): a different summation
+// order from the split variants; the fused engine refuses it (the down GEMM's order must be the
+// same at every batch size), but `tune` times it and compares its bits with cuBLAS's split-K-free
+// algorithms, which all sum each output as one chain of k-steps as it does.
 // mc 2: two N tiles share each u tile through TMA multicast (a third less L2 traffic at bn 64).
 struct ResidualEntry {
   GemmVariant v;
@@ -73,7 +75,8 @@ struct ResidualEntry {
 constexpr ResidualEntry kResidualVariants[] = {{{64, 6, 2, 2}, launch<64, 6, 2, 2>},
                                                {{64, 6, 2, 1}, launch<64, 6, 2, 1>},
                                                {{128, 4, 2, 2}, launch<128, 4, 2, 2>},
-                                               {{128, 4, 2, 1}, launch<128, 4, 2, 1>}};
+                                               {{128, 4, 2, 1}, launch<128, 4, 2, 1>},
+                                               {{128, 4, 1, 1}, launch<128, 4, 1, 1>}};
 
 }  // namespace
 
