@@ -154,6 +154,8 @@ std::vector<ResidualCase> residual_cases() {
     out.push_back({512, 256, 1024, v, true});
     out.push_back({40, 256, 384, v, true});
     out.push_back({300, 256, 512, v, false});
+    // Persistent: more tiles than SMs and a stage ring that wraps across tiles.
+    if (v.persistent) out.push_back({2000, 1024, 320, v, true});
   }
   return out;
 }

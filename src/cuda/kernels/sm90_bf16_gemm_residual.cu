@@ -3,6 +3,8 @@
 // At B = 1 the problem has only 4 x D/BN tiles, too few for 132 SMs, so K is split across a
 // 2-CTA cluster whose partial sums meet in shared memory in a fixed order (deterministic and the
 // same for every batch size).
+#include <algorithm>
+
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/sm90_bf16_gemm.cuh"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
@@ -45,9 +47,9 @@ struct ResidualEpilogue {
   }
 };
 
-template <int BN, int Stages, int SplitK, int Multicast>
+template <int BN, int Stages, int SplitK, int Multicast, bool Persistent = false>
 void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1>;
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent>;
   SWAPFFN_REQUIRE(a.n % (BN * Multicast) == 0, "down GEMM: D = " + std::to_string(a.n) +
                                                    " is not a multiple of the tile N x multicast " +
                                                    std::to_string(BN * Multicast));
@@ -56,17 +58,20 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   const CUtensorMap ta = make_tma_2d_bf16_sw128(a.a, a.m, a.k, Tile::kBoxRowsA, 64);
   const CUtensorMap tb = make_tma_2d_bf16_sw128(a.w, a.n, a.k, Tile::kBoxRowsB, 64);
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
-  const dim3 grid(a.n / BN, (a.m + Tile::BM - 1) / Tile::BM, SplitK);
+  const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = a.n / BN;
+  const dim3 grid = Persistent ? dim3(static_cast<unsigned>(std::min(m_tiles * n_tiles, sm_count())))
+                               : dim3(n_tiles, m_tiles, SplitK);
   launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK),
                    sm90::kernel_smem_bytes<Tile, ResidualEpilogue>(), stream, pdl, ta, tb,
-                     ResidualEpilogue::Params{a.h, a.n, a.residual}, a.m, a.k / Tile::BK / SplitK, 0, 0);
+                     ResidualEpilogue::Params{a.h, a.n, a.residual}, a.m, a.k / Tile::BK / SplitK, n_tiles,
+                     m_tiles * n_tiles);
 }
 
 // The compiled variants. bn 64 with split-K 2: 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024);
 // bn 128 split 2: half the CTAs, more B reuse. bn 128 without split (sk1): a different summation
 // order from the split variants; the fused engine refuses it (the down GEMM's order must be the
 // same at every batch size), but `tune` times it and compares its bits with cuBLAS's split-K-free
-// algorithms, which all sum each output as one chain of k-steps as it does.
+// algorithms, which all sum each output as one chain of k-steps as it does. _p: persistent.
 // mc 2: two N tiles share each u tile through TMA multicast (a third less L2 traffic at bn 64).
 struct ResidualEntry {
   GemmVariant v;
@@ -76,7 +81,9 @@ constexpr ResidualEntry kResidualVariants[] = {{{64, 6, 2, 2}, launch<64, 6, 2, 
                                                {{64, 6, 2, 1}, launch<64, 6, 2, 1>},
                                                {{128, 4, 2, 2}, launch<128, 4, 2, 2>},
                                                {{128, 4, 2, 1}, launch<128, 4, 2, 1>},
-                                               {{128, 4, 1, 1}, launch<128, 4, 1, 1>}};
+                                               {{128, 4, 1, 1}, launch<128, 4, 1, 1>},
+                                               {{128, 4, 1, 1, true}, launch<128, 4, 1, 1, true>},
+                                               {{256, 4, 1, 1, true}, launch<256, 4, 1, 1, true>}};
 
 }  // namespace
 
