@@ -123,7 +123,7 @@ void run_gemm(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 
 TEST_F(Nvfp4Gpu, GemmBitExact) {
   const Tile tiles[] = {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
-                        Tile::m128_n128_wsr, Tile::m128_n128_ws2};
+                        Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_wst};
   for (ScaleLayout layout : kLayouts)
     for (Tile t : tiles) {
       run_gemm(200, 136, 512, 2, layout, {t, 1}, 31);  // M, N not tile multiples
@@ -145,6 +145,31 @@ TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
   run_gemm(256, 1024, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws, 4}, 95, nullptr, &ws);    // 16 tiles
   run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wsr, 4}, 96, nullptr, &ws);
   run_gemm(256, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws2, 3}, 97, nullptr, &ws);
+  run_gemm(256, 1024, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wst, 4}, 98, nullptr, &ws);
+}
+
+// The TMA tiles need 16-byte aligned scales, the API only 4-byte: with scales 4 bytes off they fall
+// back to the register-load tiles, with the same results.
+TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
+  const int64_t m = 130, n = 200, k = 512;
+  for (ScaleLayout layout : kLayouts) {
+    const HostOperand a = make_operand(InputKind::gemm, m, k, 1, 101), b = make_operand(InputKind::gemm, n, k, 1, 102);
+    const auto ref = reference_gemm(a, b);
+    const DeviceOperand da = upload(a, layout), db = upload(b, layout);
+    DeviceBuffer shifted(da.scales.bytes() + 16);
+    ASSERT_EQ(cudaMemcpy(static_cast<uint8_t*>(shifted.get()) + 4, da.scales.get(), da.scales.bytes(),
+                         cudaMemcpyDeviceToDevice),
+              cudaSuccess);
+    Operand av = da.view;
+    av.scales = static_cast<const uint8_t*>(shifted.get()) + 4;
+    Out c(m * n);
+    GemmProblem p{m, n, k, 1, av, db.view, c.buf.get()};
+    const TileConfig cfg{Tile::m128_n128_wst, 2};
+    DeviceBuffer ws = make_workspace(workspace_bytes(p, cfg));
+    gemm(p, cfg, {ws.get(), ws.bytes()}, nullptr);
+    const std::string what = std::string("gemm 128x128wst, scales 4 bytes off, ") + to_string(layout);
+    EXPECT_EQ(exact_mismatches(c.get(), ref, what), 0) << what;
+  }
 }
 
 TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
@@ -152,6 +177,8 @@ TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
   a.scales[9 * (256 / 16) + 15] = 0xFF;  // row 9, last block, negative-sign NaN
   run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128, 2}, 41, &a);
   run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_ws, 2}, 41, &a);
+  run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wst, 1}, 41, &a);
+  run_gemm(64, 72, 256, 1, ScaleLayout::plain, {Tile::m128_n128_wst, 1}, 41, &a);
 }
 
 // ---------------- dual GEMM ----------------
@@ -177,7 +204,7 @@ void run_dual(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   for (ScaleLayout layout : kLayouts)
     for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr,
-                   Tile::m128_n64_ws2}) {
+                   Tile::m128_n64_ws2, Tile::m128_n64_wst}) {
       run_dual(160, 200, 512, 2, layout, {t, 1}, 51);
       run_dual(64, 64, 256, 1, layout, {t, 1}, 52);
       run_dual(130, 96, 1024, 1, layout, {t, 4}, 53);
@@ -200,6 +227,9 @@ TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {
   EXPECT_EQ(first, second);
   run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_ws2, 3}, 61, &first);
   run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_ws2, 3}, 61, &second);
+  EXPECT_EQ(first, second);
+  run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wst, 3}, 61, &first);
+  run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wst, 3}, 61, &second);
   EXPECT_EQ(first, second);
 }
 
@@ -269,6 +299,9 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   grouped.groups.push_back(ok);
   grouped.groups.push_back(bad_k);
   expect_error([&] { grouped_gemm(grouped, {Tile::m128_n128, 1}, nullptr); }, "group 1");
+  GroupedGemmProblem grouped_ok;
+  grouped_ok.groups.push_back(ok);
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wst, 1}, nullptr); }, "tile 128x128wst is not built");
   // Nothing was launched: the output still holds the poison.
   for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
 }

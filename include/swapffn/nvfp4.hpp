@@ -93,10 +93,11 @@ struct GemvConfig {
 // deterministic). Plain tiles multiply with mma.sync; *_wgmma tiles with Hopper warpgroup MMAs;
 // *_ws tiles are warp-specialised (dequant warpgroups feed wgmma warpgroups through an mbarrier
 // ring, no CTA barrier per k-tile), loading raw bytes straight to registers one k-tile per load
-// (*_ws) or two (*_ws2); *_wsr the same with full-line copies into a shared-memory raw ring first.
+// (*_ws) or two (*_ws2); *_wsr the same with full-line copies into a shared-memory raw ring first;
+// *_wst with TMA copies into that raw ring (GEMM and dual GEMM only).
 enum class Tile {
   m128_n128, m128_n64, m64_n128, m64_n64, m128_n128_wgmma, m128_n64_wgmma, m128_n128_ws, m128_n64_ws,
-  m128_n128_wsr, m128_n64_wsr, m128_n128_ws2, m128_n64_ws2
+  m128_n128_wsr, m128_n64_wsr, m128_n128_ws2, m128_n64_ws2, m128_n128_wst, m128_n64_wst
 };
 const char* to_string(Tile t);
 int tile_m(Tile t);

@@ -28,6 +28,8 @@ const char* to_string(Tile t) {
     case Tile::m128_n64_wsr: return "128x64wsr";
     case Tile::m128_n128_ws2: return "128x128ws2";
     case Tile::m128_n64_ws2: return "128x64ws2";
+    case Tile::m128_n128_wst: return "128x128wst";
+    case Tile::m128_n64_wst: return "128x64wst";
   }
   return "?";
 }
@@ -35,7 +37,7 @@ const char* to_string(Tile t) {
 int tile_m(Tile t) { return (t == Tile::m64_n128 || t == Tile::m64_n64) ? 64 : 128; }
 int tile_n(Tile t) {
   return (t == Tile::m128_n128 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma || t == Tile::m128_n128_ws ||
-          t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2)
+          t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_wst)
              ? 128
              : 64;
 }
@@ -107,27 +109,28 @@ int ws_split(int64_t tiles, int64_t ktiles, int sm_count) {
 
 // GEMM: M is 128 in the shapes, so output tiles are few and 128x128 tiles keep the dequant
 // cost per MMA lowest (each dequantized element feeds 128 columns). The warp-specialised tile with
-// one-k-tile register loads (`128x128ws`: one 512-thread CTA per SM, dequant warpgroups feed wgmma
-// warpgroups through an mbarrier ring) was fastest on all three shapes, 1-4% ahead of the
-// shared-producer wgmma tile; its two-k-tile (`ws2`) and raw-ring (`wsr`) variants were slower.
-// Rejected: 128x64 tiles (twice the A dequantization per output; slower at every split).
+// TMA loads into a raw ring (`128x128wst`: one 512-thread CTA per SM, dequant warpgroups feed wgmma
+// warpgroups through an mbarrier ring) was fastest on all three shapes, 9-24% ahead of the
+// register-load `128x128ws` (itself 1-4% ahead of the shared-producer wgmma tile), at the same
+// split; `ws2` and `wsr` were slower. Rejected: 128x64 tiles (twice the A dequantization per
+// output; slower at every split).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n128 : Tile::m128_n128_ws;
+  c.tile = p.m <= 64 ? Tile::m64_n128 : Tile::m128_n128_wst;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
-  c.split_k = c.tile == Tile::m128_n128_ws ? ws_split(tiles, p.k / 64, sm_count)
+  c.split_k = c.tile == Tile::m128_n128_wst ? ws_split(tiles, p.k / 64, sm_count)
                                             : std::min(4, pick_split(tiles, p.k / 64, sm_count, 2, 16));
   return c;
 }
 
 // Dual GEMM: 128 rows x 64 columns of each product (the A tile is shared, so a CTA does the MMA
-// work of a 128x128 GEMM tile). The warp-specialised `128x64ws` tile was fastest on three of the
-// four shapes (5-12% ahead of the shared-producer wgmma tile) and tied on the fourth.
+// work of a 128x128 GEMM tile). The warp-specialised TMA tile `128x64wst` was fastest on all four
+// shapes, 11-14% ahead of the register-load `128x64ws` at the same split.
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_ws;
+  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_wst;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, 64) * p.l;
-  c.split_k = c.tile == Tile::m128_n64_ws ? ws_split(tiles, p.k / 64, sm_count) : 1;
+  c.split_k = c.tile == Tile::m128_n64_wst ? ws_split(tiles, p.k / 64, sm_count) : 1;
   return c;
 }
 

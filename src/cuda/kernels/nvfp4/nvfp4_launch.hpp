@@ -2,6 +2,7 @@
 // kernel files: plain parameter structs and one launcher per kernel. Launchers assume a validated
 // problem and throw swapffn::Error only for CUDA failures.
 #pragma once
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -41,6 +42,21 @@ struct GemmArgs {
   float* partials = nullptr;
   int* counters = nullptr;
 };
+
+// Tensor maps of the TMA tiles (`*_wst`), per operand (a, then b[0], b[1]): raw bytes as 3-D byte
+// tensors (K/2, rows, L) read in 128-byte x tile-rows boxes with the 128-byte swizzle, and plain
+// scales as (K/16, rows, L) read in 16-byte x tile-rows boxes. Blocked scales need no map: a tile's
+// 4 k-tiles of them are 2048 contiguous bytes, copied with one bulk copy.
+struct TmaOperands {
+  CUtensorMap data[3];
+  CUtensorMap scales[3];
+};
+struct NoTma {};
+
+// The operands' tensor maps for a TMA tile with `nb` B operands and tile_m x tile_n boxes, or false
+// (maps untouched) when an operand's scales are not 16-byte aligned, which TMA and bulk copies need
+// but the API does not require: the launcher then runs the register-load tile instead.
+bool make_tma_operands(const GemmArgs& args, int nb, int tile_m, int tile_n, TmaOperands& out);
 
 struct GroupArgs {
   OperandArgs a, b;

@@ -47,11 +47,15 @@ using DualM128N64Ws2 = WsCfg<64, 2, 6, 2, false, 2>;
 // Raw-ring variants: 4 fp16 stages (128 KB) + the 80 KB double-buffered raw ring.
 using GemmM128N128WsRing = WsCfg<128, 1, 4, 1, true>;
 using DualM128N64WsRing = WsCfg<64, 2, 4, 1, true>;
+// TMA variants: 4 fp16 stages (128 KB) + 2 TMA slots of 4 k-tiles (72 KB GEMM, 76 KB dual).
+using GemmM128N128WsTma = WsCfg<128, 1, 4, 1, false, 1, true>;
+using DualM128N64WsTma = WsCfg<64, 2, 4, 1, false, 1, true>;
 static_assert(GemmM128N128Ws::BM == 128 && GemmM128N128Ws::BN == 128, "tile enum and config disagree");
 static_assert(DualM128N64Ws::BM == 128 && DualM128N64Ws::BN == 64, "tile enum and config disagree");
 
-// Which mainloop a tile runs: mma.sync, wgmma with the shared producer, or warp-specialised.
-enum class Path { mma_sync, wgmma, ws };
+// Which mainloop a tile runs: mma.sync, wgmma with the shared producer, warp-specialised, or
+// warp-specialised with TMA loads (whose kernels take the operands' tensor maps as a parameter).
+enum class Path { mma_sync, wgmma, ws, wst };
 template <Path P>
 using PathTag = std::integral_constant<Path, P>;
 
@@ -70,13 +74,23 @@ template <class Cfg>
 struct AccOf<Cfg, Path::ws> {
   using type = typename WsMainloop<Cfg>::Acc;
 };
+template <class Cfg>
+struct AccOf<Cfg, Path::wst> {
+  using type = typename WsMainloop<Cfg>::Acc;
+};
 template <class Cfg, Path P>
 using Acc = typename AccOf<Cfg, P>::type;
 
+// The kernels' tensor-map parameter: the operands' maps for the TMA path, empty otherwise.
+template <Path P>
+using TmaParam = std::conditional_t<P == Path::wst, TmaOperands, NoTma>;
+
 template <class Cfg, Path P>
 __device__ __forceinline__ bool run_mainloop(uint8_t* smem, const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count,
-                                             Acc<Cfg, P>& acc) {
-  if constexpr (P == Path::ws) {
+                                             Acc<Cfg, P>& acc, const TmaParam<P>& tma, int batch) {
+  if constexpr (P == Path::wst) {
+    return WsMainloop<Cfg>(smem).run_tma(src, tma, batch, kt0, count, acc);
+  } else if constexpr (P == Path::ws) {
     return WsMainloop<Cfg>(smem).run(src, kt0, count, acc);
   } else if constexpr (P == Path::wgmma) {
     TileMainloop<Cfg>(smem).run_wgmma(src, kt0, count, acc);
@@ -98,6 +112,7 @@ void dispatch_gemm_tile(Tile tile, F&& f) {
     case Tile::m128_n128_ws: f(GemmM128N128Ws{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n128_wsr: f(GemmM128N128WsRing{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n128_ws2: f(GemmM128N128Ws2{}, PathTag<Path::ws>{}); return;
+    case Tile::m128_n128_wst: f(GemmM128N128WsTma{}, PathTag<Path::wst>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }
@@ -111,6 +126,7 @@ void dispatch_dual_tile(Tile tile, F&& f) {
     case Tile::m128_n64_ws: f(DualM128N64Ws{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n64_wsr: f(DualM128N64WsRing{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n64_ws2: f(DualM128N64Ws2{}, PathTag<Path::ws>{}); return;
+    case Tile::m128_n64_wst: f(DualM128N64WsTma{}, PathTag<Path::wst>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 dual GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }

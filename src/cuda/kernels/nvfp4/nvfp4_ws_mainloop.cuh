@@ -26,8 +26,11 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include "cuda/kernels/nvfp4/nvfp4_dequant.cuh"
+#include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tile_mainloop.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_wgmma.cuh"
 
@@ -38,14 +41,20 @@ namespace swapffn::cuda::nvfp4 {
 // 128-byte row segments (4 k-tiles) with cp.async into a double-buffered raw ring in shared memory
 // (each warp copy covers 4 full lines), synchronise among themselves once per 4 k-tiles (named
 // barrier 2), and convert from there; this trades shared-memory traffic for full-line global
-// requests.
-template <int BN_, int NB_, int Stages_, int Depth_, bool Ring_, int Span_ = 1>
+// requests. Tma_ = true (with Ring_ = false): the same 4-k-tile rounds, copied by the TMA unit (one
+// tensor-map box per operand for the bytes and the plain scales, one bulk copy per operand for
+// blocked scales) into a double-buffered raw ring that completes on mbarriers. Global loads then
+// cost no LSU data-pipe wavefronts (the profiled limiter of the register variant, docs/NVFP4.md);
+// the dequant warps read the ring with conflict-free 16-byte shared loads (the boxes land 128-byte
+// swizzled).
+template <int BN_, int NB_, int Stages_, int Depth_, bool Ring_, int Span_ = 1, bool Tma_ = false>
 struct WsCfg {
   static constexpr int BM = 128, BN = BN_, BK = 64;
   static constexpr int kNB = NB_;
   static constexpr int kStages = Stages_;  // fp16 stages in the shared-memory ring
   static constexpr int kDepth = Depth_;    // register variant: load steps in flight per thread
   static constexpr bool kRing = Ring_;
+  static constexpr bool kTma = Tma_;
   static constexpr int kSpan = Span_;      // register variant: k-tiles per load step (1 or 2)
   static constexpr int kConsumerThreads = 256;
   static constexpr int kDequantThreads = 256;
@@ -63,12 +72,24 @@ struct WsCfg {
   static constexpr int kRawStride = 144;
   static constexpr int kRawRoundBytes = kRows * kRawStride;
   static constexpr int kScaleRoundBytes = kRows * 16;
-  static constexpr int kRawBytes = kRing ? 2 * (kRawRoundBytes + kScaleRoundBytes) : 0;
-  static constexpr int kSplitUnit = kRing ? kRoundKtiles : kSpan;  // split-K boundaries on whole steps
-  static constexpr int kSmemAlloc = kStages * kStageBytes + kRawBytes + 2 * kStages * 8 + 1024;  // + align slack
+  // TMA ring: 2 slots, each the rows' 128-byte segments (4 k-tiles, 128-byte swizzled boxes, so the
+  // 16-byte column c of row r sits at c ^ (r % 8)), then 2048 scale bytes per operand (plain: tile
+  // rows x 16 bytes; blocked: the 4 k-tiles' 512-byte blocks of the operand's 128-row block).
+  static constexpr int kTmaDataBytes = kRows * 128;
+  static constexpr int kTmaScaleBytes = 2048;
+  static constexpr int kTmaSlotBytes = kTmaDataBytes + (1 + kNB) * kTmaScaleBytes;
+  static constexpr int kRawBytes = kRing ? 2 * (kRawRoundBytes + kScaleRoundBytes) : kTma ? 2 * kTmaSlotBytes : 0;
+  static constexpr int kRawBarBytes = kTma ? 2 * 2 * 8 : 0;  // per slot: full (TMA bytes), empty (read)
+  static constexpr int kSplitUnit = kRing || kTma ? kRoundKtiles : kSpan;  // split-K boundaries on whole steps
+  static constexpr int kSmemAlloc =
+      kStages * kStageBytes + kRawBytes + 2 * kStages * 8 + kRawBarBytes + 1024;  // + align slack
   static_assert(kSmemAlloc <= 227 * 1024, "shared memory per CTA");
   static_assert(!kRing || kRows == kDequantThreads, "ring copies: one scale row per dequant thread");
   static_assert(!kRing || kSpan == 1, "the ring variant converts one k-tile per stage");
+  static_assert(!(kRing && kTma), "one raw-byte path per configuration");
+  static_assert(!kTma || (kSpan == 1 && kTmaSlotBytes % 1024 == 0 && (BM * 128) % 1024 == 0 && (BN * 128) % 1024 == 0),
+                "TMA slots and boxes stay 1024-byte aligned for the 128-byte swizzle");
+  static_assert(!kTma || BN * 16 <= kTmaScaleBytes, "plain scale boxes fit an operand's scale region");
   static_assert((kSpan == 1 || kSpan == 2) && kStages % kSpan == 0, "a step's stages never wrap the ring");
 
   static_assert(BN == 64 || BN == 128, "wgmma m64nBNk16 with BN 64 or 128");
@@ -118,15 +139,45 @@ struct WsMainloop {
   using Acc = float[Cfg::kNB][Cfg::BN / 2];
 
   uint8_t* stages_;  // [kStages][kRows][128 B], 1024-aligned
-  uint8_t* raw_;     // kRing: [2][kRows][kRawStride] raw bytes, then [2][kRows][16] scales
-  uint32_t full_;    // kStages mbarriers: stage dequantized (kDequantThreads arrivals)
-  uint32_t empty_;   // kStages mbarriers: stage's MMAs done (kConsumerThreads arrivals)
+  uint8_t* raw_;     // kRing: [2][kRows][kRawStride] raw bytes, then [2][kRows][16] scales; kTma: 2 slots
+  uint32_t full_;    // kStages mbarriers: stage dequantized (kDequantThreads arrivals; kTma: one per warp)
+  uint32_t empty_;   // kStages mbarriers: stage's MMAs done (kConsumerThreads arrivals; kTma: one per warp)
+  uint64_t* raw_full_;   // kTma, per slot: the round's TMA bytes have landed (1 arrival + bytes)
+  uint64_t* raw_empty_;  // kTma, per slot: the round is in registers (one arrival per dequant warp)
 
   __device__ explicit WsMainloop(uint8_t* smem)
       : stages_(smem + ((1024 - (smem_addr(smem) & 1023)) & 1023)),
         raw_(stages_ + Cfg::kStages * Cfg::kStageBytes),
         full_(smem_addr(raw_ + Cfg::kRawBytes)),
-        empty_(full_ + 8 * Cfg::kStages) {}
+        empty_(full_ + 8 * Cfg::kStages),
+        raw_full_(reinterpret_cast<uint64_t*>(raw_ + Cfg::kRawBytes + 2 * 8 * Cfg::kStages)),
+        raw_empty_(raw_full_ + 2) {}
+
+  // The TMA tiles' mainloop: as run(), with the operands' tensor maps (kernel parameters) and the
+  // batch index for their third coordinate.
+  __device__ bool run_tma(const TileSrc (&src)[1 + Cfg::kNB], const TmaOperands& tma, int batch, int kt0, int count,
+                          Acc& acc) const {
+    static_assert(Cfg::kTma, "run_tma needs a TMA configuration");
+    if (threadIdx.x == 0) {
+      // Both sides arrive once per warp here (see consume() and dequantize_tma()).
+      for (int s = 0; s < Cfg::kStages; ++s) {
+        mbar_init(full_ + 8 * s, Cfg::kDequantThreads / 32);
+        mbar_init(empty_ + 8 * s, Cfg::kConsumerThreads / 32);
+      }
+      for (int s = 0; s < 2; ++s) {
+        cutlass::arch::ClusterTransactionBarrier::init(&raw_full_[s], 1);
+        cutlass::arch::ClusterBarrier::init(&raw_empty_[s], Cfg::kDequantThreads / 32);
+      }
+      cutlass::arch::fence_barrier_init();  // the inits, visible to the TMA unit's complete_tx
+    }
+    __syncthreads();
+    if (threadIdx.x >= Cfg::kConsumerThreads) {
+      dequantize_tma(src, tma, batch, kt0, count);
+      return false;
+    }
+    consume(count, acc);
+    return true;
+  }
 
   // Runs the mainloop over k-tiles [kt0, kt0 + count). Returns true in consumer threads, whose
   // `acc` (zeroed by the caller) then holds the sums; dequant threads return false and must leave.
@@ -169,8 +220,10 @@ struct WsMainloop {
       }
       wgmma_commit();
       // Keep this k-tile's MMAs in flight; the previous one's have completed, so its stage is free.
+      // TMA tiles: one arrival per warp (wgmma.wait_group is warp-collective, so the whole warp's
+      // reads of the stage are done), a 32x smaller barrier update count per k-tile.
       wgmma_wait<1>();
-      if (t > 0) mbar_arrive(empty_ + 8 * prev);
+      if (t > 0 && (!Cfg::kTma || (threadIdx.x & 31) == 0)) mbar_arrive(empty_ + 8 * prev);
       prev = s;
       if (++s == Cfg::kStages) {
         s = 0;
@@ -356,6 +409,128 @@ struct WsMainloop {
           s = 0;
           phase ^= 1;
         }
+      }
+    }
+  }
+
+  // TMA variant. Each thread reads its whole round (4 k-tiles) from the slot into registers first,
+  // so the shared-load latency is paid once per round, not per k-tile, and the slot is released
+  // (raw_empty) before the round is converted. Dequant thread 0 issues round p's copies into slot
+  // p % 2 once every dequant warp has read round p - 2; it tests for that after each k-tile instead
+  // of blocking, so its warp is not held back to the slowest one. The other threads only wait on
+  // raw_full. Warps arrive on full and raw_empty once (lane 0 after __syncwarp; for full, each
+  // lane's fence.proxy.async precedes it), 8 barrier updates per k-tile instead of 256. Task
+  // mapping as in dequantize(): task j of a thread is row r = (warp + 8 j) * 16 + lane % 16, half
+  // q = lane / 16 of the k-tile; r % 8 == lane % 8, so the 8 lanes of each phase of the 16-byte ring
+  // reads (column (2 v + q) ^ (r % 8)) and of the fp16 stores hit 8 distinct columns.
+  __device__ void dequantize_tma(const TileSrc (&src)[1 + Cfg::kNB], const TmaOperands& tma, int batch, int kt0,
+                                 int count) const {
+    const int d = threadIdx.x - Cfg::kConsumerThreads;
+    const int warp = d >> 5, lane = d & 31, q = lane >> 4, sw = lane & 7;
+    bool valid[Cfg::kTasks];
+    uint32_t scale_off[Cfg::kTasks], scale_step[Cfg::kTasks];
+#pragma unroll
+    for (int j = 0; j < Cfg::kTasks; ++j) {
+      const int r = (warp + 8 * j) * 16 + (lane & 15);
+      const int o = r < Cfg::BM ? 0 : 1 + (r - Cfg::BM) / Cfg::BN;
+      const int local = r < Cfg::BM ? r : (r - Cfg::BM) % Cfg::BN;
+      valid[j] = false;
+      scale_off[j] = scale_step[j] = 0;
+#pragma unroll
+      for (int oi = 0; oi <= Cfg::kNB; ++oi) {
+        if (oi != o) continue;
+        const TileSrc& t = src[oi];
+        const int row = static_cast<int>(t.row0 % 128) + local;  // in the operand's 128-row scale block
+        valid[j] = t.row0 + local < t.rows;
+        scale_off[j] = oi * Cfg::kTmaScaleBytes + q * 2 +
+                       (t.rk_blocks == 0 ? local * 16 : (row % 32) * 16 + (row / 32) * 4);
+        scale_step[j] = t.rk_blocks == 0 ? 4 : 512;
+      }
+    }
+    // Bytes per round: every box in full (TMA counts zero-filled rows too), scales per layout.
+    uint32_t round_bytes = Cfg::kTmaDataBytes;
+#pragma unroll
+    for (int oi = 0; oi <= Cfg::kNB; ++oi)
+      round_bytes += src[oi].rk_blocks == 0 ? (oi == 0 ? Cfg::BM : Cfg::BN) * 16 : Cfg::kTmaScaleBytes;
+
+    const int rounds = count / Cfg::kRoundKtiles;
+    int issued = 0;  // thread 0: rounds whose copies are issued
+    auto issue = [&]() {
+      const int slot = issued & 1;
+      uint8_t* dst = raw_ + slot * Cfg::kTmaSlotBytes;
+      const int kt = kt0 + issued * Cfg::kRoundKtiles;
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&raw_full_[slot], round_bytes);
+#pragma unroll
+      for (int oi = 0; oi <= Cfg::kNB; ++oi) {
+        const TileSrc& t = src[oi];
+        const int row0 = static_cast<int>(t.row0);
+        const int box_row = oi == 0 ? 0 : Cfg::BM + (oi - 1) * Cfg::BN;
+        cute::SM90_TMA_LOAD_3D::copy(&tma.data[oi], &raw_full_[slot], 0, dst + box_row * 128, kt * (Cfg::BK / 2), row0,
+                                     batch);
+        uint8_t* sdst = dst + Cfg::kTmaDataBytes + oi * Cfg::kTmaScaleBytes;
+        if (t.rk_blocks == 0)
+          cute::SM90_TMA_LOAD_3D::copy(&tma.scales[oi], &raw_full_[slot], 0, sdst, kt * (Cfg::BK / 16), row0, batch);
+        else
+          cute::SM90_BULK_COPY_G2S::copy(t.scales + ((t.row0 / 128) * t.rk_blocks + kt) * 512, &raw_full_[slot], sdst,
+                                         Cfg::kTmaScaleBytes);
+      }
+      ++issued;
+    };
+    // Thread 0: issue the next round if its slot is free (block: wait for it).
+    auto try_issue = [&](bool block) {
+      if (d != 0 || issued >= rounds) return;
+      const uint32_t parity = ((issued >> 1) & 1) ^ 1;  // a fresh barrier's preceding phase counts as done
+      if (block) cutlass::arch::ClusterBarrier::wait(&raw_empty_[issued & 1], parity);
+      else if (!cutlass::arch::ClusterBarrier::test_wait(&raw_empty_[issued & 1], parity, 1)) return;
+      issue();
+    };
+    try_issue(true);
+    try_issue(true);
+
+    int s = 0;
+    uint32_t phase = 0;
+    for (int round = 0; round < rounds; ++round) {
+      while (d == 0 && issued <= round) try_issue(true);
+      const int slot = round & 1;
+      cutlass::arch::ClusterTransactionBarrier::wait(&raw_full_[slot], (round >> 1) & 1);
+      const uint8_t* data = raw_ + slot * Cfg::kTmaSlotBytes;
+      const uint8_t* scales = data + Cfg::kTmaDataBytes;
+      uint4 raw[Cfg::kRoundKtiles][Cfg::kTasks];
+      uint32_t sc[Cfg::kRoundKtiles][Cfg::kTasks];
+#pragma unroll
+      for (int v = 0; v < Cfg::kRoundKtiles; ++v)
+#pragma unroll
+        for (int j = 0; j < Cfg::kTasks; ++j) {
+          if (!valid[j]) continue;
+          const int r = (warp + 8 * j) * 16 + (lane & 15);
+          raw[v][j] = *reinterpret_cast<const uint4*>(data + r * 128 + (((2 * v + q) ^ sw) * 16));
+          sc[v][j] = *reinterpret_cast<const uint16_t*>(scales + scale_off[j] + v * scale_step[j]);
+        }
+      __syncwarp();
+      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&raw_empty_[slot]);  // the slot is in registers now
+#pragma unroll
+      for (int v = 0; v < Cfg::kRoundKtiles; ++v) {
+        mbar_wait(empty_ + 8 * s, phase ^ 1);
+        uint8_t* stage = stages_ + s * Cfg::kStageBytes;
+#pragma unroll
+        for (int j = 0; j < Cfg::kTasks; ++j) {
+          if (!valid[j]) continue;
+          const int r = (warp + 8 * j) * 16 + (lane & 15);
+          uint32_t h[16];
+          dequant32(raw[v][j], sc[v][j], h);
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            *reinterpret_cast<uint4*>(stage + r * Cfg::kRowBytes + (((q + 2 * c) ^ sw) * 16)) =
+                make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
+        }
+        fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(full_ + 8 * s);
+        if (++s == Cfg::kStages) {
+          s = 0;
+          phase ^= 1;
+        }
+        try_issue(false);
       }
     }
   }

@@ -18,7 +18,8 @@ namespace {
 __device__ __forceinline__ float swiglu(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
 template <class Cfg, Path P>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_dual_gemm_swiglu_kernel(const GemmArgs args) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    nvfp4_dual_gemm_swiglu_kernel(const GemmArgs args, const __grid_constant__ TmaParam<P> tma) {
   static_assert(Cfg::kNB == 2, "the dual GEMM needs a two-B tile configuration");
   extern __shared__ __align__(128) uint8_t smem[];
   const int m_tile = blockIdx.x, n_tile = blockIdx.y;
@@ -37,7 +38,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_dual_gem
 
   Acc<Cfg, P> acc = {};
   static_assert(sizeof(acc) == sizeof(float) * Cfg::kAcc, "split-K treats the accumulators as kAcc floats");
-  if (!run_mainloop<Cfg, P>(smem, src, kt0, kt1 - kt0, acc)) return;
+  if (!run_mainloop<Cfg, P>(smem, src, kt0, kt1 - kt0, acc, tma, batch)) return;
 
   if (args.split_k > 1) {
     const int64_t tile = (static_cast<int64_t>(batch) * gridDim.y + n_tile) * gridDim.x + m_tile;
@@ -58,6 +59,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_dual_gem
 }  // namespace
 
 void launch_dual_gemm_swiglu(const GemmArgs& args, Tile tile, cudaStream_t stream) {
+  TmaOperands maps{};
+  if (tile == Tile::m128_n64_wst && !make_tma_operands(args, 2, 128, 64, maps)) tile = Tile::m128_n64_ws;
   dispatch_dual_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
     auto kernel = nvfp4_dual_gemm_swiglu_kernel<Cfg, decltype(path)::value>;
@@ -65,7 +68,10 @@ void launch_dual_gemm_swiglu(const GemmArgs& args, Tile tile, cudaStream_t strea
     const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
                     static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
                     static_cast<unsigned>(args.l * args.split_k));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args);
+    if constexpr (decltype(path)::value == Path::wst)
+      kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, maps);
+    else
+      kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});
     SWAPFFN_CHECK_LAUNCH();
   });
 }

@@ -10,13 +10,15 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
+#include "cuda/tma.hpp"
 
 namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
 template <class Cfg, Path P>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_gemm_kernel(const GemmArgs args) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    nvfp4_gemm_kernel(const GemmArgs args, const __grid_constant__ TmaParam<P> tma) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int m_tile = blockIdx.x, n_tile = blockIdx.y;
   const int batch = blockIdx.z / args.split_k, split = blockIdx.z % args.split_k;
@@ -32,7 +34,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_gemm_ker
 
   Acc<Cfg, P> acc = {};
   static_assert(sizeof(acc) == sizeof(float) * Cfg::kAcc, "split-K treats the accumulators as kAcc floats");
-  if (!run_mainloop<Cfg, P>(smem, src, kt0, kt1 - kt0, acc)) return;
+  if (!run_mainloop<Cfg, P>(smem, src, kt0, kt1 - kt0, acc, tma, batch)) return;
 
   if (args.split_k > 1) {
     const int64_t tile = (static_cast<int64_t>(batch) * gridDim.y + n_tile) * gridDim.x + m_tile;
@@ -49,6 +51,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_gemm_ker
 
 }  // namespace
 
+bool make_tma_operands(const GemmArgs& args, int nb, int tile_m, int tile_n, TmaOperands& out) {
+  for (int o = 0; o <= nb; ++o)
+    if (reinterpret_cast<uintptr_t>((o == 0 ? args.a : args.b[o - 1]).scales) % 16 != 0) return false;
+  for (int o = 0; o <= nb; ++o) {
+    const OperandArgs& op = o == 0 ? args.a : args.b[o - 1];
+    const uint64_t rows = o == 0 ? args.m : args.n;
+    const uint32_t box_rows = o == 0 ? tile_m : tile_n;
+    const uint64_t l = args.l, k = args.k;
+    out.data[o] = make_tma_3d_u8(op.data, k / 2, rows, l, k / 2, op.data_batch, 128, box_rows, true);
+    if (op.rk_blocks == 0)
+      out.scales[o] = make_tma_3d_u8(op.scales, k / 16, rows, l, k / 16, op.scale_batch, 16, box_rows, false);
+  }
+  return true;
+}
+
 int tile_threads(Tile tile, bool dual) {
   int t = 0;
   if (dual) dispatch_dual_tile(tile, [&](auto cfg, auto) { t = decltype(cfg)::kAccThreads; });
@@ -64,6 +81,8 @@ int tile_acc_per_thread(Tile tile, bool dual) {
 }
 
 void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
+  TmaOperands maps{};
+  if (tile == Tile::m128_n128_wst && !make_tma_operands(args, 1, 128, 128, maps)) tile = Tile::m128_n128_ws;
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
     auto kernel = nvfp4_gemm_kernel<Cfg, decltype(path)::value>;
@@ -71,7 +90,10 @@ void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
                     static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
                     static_cast<unsigned>(args.l * args.split_k));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args);
+    if constexpr (decltype(path)::value == Path::wst)
+      kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, maps);
+    else
+      kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});
     SWAPFFN_CHECK_LAUNCH();
   });
 }

@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_
   const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
   __half* c = static_cast<__half*>(p.c);
   Acc<Cfg, P> acc = {};
-  if (!run_mainloop<Cfg, P>(smem, src, 0, p.k / Cfg::BK, acc)) return;
+  if (!run_mainloop<Cfg, P>(smem, src, 0, p.k / Cfg::BK, acc, {}, 0)) return;
   if constexpr (P != Path::mma_sync)
     store_tile_wg<Cfg::BN>(c, p.m, p.n, row0, col0, [&](int r) { return acc[0][r]; });
   else
@@ -43,10 +43,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_
 void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream) {
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
-    auto kernel = nvfp4_grouped_gemm_kernel<Cfg, decltype(path)::value>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
-    kernel<<<static_cast<unsigned>(args.total_tiles), Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args);
-    SWAPFFN_CHECK_LAUNCH();
+    // The TMA tile is refused by the API (its tensor maps are per operand, up to 128 here).
+    if constexpr (decltype(path)::value == Path::wst) {
+      SWAPFFN_FAIL(std::string("NVFP4 grouped GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
+    } else {
+      auto kernel = nvfp4_grouped_gemm_kernel<Cfg, decltype(path)::value>;
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
+      kernel<<<static_cast<unsigned>(args.total_tiles), Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args);
+      SWAPFFN_CHECK_LAUNCH();
+    }
   });
 }
 
