@@ -67,8 +67,8 @@ INSTANTIATE_TEST_SUITE_P(
                       CheckCase{"tiny", 2, 4, "router=event,down=bn64_st6_sk2_mc2,up=bn256_st4_sk1_mc2"},
                       CheckCase{"tiny", 2, 4, "router=cublas,down=bn128_st4_sk2_mc1,up=bn128_st6_sk1_mc2"},
                       CheckCase{"tiny", 3, 4, "up=bn256_st4_sk1_mc1_p"},
-                      CheckCase{"tiny", 3, 4, "chunk=48"},
-                      CheckCase{"tiny", 3, 4, "up=bn128_st3_sk1_mc1_o2"},  // 120 rows: chunks of 48, 48 and 24
+                      CheckCase{"tiny", 3, 4, "chunk=48"},  // 120 rows: chunks of 48, 48 and 24
+                      CheckCase{"tiny", 3, 4, "up=bn128_st3_sk1_mc1_o2"},
                       CheckCase{"tiny", 2, 4, "router=cublas,down=bn64_st6_sk2_mc1,chunk=64"},
                       CheckCase{"default", 1, 2, ""}, CheckCase{"default", 2, 1, "router=cublas,down=bn64_st6_sk2_mc1"}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
