@@ -123,7 +123,7 @@ void run_gemm(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 
 TEST_F(Nvfp4Gpu, GemmBitExact) {
   const Tile tiles[] = {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
-                        Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_wst};
+                        Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_wst, Tile::m128_n128_wsta};
   for (ScaleLayout layout : kLayouts)
     for (Tile t : tiles) {
       run_gemm(200, 136, 512, 2, layout, {t, 1}, 31);  // M, N not tile multiples
@@ -146,12 +146,15 @@ TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
   run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wsr, 4}, 96, nullptr, &ws);
   run_gemm(256, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws2, 3}, 97, nullptr, &ws);
   run_gemm(256, 1024, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wst, 4}, 98, nullptr, &ws);
+  run_gemm(256, 1024, 2048, 2, ScaleLayout::plain, {Tile::m128_n128_wsta, 4}, 99, nullptr, &ws);  // + the fp16 A
+  run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wgmma, 4}, 100, nullptr, &ws);
 }
 
 // The TMA tiles need 16-byte aligned scales, the API only 4-byte: with scales 4 bytes off they fall
 // back to the register-load tiles, with the same results.
 TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
   const int64_t m = 130, n = 200, k = 512;
+  for (Tile tile : {Tile::m128_n128_wst, Tile::m128_n128_wsta})
   for (ScaleLayout layout : kLayouts) {
     const HostOperand a = make_operand(InputKind::gemm, m, k, 1, 101), b = make_operand(InputKind::gemm, n, k, 1, 102);
     const auto ref = reference_gemm(a, b);
@@ -164,10 +167,10 @@ TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
     av.scales = static_cast<const uint8_t*>(shifted.get()) + 4;
     Out c(m * n);
     GemmProblem p{m, n, k, 1, av, db.view, c.buf.get()};
-    const TileConfig cfg{Tile::m128_n128_wst, 2};
+    const TileConfig cfg{tile, 2};
     DeviceBuffer ws = make_workspace(workspace_bytes(p, cfg));
     gemm(p, cfg, {ws.get(), ws.bytes()}, nullptr);
-    const std::string what = std::string("gemm 128x128wst, scales 4 bytes off, ") + to_string(layout);
+    const std::string what = "gemm " + describe(cfg) + ", scales 4 bytes off, " + to_string(layout);
     EXPECT_EQ(exact_mismatches(c.get(), ref, what), 0) << what;
   }
 }
@@ -179,6 +182,8 @@ TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
   run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_ws, 2}, 41, &a);
   run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wst, 1}, 41, &a);
   run_gemm(64, 72, 256, 1, ScaleLayout::plain, {Tile::m128_n128_wst, 1}, 41, &a);
+  run_gemm(64, 72, 256, 1, ScaleLayout::plain, {Tile::m128_n128_wsta, 1}, 41, &a);  // NaN through the fp16 copy
+  run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wsta, 1}, 41, &a);
 }
 
 // ---------------- dual GEMM ----------------
@@ -204,7 +209,7 @@ void run_dual(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   for (ScaleLayout layout : kLayouts)
     for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr,
-                   Tile::m128_n64_ws2, Tile::m128_n64_wst}) {
+                   Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta}) {
       run_dual(160, 200, 512, 2, layout, {t, 1}, 51);
       run_dual(64, 64, 256, 1, layout, {t, 1}, 52);
       run_dual(130, 96, 1024, 1, layout, {t, 4}, 53);
@@ -231,6 +236,11 @@ TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {
   run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wst, 3}, 61, &first);
   run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wst, 3}, 61, &second);
   EXPECT_EQ(first, second);
+  std::vector<uint16_t> pre_a;  // A dequantized once gives the same values in the same order
+  run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wsta, 3}, 61, &pre_a);
+  EXPECT_EQ(first, pre_a);
+  run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wsta, 3}, 61, &second);
+  EXPECT_EQ(pre_a, second);
 }
 
 // ---------------- grouped GEMM ----------------
@@ -293,7 +303,8 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   GemmProblem mis{128, 128, 256, 1, misaligned, da.view, c.buf.get()};
   expect_error([&] { gemm(mis, {Tile::m128_n128, 1}, {}, nullptr); }, "not 16-byte aligned");
   GemmProblem ok{128, 128, 512, 1, da.view, da.view, c.buf.get()};
-  expect_error([&] { gemm(ok, {Tile::m128_n128, 2}, {}, nullptr); }, "split-K needs a zeroed workspace");
+  expect_error([&] { gemm(ok, {Tile::m128_n128, 2}, {}, nullptr); }, "zeroed for split-K");
+  expect_error([&] { gemm(ok, {Tile::m128_n128_wsta, 1}, {}, nullptr); }, "131072 for the fp16 copy of A");
   expect_error([&] { gemm(ok, {Tile::m64_n64, 1}, {}, nullptr); }, "tile 64x64 is not built");
   GroupedGemmProblem grouped;
   grouped.groups.push_back(ok);
@@ -302,6 +313,7 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   GroupedGemmProblem grouped_ok;
   grouped_ok.groups.push_back(ok);
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wst, 1}, nullptr); }, "tile 128x128wst is not built");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wsta, 1}, nullptr); }, "tile 128x128wsta is not built");
   // Nothing was launched: the output still holds the poison.
   for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
 }

@@ -94,10 +94,12 @@ struct GemvConfig {
 // *_ws tiles are warp-specialised (dequant warpgroups feed wgmma warpgroups through an mbarrier
 // ring, no CTA barrier per k-tile), loading raw bytes straight to registers one k-tile per load
 // (*_ws) or two (*_ws2); *_wsr the same with full-line copies into a shared-memory raw ring first;
-// *_wst with TMA copies into that raw ring (GEMM and dual GEMM only).
+// *_wst with TMA copies into that raw ring (GEMM and dual GEMM only); *_wsta as *_wst with A
+// dequantized once by a pre-pass into the workspace (only B is dequantized per CTA).
 enum class Tile {
   m128_n128, m128_n64, m64_n128, m64_n64, m128_n128_wgmma, m128_n64_wgmma, m128_n128_ws, m128_n64_ws,
-  m128_n128_wsr, m128_n64_wsr, m128_n128_ws2, m128_n64_ws2, m128_n128_wst, m128_n64_wst
+  m128_n128_wsr, m128_n64_wsr, m128_n128_ws2, m128_n64_ws2, m128_n128_wst, m128_n64_wst, m128_n128_wsta,
+  m128_n64_wsta
 };
 const char* to_string(Tile t);
 int tile_m(Tile t);
@@ -117,7 +119,8 @@ TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count);
 TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count);
 
 // Split-K needs a workspace for fp32 partials and per-tile arrival counters (a fixed 64 KiB
-// counter header, then the partials; at most 16384 output tiles per split-K launch). It must be
+// counter header, then the partials; at most 16384 output tiles per split-K launch), and the
+// *_wsta tiles need room after them for an fp16 copy of A (L x M x K x 2 bytes). It must be
 // zeroed (cudaMemset) once when allocated; the kernels leave the counters at zero again, so one
 // workspace of the largest size needed serves any number of launches, of any problems and configs,
 // on one stream. Size 0 means none is needed.

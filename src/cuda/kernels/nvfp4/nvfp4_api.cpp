@@ -77,14 +77,22 @@ cu::SplitWorkspace split_workspace(const std::string& op, int64_t tiles, int spl
   return w;
 }
 
-void attach(const std::string& op, const cu::SplitWorkspace& need, Workspace ws, float*& partials, int*& counters) {
+template <class Args>
+void attach(const std::string& op, const cu::SplitWorkspace& need, Workspace ws, Args& a) {
   if (need.total() == 0) return;
   SWAPFFN_REQUIRE(ws.ptr != nullptr && ws.bytes >= need.total(),
-                  op + ": split-K needs a zeroed workspace of " + std::to_string(need.total()) + " bytes, got " +
-                      std::to_string(ws.bytes) + (ws.ptr ? "" : " (null pointer)"));
+                  op + ": the config needs a workspace of " + std::to_string(need.total()) + " bytes (" +
+                      std::to_string(need.counter_bytes + need.partial_bytes) + " zeroed for split-K, " +
+                      std::to_string(need.a16_bytes) + " for the fp16 copy of A), got " + std::to_string(ws.bytes) +
+                      (ws.ptr ? "" : " (null pointer)"));
   SWAPFFN_REQUIRE(aligned(ws.ptr, 256), op + ": workspace is not 256-byte aligned");
-  counters = static_cast<int*>(ws.ptr);
-  partials = reinterpret_cast<float*>(static_cast<char*>(ws.ptr) + need.counter_bytes);
+  char* base = static_cast<char*>(ws.ptr);
+  if (need.counter_bytes > 0) {
+    a.counters = reinterpret_cast<int*>(base);
+    a.partials = reinterpret_cast<float*>(base + need.counter_bytes);
+  }
+  if constexpr (requires { a.a16; })
+    if (need.a16_bytes > 0) a.a16 = reinterpret_cast<uint8_t*>(base + need.counter_bytes + need.partial_bytes);
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -97,27 +105,42 @@ void check_split(const std::string& op, int split, int64_t ktiles) {
 
 bool gemm_tile_ok(Tile t) {
   return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma ||
-         t == Tile::m128_n128_ws || t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_wst;
+         t == Tile::m128_n128_ws || t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_wst ||
+         t == Tile::m128_n128_wsta;
 }
 bool dual_tile_ok(Tile t) {
   return t == Tile::m128_n64 || t == Tile::m64_n64 || t == Tile::m128_n64_wgmma || t == Tile::m128_n64_ws ||
-         t == Tile::m128_n64_wsr || t == Tile::m128_n64_ws2 || t == Tile::m128_n64_wst;
+         t == Tile::m128_n64_wsr || t == Tile::m128_n64_ws2 || t == Tile::m128_n64_wst || t == Tile::m128_n64_wsta;
 }
 
 cu::SplitWorkspace gemv_ws(const GemvProblem& p, const GemvConfig& c) {
   return split_workspace("nvfp4 gemv", ceil_div(p.m, cu::kGemvRowsPerCta) * p.l, c.split_k, cu::kGemvRowsPerCta);
 }
+// The fp16 copy of A of the *_wsta tiles, rounded up to keep the workspace's parts 256-byte aligned.
+size_t a16_bytes(Tile t, int64_t m, int64_t k, int64_t l) {
+  if (t != Tile::m128_n128_wsta && t != Tile::m128_n64_wsta) return 0;
+  return (cu::predequant_a_bytes(m, k, l) + 255) / 256 * 256;
+}
+
 cu::SplitWorkspace gemm_ws(const GemmProblem& p, const TileConfig& c) {
+  if (!gemm_tile_ok(c.tile)) return {};
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
-  if (c.split_k <= 1 || !gemm_tile_ok(c.tile)) return {};
-  return split_workspace("nvfp4 gemm", tiles, c.split_k,
-                         static_cast<int64_t>(cu::tile_threads(c.tile, false)) * cu::tile_acc_per_thread(c.tile, false));
+  cu::SplitWorkspace w;
+  if (c.split_k > 1)
+    w = split_workspace("nvfp4 gemm", tiles, c.split_k,
+                        static_cast<int64_t>(cu::tile_threads(c.tile, false)) * cu::tile_acc_per_thread(c.tile, false));
+  w.a16_bytes = a16_bytes(c.tile, p.m, p.k, p.l);
+  return w;
 }
 cu::SplitWorkspace dual_ws(const DualGemmProblem& p, const TileConfig& c) {
+  if (!dual_tile_ok(c.tile)) return {};
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
-  if (c.split_k <= 1 || !dual_tile_ok(c.tile)) return {};
-  return split_workspace("nvfp4 dual_gemm_swiglu", tiles, c.split_k,
-                         static_cast<int64_t>(cu::tile_threads(c.tile, true)) * cu::tile_acc_per_thread(c.tile, true));
+  cu::SplitWorkspace w;
+  if (c.split_k > 1)
+    w = split_workspace("nvfp4 dual_gemm_swiglu", tiles, c.split_k,
+                        static_cast<int64_t>(cu::tile_threads(c.tile, true)) * cu::tile_acc_per_thread(c.tile, true));
+  w.a16_bytes = a16_bytes(c.tile, p.m, p.k, p.l);
+  return w;
 }
 
 }  // namespace
@@ -191,14 +214,14 @@ void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream
   a.k = p.k;
   a.l = p.l;
   a.split_k = c.split_k;
-  attach(op, gemv_ws(p, c), ws, a.partials, a.counters);
+  attach(op, gemv_ws(p, c), ws, a);
   cu::launch_gemv(a, c.warps, stream);
 }
 
 void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 gemm";
-  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128wst)");
+  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128wst, 128x128wsta)");
   check_split(op, c.split_k, p.k / 64);
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
@@ -209,14 +232,14 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
   a.k = p.k;
   a.l = p.l;
   a.split_k = c.split_k;
-  attach(op, gemm_ws(p, c), ws, a.partials, a.counters);
+  attach(op, gemm_ws(p, c), ws, a);
   cu::launch_gemm(a, c.tile, stream);
 }
 
 void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 dual_gemm_swiglu";
-  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws, 128x64wsr, 128x64ws2, 128x64wst)");
+  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws, 128x64wsr, 128x64ws2, 128x64wst, 128x64wsta)");
   check_split(op, c.split_k, p.k / 64);
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
@@ -228,7 +251,7 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
   a.k = p.k;
   a.l = p.l;
   a.split_k = c.split_k;
-  attach(op, dual_ws(p, c), ws, a.partials, a.counters);
+  attach(op, dual_ws(p, c), ws, a);
   cu::launch_dual_gemm_swiglu(a, c.tile, stream);
 }
 
@@ -236,7 +259,7 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Stream strea
   validate(p);
   const std::string op = "nvfp4 grouped_gemm";
   // The TMA tile needs tensor maps per operand, more than the kernel parameters can hold for 64 groups.
-  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile) && c.tile != Tile::m128_n128_wst,
+  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile) && c.tile != Tile::m128_n128_wst && c.tile != Tile::m128_n128_wsta,
                   op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2)");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
   cu::GroupedArgs a;

@@ -30,6 +30,8 @@ const char* to_string(Tile t) {
     case Tile::m128_n64_ws2: return "128x64ws2";
     case Tile::m128_n128_wst: return "128x128wst";
     case Tile::m128_n64_wst: return "128x64wst";
+    case Tile::m128_n128_wsta: return "128x128wsta";
+    case Tile::m128_n64_wsta: return "128x64wsta";
   }
   return "?";
 }
@@ -37,7 +39,8 @@ const char* to_string(Tile t) {
 int tile_m(Tile t) { return (t == Tile::m64_n128 || t == Tile::m64_n64) ? 64 : 128; }
 int tile_n(Tile t) {
   return (t == Tile::m128_n128 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma || t == Tile::m128_n128_ws ||
-          t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_wst)
+          t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_wst ||
+          t == Tile::m128_n128_wsta)
              ? 128
              : 64;
 }

@@ -41,6 +41,7 @@ struct GemmArgs {
   int split_k = 1;
   float* partials = nullptr;
   int* counters = nullptr;
+  uint8_t* a16 = nullptr;  // `*_wsta` tiles: the workspace's fp16 copy of A (nvfp4_predequant_a.cu)
 };
 
 // Tensor maps of the TMA tiles (`*_wst`), per operand (a, then b[0], b[1]): raw bytes as 3-D byte
@@ -58,6 +59,18 @@ struct NoTma {};
 // but the API does not require: the launcher then runs the register-load tile instead.
 bool make_tma_operands(const GemmArgs& args, int nb, int tile_m, int tile_n, TmaOperands& out);
 
+// The TMA tiles' launch preparation: for `*_wst` / `*_wsta` tiles, the operands' tensor maps (and
+// for `*_wsta` the pre-pass into args.a16 and A's fp16 map); true if the TMA tile runs, false (tile
+// set to `fallback`) when scales are only 4-byte aligned; false and nothing done for other tiles.
+bool prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, swapffn::nvfp4::Tile& tile,
+                      swapffn::nvfp4::Tile fallback, TmaOperands& maps, cudaStream_t stream);
+
+// `*_wsta` tiles: bytes of the fp16 copy of A, the pre-pass that writes it to args.a16 (stream
+// ordered before the GEMM), and its tensor map (tile_m rows x 128 bytes, 128-byte swizzle).
+size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l);
+void launch_predequant_a(const GemmArgs& args, cudaStream_t stream);
+CUtensorMap make_tma_a16(const GemmArgs& args, int tile_m);
+
 struct GroupArgs {
   OperandArgs a, b;
   void* c = nullptr;
@@ -71,10 +84,11 @@ struct GroupedArgs {
   int total_tiles = 0;
 };
 
-// Workspace split into per-tile arrival counters then fp32 partials (256-byte aligned).
+// Workspace split into per-tile arrival counters, fp32 partials, then the fp16 copy of A of the
+// `*_wsta` tiles (each part 256-byte aligned).
 struct SplitWorkspace {
-  size_t counter_bytes = 0, partial_bytes = 0;
-  size_t total() const { return counter_bytes + partial_bytes; }
+  size_t counter_bytes = 0, partial_bytes = 0, a16_bytes = 0;
+  size_t total() const { return counter_bytes + partial_bytes + a16_bytes; }
 };
 
 // Threads of the tile kernel of `tile` (needed to size split-K partials).

@@ -50,6 +50,10 @@ using DualM128N64WsRing = WsCfg<64, 2, 4, 1, true>;
 // TMA variants: 4 fp16 stages (128 KB) + 2 TMA slots of 4 k-tiles (72 KB GEMM, 76 KB dual).
 using GemmM128N128WsTma = WsCfg<128, 1, 4, 1, false, 1, true>;
 using DualM128N64WsTma = WsCfg<64, 2, 4, 1, false, 1, true>;
+// TMA variants with A pre-dequantized (`*_wsta`): the raw ring holds only B (36-40 KB), which
+// leaves room for 5 fp16 stages (160 KB).
+using GemmM128N128WsTmaA = WsCfg<128, 1, 5, 1, false, 1, true, true>;
+using DualM128N64WsTmaA = WsCfg<64, 2, 5, 1, false, 1, true, true>;
 static_assert(GemmM128N128Ws::BM == 128 && GemmM128N128Ws::BN == 128, "tile enum and config disagree");
 static_assert(DualM128N64Ws::BM == 128 && DualM128N64Ws::BN == 64, "tile enum and config disagree");
 
@@ -113,6 +117,7 @@ void dispatch_gemm_tile(Tile tile, F&& f) {
     case Tile::m128_n128_wsr: f(GemmM128N128WsRing{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n128_ws2: f(GemmM128N128Ws2{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n128_wst: f(GemmM128N128WsTma{}, PathTag<Path::wst>{}); return;
+    case Tile::m128_n128_wsta: f(GemmM128N128WsTmaA{}, PathTag<Path::wst>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }
@@ -127,6 +132,7 @@ void dispatch_dual_tile(Tile tile, F&& f) {
     case Tile::m128_n64_wsr: f(DualM128N64WsRing{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n64_ws2: f(DualM128N64Ws2{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n64_wst: f(DualM128N64WsTma{}, PathTag<Path::wst>{}); return;
+    case Tile::m128_n64_wsta: f(DualM128N64WsTmaA{}, PathTag<Path::wst>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 dual GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }

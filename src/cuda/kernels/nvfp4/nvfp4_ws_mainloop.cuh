@@ -46,8 +46,11 @@ namespace swapffn::cuda::nvfp4 {
 // blocked scales) into a double-buffered raw ring that completes on mbarriers. Global loads then
 // cost no LSU data-pipe wavefronts (the profiled limiter of the register variant, docs/NVFP4.md);
 // the dequant warps read the ring with conflict-free 16-byte shared loads (the boxes land 128-byte
-// swizzled).
-template <int BN_, int NB_, int Stages_, int Depth_, bool Ring_, int Span_ = 1, bool Tma_ = false>
+// swizzled). PreA_ = true (TMA only): A is not dequantized here but once, by a pre-pass that writes
+// it as fp16 in the stage's permuted k order (nvfp4_predequant_a.cu); dequant thread 0 has the TMA
+// copy each k-tile's A box straight into the fp16 stage, completing on the stage's `full` barrier
+// as a transaction, and the dequant warps convert only the B rows.
+template <int BN_, int NB_, int Stages_, int Depth_, bool Ring_, int Span_ = 1, bool Tma_ = false, bool PreA_ = false>
 struct WsCfg {
   static constexpr int BM = 128, BN = BN_, BK = 64;
   static constexpr int kNB = NB_;
@@ -56,15 +59,21 @@ struct WsCfg {
   static constexpr bool kRing = Ring_;
   static constexpr bool kTma = Tma_;
   static constexpr int kSpan = Span_;      // register variant: k-tiles per load step (1 or 2)
+  static constexpr bool kPreA = PreA_;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kDequantThreads = 256;
   static constexpr int kThreads = kConsumerThreads + kDequantThreads;
   static constexpr int kAccThreads = kConsumerThreads;  // threads that hold accumulators (split-K)
   static constexpr int kMinBlocks = 1;
   static constexpr int kRows = BM + kNB * BN;
+  // Rows the dequant warps fill: all, or (kPreA) the B rows; operands whose raw bytes they read.
+  static constexpr int kRawRow0 = kPreA ? BM : 0;
+  static constexpr int kRawRows = kRows - kRawRow0;
+  static constexpr int kRawOp0 = kPreA ? 1 : 0;
+  static constexpr int kRawOps = 1 + kNB - kRawOp0;
   static constexpr int kRowBytes = BK * 2;  // 128 B of fp16: one swizzle atom row
   static constexpr int kStageBytes = kRows * kRowBytes;
-  static constexpr int kTasks = kRows * 2 * kSpan / kDequantThreads;  // 16-byte raw chunks per thread and step
+  static constexpr int kTasks = kRawRows * 2 * kSpan / kDequantThreads;  // 16-byte raw chunks per thread and step
   static constexpr int kAcc = kNB * BN / 2;                   // fp32 accumulators per consumer thread
   // Raw ring (kRing): 2 rounds of 4 k-tiles; a row's 128 bytes padded to 144 so that 8 consecutive
   // rows' 16-byte reads hit 8 distinct bank groups; 16 scale bytes per row and round.
@@ -75,9 +84,9 @@ struct WsCfg {
   // TMA ring: 2 slots, each the rows' 128-byte segments (4 k-tiles, 128-byte swizzled boxes, so the
   // 16-byte column c of row r sits at c ^ (r % 8)), then 2048 scale bytes per operand (plain: tile
   // rows x 16 bytes; blocked: the 4 k-tiles' 512-byte blocks of the operand's 128-row block).
-  static constexpr int kTmaDataBytes = kRows * 128;
+  static constexpr int kTmaDataBytes = kRawRows * 128;
   static constexpr int kTmaScaleBytes = 2048;
-  static constexpr int kTmaSlotBytes = kTmaDataBytes + (1 + kNB) * kTmaScaleBytes;
+  static constexpr int kTmaSlotBytes = kTmaDataBytes + kRawOps * kTmaScaleBytes;
   static constexpr int kRawBytes = kRing ? 2 * (kRawRoundBytes + kScaleRoundBytes) : kTma ? 2 * kTmaSlotBytes : 0;
   static constexpr int kRawBarBytes = kTma ? 2 * 2 * 8 : 0;  // per slot: full (TMA bytes), empty (read)
   static constexpr int kSplitUnit = kRing || kTma ? kRoundKtiles : kSpan;  // split-K boundaries on whole steps
@@ -93,7 +102,8 @@ struct WsCfg {
   static_assert((kSpan == 1 || kSpan == 2) && kStages % kSpan == 0, "a step's stages never wrap the ring");
 
   static_assert(BN == 64 || BN == 128, "wgmma m64nBNk16 with BN 64 or 128");
-  static_assert(kRows % 128 == 0, "each dequant warp owns whole 16-row blocks in every task");
+  static_assert(kRawRows % 128 == 0, "each dequant warp owns whole 16-row blocks in every task");
+  static_assert(!kPreA || kTma, "the pre-dequantized A tile arrives by TMA");
   static_assert(kStageBytes % 1024 == 0, "stages stay 1024-byte aligned for the swizzle");
   static_assert(kStages >= 2 && kDepth >= 1, "ring and load pipeline need depth");
 };
@@ -140,7 +150,8 @@ struct WsMainloop {
 
   uint8_t* stages_;  // [kStages][kRows][128 B], 1024-aligned
   uint8_t* raw_;     // kRing: [2][kRows][kRawStride] raw bytes, then [2][kRows][16] scales; kTma: 2 slots
-  uint32_t full_;    // kStages mbarriers: stage dequantized (kDequantThreads arrivals; kTma: one per warp)
+  uint32_t full_;    // kStages mbarriers: stage dequantized (kDequantThreads arrivals; kTma: one per warp,
+                     // kPreA: plus one by the thread that expects the A box's bytes)
   uint32_t empty_;   // kStages mbarriers: stage's MMAs done (kConsumerThreads arrivals; kTma: one per warp)
   uint64_t* raw_full_;   // kTma, per slot: the round's TMA bytes have landed (1 arrival + bytes)
   uint64_t* raw_empty_;  // kTma, per slot: the round is in registers (one arrival per dequant warp)
@@ -153,6 +164,9 @@ struct WsMainloop {
         raw_full_(reinterpret_cast<uint64_t*>(raw_ + Cfg::kRawBytes + 2 * 8 * Cfg::kStages)),
         raw_empty_(raw_full_ + 2) {}
 
+  // Generic pointer to stage s's full barrier, for TMA copies that complete on it.
+  __device__ uint64_t* full_bar(int s) const { return reinterpret_cast<uint64_t*>(raw_ + Cfg::kRawBytes) + s; }
+
   // The TMA tiles' mainloop: as run(), with the operands' tensor maps (kernel parameters) and the
   // batch index for their third coordinate.
   __device__ bool run_tma(const TileSrc (&src)[1 + Cfg::kNB], const TmaOperands& tma, int batch, int kt0, int count,
@@ -161,7 +175,7 @@ struct WsMainloop {
     if (threadIdx.x == 0) {
       // Both sides arrive once per warp here (see consume() and dequantize_tma()).
       for (int s = 0; s < Cfg::kStages; ++s) {
-        mbar_init(full_ + 8 * s, Cfg::kDequantThreads / 32);
+        mbar_init(full_ + 8 * s, Cfg::kDequantThreads / 32 + (Cfg::kPreA ? 1 : 0));
         mbar_init(empty_ + 8 * s, Cfg::kConsumerThreads / 32);
       }
       for (int s = 0; s < 2; ++s) {
@@ -421,8 +435,9 @@ struct WsMainloop {
   // raw_full. Warps arrive on full and raw_empty once (lane 0 after __syncwarp; for full, each
   // lane's fence.proxy.async precedes it), 8 barrier updates per k-tile instead of 256. Task
   // mapping as in dequantize(): task j of a thread is row r = (warp + 8 j) * 16 + lane % 16, half
-  // q = lane / 16 of the k-tile; r % 8 == lane % 8, so the 8 lanes of each phase of the 16-byte ring
-  // reads (column (2 v + q) ^ (r % 8)) and of the fp16 stores hit 8 distinct columns.
+  // q = lane / 16 of the k-tile (kPreA: stage row r = BM + that, raw row r - BM); r % 8 == lane % 8,
+  // so the 8 lanes of each phase of the 16-byte ring reads (column (2 v + q) ^ (r % 8)) and of the
+  // fp16 stores hit 8 distinct columns.
   __device__ void dequantize_tma(const TileSrc (&src)[1 + Cfg::kNB], const TmaOperands& tma, int batch, int kt0,
                                  int count) const {
     const int d = threadIdx.x - Cfg::kConsumerThreads;
@@ -431,18 +446,18 @@ struct WsMainloop {
     uint32_t scale_off[Cfg::kTasks], scale_step[Cfg::kTasks];
 #pragma unroll
     for (int j = 0; j < Cfg::kTasks; ++j) {
-      const int r = (warp + 8 * j) * 16 + (lane & 15);
+      const int r = Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15);
       const int o = r < Cfg::BM ? 0 : 1 + (r - Cfg::BM) / Cfg::BN;
       const int local = r < Cfg::BM ? r : (r - Cfg::BM) % Cfg::BN;
       valid[j] = false;
       scale_off[j] = scale_step[j] = 0;
 #pragma unroll
-      for (int oi = 0; oi <= Cfg::kNB; ++oi) {
+      for (int oi = Cfg::kRawOp0; oi <= Cfg::kNB; ++oi) {
         if (oi != o) continue;
         const TileSrc& t = src[oi];
         const int row = static_cast<int>(t.row0 % 128) + local;  // in the operand's 128-row scale block
         valid[j] = t.row0 + local < t.rows;
-        scale_off[j] = oi * Cfg::kTmaScaleBytes + q * 2 +
+        scale_off[j] = (oi - Cfg::kRawOp0) * Cfg::kTmaScaleBytes + q * 2 +
                        (t.rk_blocks == 0 ? local * 16 : (row % 32) * 16 + (row / 32) * 4);
         scale_step[j] = t.rk_blocks == 0 ? 4 : 512;
       }
@@ -450,7 +465,7 @@ struct WsMainloop {
     // Bytes per round: every box in full (TMA counts zero-filled rows too), scales per layout.
     uint32_t round_bytes = Cfg::kTmaDataBytes;
 #pragma unroll
-    for (int oi = 0; oi <= Cfg::kNB; ++oi)
+    for (int oi = Cfg::kRawOp0; oi <= Cfg::kNB; ++oi)
       round_bytes += src[oi].rk_blocks == 0 ? (oi == 0 ? Cfg::BM : Cfg::BN) * 16 : Cfg::kTmaScaleBytes;
 
     const int rounds = count / Cfg::kRoundKtiles;
@@ -461,13 +476,13 @@ struct WsMainloop {
       const int kt = kt0 + issued * Cfg::kRoundKtiles;
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&raw_full_[slot], round_bytes);
 #pragma unroll
-      for (int oi = 0; oi <= Cfg::kNB; ++oi) {
+      for (int oi = Cfg::kRawOp0; oi <= Cfg::kNB; ++oi) {
         const TileSrc& t = src[oi];
         const int row0 = static_cast<int>(t.row0);
-        const int box_row = oi == 0 ? 0 : Cfg::BM + (oi - 1) * Cfg::BN;
+        const int box_row = (oi == 0 ? 0 : Cfg::BM + (oi - 1) * Cfg::BN) - Cfg::kRawRow0;
         cute::SM90_TMA_LOAD_3D::copy(&tma.data[oi], &raw_full_[slot], 0, dst + box_row * 128, kt * (Cfg::BK / 2), row0,
                                      batch);
-        uint8_t* sdst = dst + Cfg::kTmaDataBytes + oi * Cfg::kTmaScaleBytes;
+        uint8_t* sdst = dst + Cfg::kTmaDataBytes + (oi - Cfg::kRawOp0) * Cfg::kTmaScaleBytes;
         if (t.rk_blocks == 0)
           cute::SM90_TMA_LOAD_3D::copy(&tma.scales[oi], &raw_full_[slot], 0, sdst, kt * (Cfg::BK / 16), row0, batch);
         else
@@ -502,7 +517,7 @@ struct WsMainloop {
 #pragma unroll
         for (int j = 0; j < Cfg::kTasks; ++j) {
           if (!valid[j]) continue;
-          const int r = (warp + 8 * j) * 16 + (lane & 15);
+          const int r = (warp + 8 * j) * 16 + (lane & 15);  // raw row
           raw[v][j] = *reinterpret_cast<const uint4*>(data + r * 128 + (((2 * v + q) ^ sw) * 16));
           sc[v][j] = *reinterpret_cast<const uint16_t*>(scales + scale_off[j] + v * scale_step[j]);
         }
@@ -512,10 +527,21 @@ struct WsMainloop {
       for (int v = 0; v < Cfg::kRoundKtiles; ++v) {
         mbar_wait(empty_ + 8 * s, phase ^ 1);
         uint8_t* stage = stages_ + s * Cfg::kStageBytes;
+        if constexpr (Cfg::kPreA) {
+          // The A box (fp16, already in the stage's k order; the TMA applies the swizzle) for this
+          // k-tile, as a transaction on the stage's full barrier: consumers wait for it with B.
+          if (d == 0) {
+            uint64_t* full = full_bar(s);
+            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full, Cfg::BM * Cfg::kRowBytes);
+            cute::SM90_TMA_LOAD_3D::copy(&tma.data[0], full, 0, stage,
+                                         (kt0 + round * Cfg::kRoundKtiles + v) * Cfg::kRowBytes,
+                                         static_cast<int>(src[0].row0), batch);
+          }
+        }
 #pragma unroll
         for (int j = 0; j < Cfg::kTasks; ++j) {
           if (!valid[j]) continue;
-          const int r = (warp + 8 * j) * 16 + (lane & 15);
+          const int r = Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15);  // stage row
           uint32_t h[16];
           dequant32(raw[v][j], sc[v][j], h);
 #pragma unroll

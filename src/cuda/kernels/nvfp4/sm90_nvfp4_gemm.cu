@@ -80,9 +80,24 @@ int tile_acc_per_thread(Tile tile, bool dual) {
   return n;
 }
 
+bool prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, Tile& tile, Tile fallback, TmaOperands& maps,
+                      cudaStream_t stream) {
+  const bool pre_a = tile == Tile::m128_n128_wsta || tile == Tile::m128_n64_wsta;
+  if (tile != Tile::m128_n128_wst && tile != Tile::m128_n64_wst && !pre_a) return false;
+  if (!make_tma_operands(args, nb, 128, tile_n, maps)) {
+    tile = fallback;
+    return false;
+  }
+  if (pre_a) {
+    launch_predequant_a(args, stream);
+    maps.data[0] = make_tma_a16(args, 128);
+  }
+  return true;
+}
+
 void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
   TmaOperands maps{};
-  if (tile == Tile::m128_n128_wst && !make_tma_operands(args, 1, 128, 128, maps)) tile = Tile::m128_n128_ws;
+  prepare_tma_tile(args, 1, 128, tile, Tile::m128_n128_ws, maps, stream);
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
     auto kernel = nvfp4_gemm_kernel<Cfg, decltype(path)::value>;

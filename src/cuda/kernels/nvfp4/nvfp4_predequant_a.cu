@@ -1,0 +1,67 @@
+// Dequantize the A operand of an NVFP4 GEMM / dual GEMM once, to fp16, for the `*_wsta` tiles.
+//
+// Why it exists: in the warp-specialised tiles every CTA of an M block converts the same A tile
+// (at M = 128 and N = 7168 the whole of A is converted 56 times), and A is half of each CTA's
+// dequant rows, while the dequant warps' instruction stream is what limits those tiles
+// (docs/NVFP4.md). Converting A once here halves the per-CTA dequant work; the GEMM's TMA then
+// copies each k-tile's A box straight into the fp16 stage.
+//
+// Output layout: [L][M][K] fp16 with the k columns of every 64-wide k-tile in the stage's permuted
+// order (raw 16-byte chunk q of the k-tile, elements 32q..32q+31, lands in 16-byte fp16 chunks
+// q, q+2, q+4, q+6; nvfp4_tile_mainloop.cuh), so a 128-byte-swizzled TMA box of it is
+// byte-for-byte what the dequant warps would have written. The values are exact (nvfp4_dequant.cuh).
+#include <cuda_fp16.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/nvfp4/nvfp4_dequant.cuh"
+#include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
+#include "cuda/tma.hpp"
+
+namespace swapffn::cuda::nvfp4 {
+
+namespace {
+
+// One thread per 16-byte raw chunk (32 elements, two scales): a warp reads 512 contiguous bytes of
+// a row and writes 2 KB of fp16, each k-tile's 128 bytes by the chunk pair of that k-tile.
+__global__ void __launch_bounds__(256) predequant_a_kernel(const OperandArgs a, int64_t m, int64_t k, int64_t l,
+                                                           uint8_t* out) {
+  const int64_t chunks_per_row = k / 32;
+  const int64_t total = l * m * chunks_per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = i / (m * chunks_per_row), rem = i % (m * chunks_per_row);
+    const int64_t r = rem / chunks_per_row, chunk = rem % chunks_per_row;
+    const int64_t kt = chunk / 2;
+    const int q = static_cast<int>(chunk % 2);
+    const uint4 raw = *reinterpret_cast<const uint4*>(a.data + b * a.data_batch + r * (k / 2) + chunk * 16);
+    const int64_t j = chunk * 2;  // first of the chunk's two scale columns (j % 4 == 2q)
+    const int64_t soff = a.rk_blocks == 0
+                             ? r * (k / 16) + j
+                             : (r / 128) * a.rk_blocks * 512 + (j / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (j % 4);
+    const uint32_t two_scales = *reinterpret_cast<const uint16_t*>(a.scales + b * a.scale_batch + soff);
+    uint32_t h[16];
+    dequant32(raw, two_scales, h);
+    uint8_t* row = out + ((b * m + r) * k + kt * 64) * 2;
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      *reinterpret_cast<uint4*>(row + (q + 2 * c) * 16) = make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
+  }
+}
+
+}  // namespace
+
+size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l) { return static_cast<size_t>(l * m * k * 2); }
+
+void launch_predequant_a(const GemmArgs& args, cudaStream_t stream) {
+  const int64_t threads = args.l * args.m * (args.k / 32);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, 4096));
+  predequant_a_kernel<<<blocks, 256, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
+  SWAPFFN_CHECK_LAUNCH();
+}
+
+CUtensorMap make_tma_a16(const GemmArgs& args, int tile_m) {
+  const uint64_t row_bytes = static_cast<uint64_t>(args.k) * 2;
+  return make_tma_3d_u8(args.a16, row_bytes, args.m, args.l, row_bytes, row_bytes * args.m, 128, tile_m, true);
+}
+
+}  // namespace swapffn::cuda::nvfp4
