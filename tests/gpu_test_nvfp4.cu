@@ -148,6 +148,8 @@ TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
   run_gemm(256, 1024, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wst, 4}, 98, nullptr, &ws);
   run_gemm(256, 1024, 2048, 2, ScaleLayout::plain, {Tile::m128_n128_wsta, 4}, 99, nullptr, &ws);  // + the fp16 A
   run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wgmma, 4}, 100, nullptr, &ws);
+  run_gemm(256, 1024, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_wsta, 1}, 101, nullptr, &ws);  // no split-K
+  run_gemm(256, 1024, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws, 4}, 102, nullptr, &ws);
 }
 
 // The TMA tiles need 16-byte aligned scales, the API only 4-byte: with scales 4 bytes off they fall
@@ -305,6 +307,8 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   GemmProblem ok{128, 128, 512, 1, da.view, da.view, c.buf.get()};
   expect_error([&] { gemm(ok, {Tile::m128_n128, 2}, {}, nullptr); }, "zeroed for split-K");
   expect_error([&] { gemm(ok, {Tile::m128_n128_wsta, 1}, {}, nullptr); }, "131072 for the fp16 copy of A");
+  DualGemmProblem dual_ok{128, 128, 512, 1, da.view, da.view, da.view, c.buf.get()};
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n64_wsta, 1}, {}, nullptr); }, "for the fp16 copy of A");
   expect_error([&] { gemm(ok, {Tile::m64_n64, 1}, {}, nullptr); }, "tile 64x64 is not built");
   GroupedGemmProblem grouped;
   grouped.groups.push_back(ok);

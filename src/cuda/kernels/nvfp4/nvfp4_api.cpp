@@ -116,10 +116,14 @@ bool dual_tile_ok(Tile t) {
 cu::SplitWorkspace gemv_ws(const GemvProblem& p, const GemvConfig& c) {
   return split_workspace("nvfp4 gemv", ceil_div(p.m, cu::kGemvRowsPerCta) * p.l, c.split_k, cu::kGemvRowsPerCta);
 }
-// The fp16 copy of A of the *_wsta tiles, rounded up to keep the workspace's parts 256-byte aligned.
-size_t a16_bytes(Tile t, int64_t m, int64_t k, int64_t l) {
-  if (t != Tile::m128_n128_wsta && t != Tile::m128_n64_wsta) return 0;
-  return (cu::predequant_a_bytes(m, k, l) + 255) / 256 * 256;
+// The fp16 copy of A of the *_wsta tiles goes after the counter header even without split-K: a
+// workspace shared by several configs must never have one config's fp16 A where a split-K config
+// keeps its counters (the first version put it at offset 0 for split_k = 1, and the bench's config
+// search, which shares one workspace, then found non-zero counters). Rounded up to 256 bytes.
+void add_a16(cu::SplitWorkspace& w, Tile t, int64_t m, int64_t k, int64_t l) {
+  if (t != Tile::m128_n128_wsta && t != Tile::m128_n64_wsta) return;
+  w.counter_bytes = kMaxSplitTiles * sizeof(int);
+  w.a16_bytes = (cu::predequant_a_bytes(m, k, l) + 255) / 256 * 256;
 }
 
 cu::SplitWorkspace gemm_ws(const GemmProblem& p, const TileConfig& c) {
@@ -129,7 +133,7 @@ cu::SplitWorkspace gemm_ws(const GemmProblem& p, const TileConfig& c) {
   if (c.split_k > 1)
     w = split_workspace("nvfp4 gemm", tiles, c.split_k,
                         static_cast<int64_t>(cu::tile_threads(c.tile, false)) * cu::tile_acc_per_thread(c.tile, false));
-  w.a16_bytes = a16_bytes(c.tile, p.m, p.k, p.l);
+  add_a16(w, c.tile, p.m, p.k, p.l);
   return w;
 }
 cu::SplitWorkspace dual_ws(const DualGemmProblem& p, const TileConfig& c) {
@@ -139,7 +143,7 @@ cu::SplitWorkspace dual_ws(const DualGemmProblem& p, const TileConfig& c) {
   if (c.split_k > 1)
     w = split_workspace("nvfp4 dual_gemm_swiglu", tiles, c.split_k,
                         static_cast<int64_t>(cu::tile_threads(c.tile, true)) * cu::tile_acc_per_thread(c.tile, true));
-  w.a16_bytes = a16_bytes(c.tile, p.m, p.k, p.l);
+  add_a16(w, c.tile, p.m, p.k, p.l);
   return w;
 }
 

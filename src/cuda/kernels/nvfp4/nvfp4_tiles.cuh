@@ -51,9 +51,10 @@ using DualM128N64WsRing = WsCfg<64, 2, 4, 1, true>;
 using GemmM128N128WsTma = WsCfg<128, 1, 4, 1, false, 1, true>;
 using DualM128N64WsTma = WsCfg<64, 2, 4, 1, false, 1, true>;
 // TMA variants with A pre-dequantized (`*_wsta`): the raw ring holds only B (36-40 KB), which
-// leaves room for 5 fp16 stages (160 KB).
-using GemmM128N128WsTmaA = WsCfg<128, 1, 5, 1, false, 1, true, true>;
-using DualM128N64WsTmaA = WsCfg<64, 2, 5, 1, false, 1, true, true>;
+// leaves room for 5 fp16 stages (160 KB); a dequant thread then has one task per k-tile, so it
+// converts k-tiles in pairs (two independent chains, as the two tasks of `*_wst`).
+using GemmM128N128WsTmaA = WsCfg<128, 1, 5, 1, false, 1, true, true, 2>;
+using DualM128N64WsTmaA = WsCfg<64, 2, 5, 1, false, 1, true, true, 2>;
 static_assert(GemmM128N128Ws::BM == 128 && GemmM128N128Ws::BN == 128, "tile enum and config disagree");
 static_assert(DualM128N64Ws::BM == 128 && DualM128N64Ws::BN == 64, "tile enum and config disagree");
 

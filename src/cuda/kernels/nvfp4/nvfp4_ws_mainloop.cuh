@@ -49,8 +49,11 @@ namespace swapffn::cuda::nvfp4 {
 // swizzled). PreA_ = true (TMA only): A is not dequantized here but once, by a pre-pass that writes
 // it as fp16 in the stage's permuted k order (nvfp4_predequant_a.cu); dequant thread 0 has the TMA
 // copy each k-tile's A box straight into the fp16 stage, completing on the stage's `full` barrier
-// as a transaction, and the dequant warps convert only the B rows.
-template <int BN_, int NB_, int Stages_, int Depth_, bool Ring_, int Span_ = 1, bool Tma_ = false, bool PreA_ = false>
+// as a transaction, and the dequant warps convert only the B rows. Group_ (TMA only): k-tiles a
+// dequant warp converts together (waits for all their stages, converts, then arrives on all), so
+// that a warp with one task per k-tile still has independent conversion chains to interleave.
+template <int BN_, int NB_, int Stages_, int Depth_, bool Ring_, int Span_ = 1, bool Tma_ = false, bool PreA_ = false,
+          int Group_ = 1>
 struct WsCfg {
   static constexpr int BM = 128, BN = BN_, BK = 64;
   static constexpr int kNB = NB_;
@@ -60,6 +63,7 @@ struct WsCfg {
   static constexpr bool kTma = Tma_;
   static constexpr int kSpan = Span_;      // register variant: k-tiles per load step (1 or 2)
   static constexpr bool kPreA = PreA_;
+  static constexpr int kGroup = Group_;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kDequantThreads = 256;
   static constexpr int kThreads = kConsumerThreads + kDequantThreads;
@@ -104,6 +108,8 @@ struct WsCfg {
   static_assert(BN == 64 || BN == 128, "wgmma m64nBNk16 with BN 64 or 128");
   static_assert(kRawRows % 128 == 0, "each dequant warp owns whole 16-row blocks in every task");
   static_assert(!kPreA || kTma, "the pre-dequantized A tile arrives by TMA");
+  static_assert(kGroup == 1 || (kTma && kRoundKtiles % kGroup == 0 && kGroup < kStages),
+                "k-tile groups divide a TMA round and leave the consumers a stage");
   static_assert(kStageBytes % 1024 == 0, "stages stay 1024-byte aligned for the swizzle");
   static_assert(kStages >= 2 && kDepth >= 1, "ring and load pipeline need depth");
 };
@@ -524,38 +530,48 @@ struct WsMainloop {
       __syncwarp();
       if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&raw_empty_[slot]);  // the slot is in registers now
 #pragma unroll
-      for (int v = 0; v < Cfg::kRoundKtiles; ++v) {
-        mbar_wait(empty_ + 8 * s, phase ^ 1);
-        uint8_t* stage = stages_ + s * Cfg::kStageBytes;
-        if constexpr (Cfg::kPreA) {
-          // The A box (fp16, already in the stage's k order; the TMA applies the swizzle) for this
-          // k-tile, as a transaction on the stage's full barrier: consumers wait for it with B.
-          if (d == 0) {
-            uint64_t* full = full_bar(s);
-            cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full, Cfg::BM * Cfg::kRowBytes);
-            cute::SM90_TMA_LOAD_3D::copy(&tma.data[0], full, 0, stage,
-                                         (kt0 + round * Cfg::kRoundKtiles + v) * Cfg::kRowBytes,
-                                         static_cast<int>(src[0].row0), batch);
+      for (int v0 = 0; v0 < Cfg::kRoundKtiles; v0 += Cfg::kGroup) {
+        int gs[Cfg::kGroup];
+#pragma unroll
+        for (int g = 0; g < Cfg::kGroup; ++g) {
+          gs[g] = s;
+          mbar_wait(empty_ + 8 * s, phase ^ 1);
+          if constexpr (Cfg::kPreA) {
+            // The A box (fp16, already in the stage's k order; the TMA applies the swizzle) for
+            // this k-tile, as a transaction on the stage's full barrier: consumers wait for it with B.
+            if (d == 0) {
+              uint64_t* full = full_bar(s);
+              cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full, Cfg::BM * Cfg::kRowBytes);
+              cute::SM90_TMA_LOAD_3D::copy(&tma.data[0], full, 0, stages_ + s * Cfg::kStageBytes,
+                                           (kt0 + round * Cfg::kRoundKtiles + v0 + g) * Cfg::kRowBytes,
+                                           static_cast<int>(src[0].row0), batch);
+            }
+          }
+          if (++s == Cfg::kStages) {
+            s = 0;
+            phase ^= 1;
           }
         }
 #pragma unroll
-        for (int j = 0; j < Cfg::kTasks; ++j) {
-          if (!valid[j]) continue;
-          const int r = Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15);  // stage row
-          uint32_t h[16];
-          dequant32(raw[v][j], sc[v][j], h);
+        for (int g = 0; g < Cfg::kGroup; ++g) {
+          uint8_t* stage = stages_ + gs[g] * Cfg::kStageBytes;
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            *reinterpret_cast<uint4*>(stage + r * Cfg::kRowBytes + (((q + 2 * c) ^ sw) * 16)) =
-                make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
+          for (int j = 0; j < Cfg::kTasks; ++j) {
+            if (!valid[j]) continue;
+            const int r = Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15);  // stage row
+            uint32_t h[16];
+            dequant32(raw[v0 + g][j], sc[v0 + g][j], h);
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+              *reinterpret_cast<uint4*>(stage + r * Cfg::kRowBytes + (((q + 2 * c) ^ sw) * 16)) =
+                  make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
+          }
         }
         fence_proxy_async();
         __syncwarp();
-        if (lane == 0) mbar_arrive(full_ + 8 * s);
-        if (++s == Cfg::kStages) {
-          s = 0;
-          phase ^= 1;
-        }
+        if (lane == 0)
+#pragma unroll
+          for (int g = 0; g < Cfg::kGroup; ++g) mbar_arrive(full_ + 8 * gs[g]);
         try_issue(false);
       }
     }
