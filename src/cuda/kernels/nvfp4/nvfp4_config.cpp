@@ -115,25 +115,32 @@ int ws_split(int64_t tiles, int64_t ktiles, int sm_count) {
 // TMA loads into a raw ring (`128x128wst`: one 512-thread CTA per SM, dequant warpgroups feed wgmma
 // warpgroups through an mbarrier ring) was fastest on all three shapes, 9-24% ahead of the
 // register-load `128x128ws` (itself 1-4% ahead of the shared-producer wgmma tile), at the same
-// split; `ws2` and `wsr` were slower. Rejected: 128x64 tiles (twice the A dequantization per
-// output; slower at every split).
+// split; `ws2` and `wsr` were slower. With A dequantized once (`128x128wsta`) the long-K shape
+// gains 13-16% (K = 16384: 128 k-tiles per CTA); with 16-28 k-tiles per CTA the pre-pass and the
+// pipeline fill cancel the gain (within +-2% of `wst`), so `wsta` only from 64 k-tiles per CTA.
+// Rejected: 128x64 tiles (twice the A dequantization per output; slower at every split).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n128 : Tile::m128_n128_wst;
-  const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
-  c.split_k = c.tile == Tile::m128_n128_wst ? ws_split(tiles, p.k / 64, sm_count)
-                                            : std::min(4, pick_split(tiles, p.k / 64, sm_count, 2, 16));
+  if (p.m <= 64) {
+    c.tile = Tile::m64_n128;
+    c.split_k = std::min(4, pick_split(ceil_div(p.n, 128) * p.l, p.k / 64, sm_count, 2, 16));
+    return c;
+  }
+  const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128) * p.l;
+  c.split_k = ws_split(tiles, p.k / 64, sm_count);
+  c.tile = p.k / 64 / c.split_k >= 64 ? Tile::m128_n128_wsta : Tile::m128_n128_wst;
   return c;
 }
 
 // Dual GEMM: 128 rows x 64 columns of each product (the A tile is shared, so a CTA does the MMA
 // work of a 128x128 GEMM tile). The warp-specialised TMA tile `128x64wst` was fastest on all four
-// shapes, 11-14% ahead of the register-load `128x64ws` at the same split.
+// shapes, 11-14% ahead of the register-load `128x64ws` at the same split; `128x64wsta` (A
+// dequantized once, only B1/B2 per CTA) is 13-20% ahead of `wst` on all four.
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   TileConfig c;
-  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_wst;
+  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_wsta;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, 64) * p.l;
-  c.split_k = c.tile == Tile::m128_n64_wst ? ws_split(tiles, p.k / 64, sm_count) : 1;
+  c.split_k = c.tile == Tile::m128_n64_wsta ? ws_split(tiles, p.k / 64, sm_count) : 1;
   return c;
 }
 
