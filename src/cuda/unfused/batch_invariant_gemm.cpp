@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -58,13 +59,10 @@ BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &kTransX, sizeof(kTransX)));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout_, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
 
-  cublasLtMatrixLayout_t x = nullptr, out = nullptr;
-  make_row_layouts(reference_rows, x, out);
-  const bool chosen = heuristic_best(x, out, algo_);
-  cublasLtMatrixLayoutDestroy(x);
-  cublasLtMatrixLayoutDestroy(out);
-  SWAPFFN_REQUIRE(chosen, "cuBLASLt offers no split-K-free bf16 GEMM for n=" + std::to_string(n) +
-                              " k=" + std::to_string(k) + " (this shape cannot run batch-invariantly)");
+  const RowLayouts reference = make_row_layouts(reference_rows);
+  SWAPFFN_REQUIRE(heuristic_best(reference.x.get(), reference.out.get(), algo_),
+                  "cuBLASLt offers no split-K-free bf16 GEMM for n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                      " (this shape cannot run batch-invariantly)");
 }
 
 std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cublasLtMatrixLayout_t x,
@@ -139,51 +137,71 @@ const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublas
   return algos[best];
 }
 
-bool BatchInvariantGemm::same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, int64_t rows) const {
-  const int64_t probe = std::min<int64_t>(rows, 1024);
-  cublasLtMatrixLayout_t x = nullptr, out = nullptr;
-  make_row_layouts(probe, x, out);
-  cublasLtMatmulHeuristicResult_t check{};
-  if (cublasLtMatmulAlgoCheck(lt_, op_, w_layout_, x, out, out, &candidate, &check) != CUBLAS_STATUS_SUCCESS ||
-      check.workspaceSize > workspace_bytes_) {
-    cublasLtMatrixLayoutDestroy(x);
-    cublasLtMatrixLayoutDestroy(out);
-    return false;
-  }
-  const size_t out_bytes = size_t(probe * n_) * (out_type_ == CUDA_R_32F ? 4 : 2);
-  DeviceBuffer<__nv_bfloat16> w(size_t(n_ * k_)), xs(size_t(probe * k_));
-  DeviceBuffer<uint8_t> c0(out_bytes), c1(out_bytes), ws(workspace_bytes_);
-  fill_random_bf16(w.get(), n_ * k_, 0x5eed1, 0.05f, nullptr);
-  fill_random_bf16(xs.get(), probe * k_, 0x5eed2, 1.f, nullptr);
-  if (out_type_ == CUDA_R_32F)
-    fill_random_f32(reinterpret_cast<float*>(c0.get()), probe * n_, 0x5eed3, 1.f, nullptr);
+// Made once per row count by set_rows(), at the first candidate to verify: every candidate runs from
+// the same starting outputs c0 and is compared with the anchor's one run.
+struct BatchInvariantGemm::Probe {
+  Probe(const BatchInvariantGemm& owner, int64_t rows);
+  // The outputs of `algo` on the probe operands, starting from c0.
+  std::vector<uint8_t> outputs(const cublasLtMatmulAlgo_t& algo) const;
+
+  const BatchInvariantGemm& gemm;
+  RowLayouts layouts;
+  size_t out_bytes;
+  DeviceBuffer<__nv_bfloat16> w, xs;
+  DeviceBuffer<uint8_t> c0, c, ws;  // c0: random starting outputs (read when accumulating), c: each run's outputs
+  std::vector<uint8_t> anchor;      // the anchor's outputs, copied to the host
+};
+
+BatchInvariantGemm::Probe::Probe(const BatchInvariantGemm& owner, int64_t rows)
+    : gemm(owner),
+      layouts(owner.make_row_layouts(std::min<int64_t>(rows, 1024))),
+      out_bytes(size_t(layouts.rows * owner.n_) * (owner.out_type_ == CUDA_R_32F ? 4 : 2)),
+      w(size_t(owner.n_ * owner.k_)),
+      xs(size_t(layouts.rows * owner.k_)),
+      c0(out_bytes),
+      c(out_bytes),
+      ws(owner.workspace_bytes_) {
+  fill_random_bf16(w.get(), gemm.n_ * gemm.k_, 0x5eed1, 0.05f, nullptr);
+  fill_random_bf16(xs.get(), layouts.rows * gemm.k_, 0x5eed2, 1.f, nullptr);
+  if (gemm.out_type_ == CUDA_R_32F)
+    fill_random_f32(reinterpret_cast<float*>(c0.get()), layouts.rows * gemm.n_, 0x5eed3, 1.f, nullptr);
   else
-    fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(c0.get()), probe * n_, 0x5eed3, 1.f, nullptr);
-  CUDA_CHECK(cudaMemcpy(c1.get(), c0.get(), out_bytes, cudaMemcpyDeviceToDevice));
+    fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(c0.get()), layouts.rows * gemm.n_, 0x5eed3, 1.f, nullptr);
+  anchor = outputs(gemm.algo_);
+}
+
+std::vector<uint8_t> BatchInvariantGemm::Probe::outputs(const cublasLtMatmulAlgo_t& algo) const {
+  CUDA_CHECK(cudaMemcpy(c.get(), c0.get(), out_bytes, cudaMemcpyDeviceToDevice));
   const float alpha = 1.f;
-  for (auto [algo, c] : {std::pair{&algo_, c0.get()}, std::pair{&candidate, c1.get()}})
-    CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w.get(), w_layout_, xs.get(), x, &beta_, c, out, c, out, algo,
-                                ws.get(), workspace_bytes_, nullptr));
-  std::vector<uint8_t> h0(out_bytes), h1(out_bytes);
-  CUDA_CHECK(cudaMemcpy(h0.data(), c0.get(), out_bytes, cudaMemcpyDeviceToHost));
-  CUDA_CHECK(cudaMemcpy(h1.data(), c1.get(), out_bytes, cudaMemcpyDeviceToHost));
-  cublasLtMatrixLayoutDestroy(x);
-  cublasLtMatrixLayoutDestroy(out);
-  return std::memcmp(h0.data(), h1.data(), out_bytes) == 0;
+  CUBLAS_CHECK(cublasLtMatmul(gemm.lt_, gemm.op_, &alpha, w.get(), gemm.w_layout_, xs.get(), layouts.x.get(),
+                              &gemm.beta_, c.get(), layouts.out.get(), c.get(), layouts.out.get(), &algo, ws.get(),
+                              gemm.workspace_bytes_, nullptr));
+  std::vector<uint8_t> h(out_bytes);
+  CUDA_CHECK(cudaMemcpy(h.data(), c.get(), out_bytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+bool BatchInvariantGemm::same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, const Probe& probe) const {
+  cublasLtMatmulHeuristicResult_t check{};
+  const cublasLtMatrixLayout_t x = probe.layouts.x.get(), out = probe.layouts.out.get();
+  if (cublasLtMatmulAlgoCheck(lt_, op_, w_layout_, x, out, out, &candidate, &check) != CUBLAS_STATUS_SUCCESS ||
+      check.workspaceSize > workspace_bytes_)
+    return false;
+  return probe.outputs(candidate) == probe.anchor;
 }
 
 BatchInvariantGemm::~BatchInvariantGemm() {
-  for (const RowLayouts& l : row_layouts_) {
-    cublasLtMatrixLayoutDestroy(l.x);
-    cublasLtMatrixLayoutDestroy(l.out);
-  }
   if (w_layout_) cublasLtMatrixLayoutDestroy(w_layout_);
   if (op_) cublasLtMatmulDescDestroy(op_);
 }
 
-void BatchInvariantGemm::make_row_layouts(int64_t rows, cublasLtMatrixLayout_t& x, cublasLtMatrixLayout_t& out) const {
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&x, CUDA_R_16BF, static_cast<uint64_t>(k_), static_cast<uint64_t>(rows), k_));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&out, out_type_, static_cast<uint64_t>(n_), static_cast<uint64_t>(rows), n_));
+BatchInvariantGemm::RowLayouts BatchInvariantGemm::make_row_layouts(int64_t rows) const {
+  const auto make = [rows](cudaDataType_t type, int64_t cols) {
+    cublasLtMatrixLayout_t l = nullptr;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), cols));
+    return Layout(l);
+  };
+  return {rows, make(CUDA_R_16BF, k_), make(out_type_, n_), {}};
 }
 
 void BatchInvariantGemm::set_rows(int64_t rows) {
@@ -193,26 +211,29 @@ void BatchInvariantGemm::set_rows(int64_t rows) {
       rows_ = rows;
       return;
     }
-  cublasLtMatrixLayout_t x = nullptr, out = nullptr;
-  make_row_layouts(rows, x, out);
+  RowLayouts l = make_row_layouts(rows);
   cublasLtMatmulHeuristicResult_t check{};
-  const cublasStatus_t st = cublasLtMatmulAlgoCheck(lt_, op_, w_layout_, x, out, out, &algo_, &check);
-  if (st != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace_bytes_) {
-    cublasLtMatrixLayoutDestroy(x);
-    cublasLtMatrixLayoutDestroy(out);
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoCheck(lt_, op_, w_layout_, l.x.get(), l.out.get(), l.out.get(), &algo_, &check);
+  if (st != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace_bytes_)
     SWAPFFN_FAIL("the pinned cuBLASLt algorithm (" + describe() + ") cannot run " + std::to_string(rows) +
                  " rows for n=" + std::to_string(n_) + " k=" + std::to_string(k_) + ": " +
                  (st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusString(st) : "workspace too small"));
-  }
   // Candidates: the anchor and the heuristic's split-K-free algorithms at this row count that give
   // the anchor's bits; the fastest of them on this GPU (timed here, once per row count) runs.
   std::vector<cublasLtMatmulAlgo_t> same{algo_};
-  for (const cublasLtMatmulAlgo_t& c : heuristic_candidates(x, out)) {
-    bool seen = false;
-    for (const cublasLtMatmulAlgo_t& a : same) seen = seen || std::memcmp(&a, &c, sizeof(c)) == 0;
-    if (!seen && same_bits_as_anchor(c, rows)) same.push_back(c);
+  {
+    std::optional<Probe> probe;  // freed before the timing allocates its operands
+    for (const cublasLtMatmulAlgo_t& c : heuristic_candidates(l.x.get(), l.out.get())) {
+      bool seen = false;
+      for (const cublasLtMatmulAlgo_t& a : same) seen = seen || std::memcmp(&a, &c, sizeof(c)) == 0;
+      if (seen) continue;
+      if (!probe) probe.emplace(*this, rows);
+      if (same_bits_as_anchor(c, *probe)) same.push_back(c);
+    }
   }
-  row_layouts_.push_back({rows, x, out, fastest(same, rows, x, out)});
+  l.algo = fastest(same, rows, l.x.get(), l.out.get());
+  row_layouts_.push_back(std::move(l));
   rows_ = rows;
 }
 
@@ -231,8 +252,8 @@ void BatchInvariantGemm::run(int64_t rows, const void* w, const void* x, void* o
                              cudaStream_t stream) const {
   const RowLayouts& l = layouts_of(rows);
   const float alpha = 1.f;
-  CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w, w_layout_, x, l.x, &beta_, out, l.out, out, l.out, &l.algo,
-                              workspace, workspace_bytes_, stream));
+  CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w, w_layout_, x, l.x.get(), &beta_, out, l.out.get(), out, l.out.get(),
+                              &l.algo, workspace, workspace_bytes_, stream));
 }
 
 std::string BatchInvariantGemm::describe() const { return describe_algo(algo_); }

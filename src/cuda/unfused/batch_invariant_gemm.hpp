@@ -9,14 +9,16 @@
 // But an algorithm that is best at the reference rows can be poor at other row counts (the 64 x 64
 // tiles picked at 512 rows ran the down GEMM at 8192 rows in 188 us against 90 us for the best
 // algorithm there). So set_rows() also takes the heuristic's split-K-free algorithms at the new
-// row count, keeps those that reproduce the anchor's bits (both run on a probe of random operands,
-// and a random accumulator when accumulating; every output must match bitwise) and times them with
-// the anchor, running the fastest. Without split-K every output is one chain of tensor-core k-steps
-// in k order, so algorithms that differ in tiles, stages or clusters normally agree; any that does
-// not is left out.
+// row count, keeps those that reproduce the anchor's bits (each runs on one probe of random operands
+// per row count, and a random accumulator when accumulating; every output must match the anchor's
+// single run on it bitwise) and times them with the anchor, running the fastest. Without split-K
+// every output is one chain of tensor-core k-steps in k order, so algorithms that differ in tiles,
+// stages or clusters normally agree; any that does not is left out.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
@@ -48,12 +50,20 @@ class BatchInvariantGemm {
   int64_t rows() const { return rows_; }
 
  private:
+  // Matrix layouts own their handle, so none leaks when a check between creation and use throws.
+  struct LayoutDestroy {
+    void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
+  };
+  using Layout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDestroy>;
   struct RowLayouts {
     int64_t rows;
-    cublasLtMatrixLayout_t x, out;
+    Layout x, out;
     cublasLtMatmulAlgo_t algo;  // the anchor, or an algorithm that reproduced its bits
   };
-  void make_row_layouts(int64_t rows, cublasLtMatrixLayout_t& x, cublasLtMatrixLayout_t& out) const;
+  // Random operands at min(rows, 1024) rows and the anchor's outputs on them (defined in the .cpp).
+  struct Probe;
+  // The x and out layouts at `rows` rows (algo left unset).
+  RowLayouts make_row_layouts(int64_t rows) const;
   // The split-K-free algorithms the heuristic offers for these layouts (fitting the workspace),
   // best first; heuristic_best() takes the first.
   std::vector<cublasLtMatmulAlgo_t> heuristic_candidates(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const;
@@ -61,8 +71,8 @@ class BatchInvariantGemm {
   // The fastest of `algos` at `rows` rows on random operands (median of 5 runs each).
   const cublasLtMatmulAlgo_t& fastest(const std::vector<cublasLtMatmulAlgo_t>& algos, int64_t rows,
                                       cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const;
-  // Whether `candidate` gives bitwise the anchor's outputs on random operands (min(rows, 1024) rows).
-  bool same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, int64_t rows) const;
+  // Whether `candidate` gives bitwise the anchor's outputs on the probe.
+  bool same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, const Probe& probe) const;
   const RowLayouts& layouts_of(int64_t rows) const;
 
   cublasLtHandle_t lt_;
