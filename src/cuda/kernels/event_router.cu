@@ -1,6 +1,8 @@
 #include "cuda/kernels/event_router.hpp"
 
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include <cute/arch/copy_sm75.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -279,6 +281,15 @@ void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl
   if (a.rows == 0) return;
   SWAPFFN_REQUIRE((a.norm_out == nullptr) == (a.norm_gain == nullptr),
                   "event router: the RMSNorm output and its gain must be given together");
+  // The kernel bulk-copies these into shared memory (cp.async.bulk): 16-byte aligned sources, and
+  // sizes that are multiples of 16 bytes by check_event_router_shape's D % 128 == 0, R % 16 == 0.
+  for (const auto& [p, name] : {std::pair<const void*, const char*>{a.router_w, "router_w"},
+                                {a.router_gain, "router_gain"},
+                                {a.norm_gain, "norm_gain"},
+                                {a.swap_w, "swap_w"},
+                                {a.bank_w, "bank_w"}})
+    SWAPFFN_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
+                    std::string("event router: ") + name + " is not 16-byte aligned (the kernel bulk-copies it)");
   const int64_t sms = sm_count();
   // Thresholds in rows per SM: 32-row CTAs from ~24 rows per SM (B >= 7 at the defaults on 132
   // SMs), 16-row CTAs from ~12 (B = 4), else 8-row CTAs (B = 1: 64 CTAs).
