@@ -15,6 +15,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_dequant.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
+#include "cuda/launch.hpp"
 #include "cuda/tma.hpp"
 
 namespace swapffn::cuda::nvfp4 {
@@ -25,6 +26,9 @@ namespace {
 // a row and writes 2 KB of fp16, each k-tile's 128 bytes by the chunk pair of that k-tile.
 __global__ void __launch_bounds__(256) predequant_a_kernel(const OperandArgs a, int64_t m, int64_t k, int64_t l,
                                                            uint8_t* out) {
+  // The GEMM that reads `out` is launched as a programmatic dependent: it may start its prologue
+  // and first B copies now, and waits (griddepcontrol.wait) before its first copy of A.
+  pdl_launch_dependents();
   const int64_t chunks_per_row = k / 32;
   const int64_t total = l * m * chunks_per_row;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;

@@ -33,6 +33,7 @@
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tile_mainloop.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_wgmma.cuh"
+#include "cuda/launch.hpp"
 
 namespace swapffn::cuda::nvfp4 {
 
@@ -443,26 +444,25 @@ struct WsMainloop {
   // mapping as in dequantize(): task j of a thread is row r = (warp + 8 j) * 16 + lane % 16, half
   // q = lane / 16 of the k-tile (kPreA: stage row r = BM + that, raw row r - BM); r % 8 == lane % 8,
   // so the 8 lanes of each phase of the 16-byte ring reads (column (2 v + q) ^ (r % 8)) and of the
-  // fp16 stores hit 8 distinct columns.
+  // fp16 stores hit 8 distinct columns. Rows past the operand are converted too, without a test:
+  // the TMA zero-fills their bytes (and plain scales; blocked padding is arbitrary), and a stage row
+  // only reaches the output row or column it belongs to, which is never stored.
   __device__ void dequantize_tma(const TileSrc (&src)[1 + Cfg::kNB], const TmaOperands& tma, int batch, int kt0,
                                  int count) const {
     const int d = threadIdx.x - Cfg::kConsumerThreads;
     const int warp = d >> 5, lane = d & 31, q = lane >> 4, sw = lane & 7;
-    bool valid[Cfg::kTasks];
     uint32_t scale_off[Cfg::kTasks], scale_step[Cfg::kTasks];
 #pragma unroll
     for (int j = 0; j < Cfg::kTasks; ++j) {
       const int r = Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15);
       const int o = r < Cfg::BM ? 0 : 1 + (r - Cfg::BM) / Cfg::BN;
       const int local = r < Cfg::BM ? r : (r - Cfg::BM) % Cfg::BN;
-      valid[j] = false;
       scale_off[j] = scale_step[j] = 0;
 #pragma unroll
       for (int oi = Cfg::kRawOp0; oi <= Cfg::kNB; ++oi) {
         if (oi != o) continue;
         const TileSrc& t = src[oi];
         const int row = static_cast<int>(t.row0 % 128) + local;  // in the operand's 128-row scale block
-        valid[j] = t.row0 + local < t.rows;
         scale_off[j] = (oi - Cfg::kRawOp0) * Cfg::kTmaScaleBytes + q * 2 +
                        (t.rk_blocks == 0 ? local * 16 : (row % 32) * 16 + (row / 32) * 4);
         scale_step[j] = t.rk_blocks == 0 ? 4 : 512;
@@ -507,6 +507,10 @@ struct WsMainloop {
     };
     try_issue(true);
     try_issue(true);
+    // The fp16 A comes from the pre-pass, which this grid may overlap (programmatic dependent
+    // launch): the thread that issues A's copies waits for it to complete, after its first B copies.
+    if constexpr (Cfg::kPreA)
+      if (d == 0) pdl_wait();
 
     int s = 0;
     uint32_t phase = 0;
@@ -522,7 +526,6 @@ struct WsMainloop {
       for (int v = 0; v < Cfg::kRoundKtiles; ++v)
 #pragma unroll
         for (int j = 0; j < Cfg::kTasks; ++j) {
-          if (!valid[j]) continue;
           const int r = (warp + 8 * j) * 16 + (lane & 15);  // raw row
           raw[v][j] = *reinterpret_cast<const uint4*>(data + r * 128 + (((2 * v + q) ^ sw) * 16));
           sc[v][j] = *reinterpret_cast<const uint16_t*>(scales + scale_off[j] + v * scale_step[j]);
@@ -557,8 +560,7 @@ struct WsMainloop {
           uint8_t* stage = stages_ + gs[g] * Cfg::kStageBytes;
 #pragma unroll
           for (int j = 0; j < Cfg::kTasks; ++j) {
-            if (!valid[j]) continue;
-            const int r = Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15);  // stage row
+              const int r = Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15);  // stage row
             uint32_t h[16];
             dequant32(raw[v0 + g][j], sc[v0 + g][j], h);
 #pragma unroll

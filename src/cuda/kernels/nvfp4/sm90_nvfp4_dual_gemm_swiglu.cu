@@ -10,6 +10,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
+#include "cuda/launch.hpp"
 
 namespace swapffn::cuda::nvfp4 {
 
@@ -69,7 +70,7 @@ void launch_dual_gemm_swiglu(const GemmArgs& args, Tile tile, cudaStream_t strea
                     static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
                     static_cast<unsigned>(args.l * args.split_k));
     if constexpr (decltype(path)::value == Path::wst)
-      kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, maps);
+      launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
     else
       kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});
     SWAPFFN_CHECK_LAUNCH();
