@@ -115,10 +115,11 @@ int ws_split(int64_t tiles, int64_t ktiles, int sm_count) {
 // TMA loads into a raw ring (`128x128wst`: one 512-thread CTA per SM, dequant warpgroups feed wgmma
 // warpgroups through an mbarrier ring) was fastest on all three shapes, 9-24% ahead of the
 // register-load `128x128ws` (itself 1-4% ahead of the shared-producer wgmma tile), at the same
-// split; `ws2` and `wsr` were slower. With A dequantized once (`128x128wsta`) the long-K shape
-// gains 13-16% (K = 16384: 128 k-tiles per CTA); with 16-28 k-tiles per CTA the pre-pass and the
-// pipeline fill cancel the gain (within +-2% of `wst`), so `wsta` only from 64 k-tiles per CTA.
-// Rejected: 128x64 tiles (twice the A dequantization per output; slower at every split).
+// split; `ws2` and `wsr` were slower. With A dequantized once by a pre-pass (`128x128wsta`, the
+// GEMM launched as its programmatic dependent) it is 9-19% faster again on all three shapes at
+// the same split. Rejected: 128x64 tiles (twice the A dequantization per output; slower at every
+// split); `wsta` only from 64 k-tiles per CTA (before the programmatic launch, the pre-pass and
+// the launch gap cancelled the gain on the short-K shapes).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
   if (p.m <= 64) {
@@ -128,7 +129,7 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   }
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128) * p.l;
   c.split_k = ws_split(tiles, p.k / 64, sm_count);
-  c.tile = p.k / 64 / c.split_k >= 64 ? Tile::m128_n128_wsta : Tile::m128_n128_wst;
+  c.tile = Tile::m128_n128_wsta;
   return c;
 }
 
