@@ -29,15 +29,17 @@ __device__ __forceinline__ __half2 scales_x64(uint32_t two_bytes) {
   return __hmul2(__half2(r), __half2half2(__ushort_as_half(0x5400)));  // 0x5400 = 64.0
 }
 
-// Eight e2m1 values (one 32-bit word, element 0 in the low nibble) times their scale:
-// out[i] = {e[2i], e[2i+1]} * scale, exact. scale64 is {scale*64, scale*64} from scales_x64.
+// Eight e2m1 values (one 32-bit word, element 0 in the low nibble) times their scale, exact, as
+// four fp16 pairs in the order {e0, e2}, {e4, e6}, {e1, e3}, {e5, e7}. That order is free: every
+// kernel converts both operands of a dot product with this function and uses the same output
+// positions for the same k, and a dot product does not depend on the order of its terms; it saves
+// the two byte permutes that would restore element order. scale64 is {scale*64, scale*64} from
+// scales_x64.
 __device__ __forceinline__ void dequant8(uint32_t w, __half2 scale64, uint32_t out[4]) {
   // Low nibbles (even elements) and high nibbles (odd elements) as e4m3 bytes s.00e1e0.m00.
-  const uint32_t lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1C1C1C1Cu);
-  const uint32_t hi = (w & 0x80808080u) | ((w >> 2) & 0x1C1C1C1Cu);
-  const uint32_t p0 = __byte_perm(lo, hi, 0x5140);  // e0 e1 e2 e3
-  const uint32_t p1 = __byte_perm(lo, hi, 0x7362);  // e4 e5 e6 e7
-  const uint32_t pairs[4] = {p0 & 0xFFFF, p0 >> 16, p1 & 0xFFFF, p1 >> 16};
+  const uint32_t lo = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1C1C1C1Cu);  // e0 e2 e4 e6
+  const uint32_t hi = (w & 0x80808080u) | ((w >> 2) & 0x1C1C1C1Cu);         // e1 e3 e5 e7
+  const uint32_t pairs[4] = {lo & 0xFFFF, lo >> 16, hi & 0xFFFF, hi >> 16};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pairs[i]), __NV_E4M3);
@@ -46,7 +48,8 @@ __device__ __forceinline__ void dequant8(uint32_t w, __half2 scale64, uint32_t o
 }
 
 // Thirty-two e2m1 values (16 bytes) with their two scales (elements 0..15 use scale byte 0,
-// 16..31 scale byte 1): out[0..15] are the 16 fp16 pairs in element order.
+// 16..31 scale byte 1): out[0..15] are 16 fp16 pairs, out[4 c .. 4 c + 3] the elements
+// 8 c .. 8 c + 7 in dequant8's order.
 __device__ __forceinline__ void dequant32(uint4 raw, uint32_t two_scales, uint32_t out[16]) {
   const __half2 s = scales_x64(two_scales);
   const __half2 s0 = __low2half2(s), s1 = __high2half2(s);
