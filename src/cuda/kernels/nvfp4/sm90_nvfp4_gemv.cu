@@ -2,9 +2,8 @@
 //
 // Why it exists: the GEMV is bound by streaming `a` from HBM once (K/2 bytes per row plus K/16
 // scale bytes), so the kernel is built around the loads: every lane issues 16-byte streaming loads
-// (ld.global.cs: evict-first, `a` is never re-read) for four rows at once and loads the next
-// k-chunk before decoding the current one, the one after that is prefetched into L2, and split-K
-// over CTAs fills all SMs when M * L is small.
+// (ld.global.cs: evict-first, `a` is never re-read) for four rows at once and prefetches the next
+// k-chunk before decoding the current one, and split-K over CTAs fills all SMs when M * L is small.
 // The multiply-add runs on the tensor cores (mma m16n8k16 with b in column 0 of the n8 tile):
 // decoding to fp16 pairs and one MMA per 256 products costs about half the ALU work of fp32 FMAs,
 // keeps fp32 accumulation, and leaves the ALUs free for the dequantization.
@@ -61,23 +60,7 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
   const int64_t chunks = (args.k + kChunk - 1) / kChunk;
   const int64_t c0 = split * chunks / args.split_k, c1 = (split + 1) * chunks / args.split_k;
 
-  // L2 prefetch of the chunk two register loads ahead (lane l: row l of the CTA, its 64 bytes of
-  // `a` and its scales), so that a warp has three chunks of `a` on their way instead of one: the
-  // register loads are latency-bound (two buffers in flight, 128 registers per thread).
-  auto prefetch = [&](int64_t chunk) {
-    const int64_t row = row_base + lane;
-    if (chunk >= c1 || row >= args.m) return;
-    const int64_t off = chunk * (kChunk / 2);
-    const uint32_t bytes = static_cast<uint32_t>(min(static_cast<int64_t>(kChunk / 2), args.k / 2 - off));
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a + row * (args.k / 2) + off), "r"(bytes)
-                 : "memory");
-    const int64_t j = chunk * (kChunk / 16);
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(sfa + scale_pair_offset(args.a, row, args.k, j)));
-    if (args.a.rk_blocks != 0 && j + 4 < args.k / 16)  // blocked: the second 4 columns sit in the next block
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(sfa + scale_pair_offset(args.a, row, args.k, j + 4)));
-  };
   auto load = [&](int64_t chunk, ChunkRegs& r) {
-    prefetch(chunk + 2 * Warps);
     const int64_t kk = chunk * kChunk + 32 * t;  // this lane's 32 elements
     const bool kok = kk < args.k;
 #pragma unroll
