@@ -1,12 +1,9 @@
 // NVFP4 batched GEMV on Hopper: c[m, l] = fp16(sum_k a[m,k,l] b[0,k,l]).
 //
 // Why it exists: the GEMV is bound by streaming `a` from HBM once (K/2 bytes per row plus K/16
-// scale bytes), so the kernel is built around the loads: every lane copies its 16 bytes of four rows
-// (and their scales, and its 16 bytes of b) with cp.async into its warp's private shared-memory
-// ring, kDepth k-chunks ahead of the one it decodes, so the bytes in flight cost no registers
-// (the register double buffer it replaces held one chunk ahead and left the loads latency-bound,
-// ~1.5 of 3 TB/s); split-K over CTAs fills all SMs when M * L is small. A lane reads back only
-// what it copied itself, so the ring needs no barrier: cp.async.wait_group orders it.
+// scale bytes), so the kernel is built around the loads: every lane issues 16-byte streaming loads
+// (ld.global.cs: evict-first, `a` is never re-read) for four rows at once and prefetches the next
+// k-chunk before decoding the current one, and split-K over CTAs fills all SMs when M * L is small.
 // The multiply-add runs on the tensor cores (mma m16n8k16 with b in column 0 of the n8 tile):
 // decoding to fp16 pairs and one MMA per 256 products costs about half the ALU work of fp32 FMAs,
 // keeps fp32 accumulation, and leaves the ALUs free for the dequantization.
@@ -36,7 +33,6 @@ constexpr int kRowsPerCta = 16 * kMT;
 static_assert(kRowsPerCta == kGemvRowsPerCta, "API and kernel must agree on the GEMV row block");
 constexpr int kMaxThreadsPerSm = 512;  // 128 registers per thread
 constexpr int kChunk = 128;  // k elements per chunk: 4 lanes x 32
-constexpr int kDepth = 4;    // ring slots per warp: chunks whose copies are in flight or ready
 
 // Scale pair (scale columns j, j+1, j even) of `row`, plain or blocked; both bytes are adjacent.
 __device__ __forceinline__ int64_t scale_pair_offset(const OperandArgs& op, int64_t row, int64_t k, int64_t j) {
@@ -51,19 +47,6 @@ struct ChunkRegs {
   uint32_t sb;
 };
 
-// One ring slot of a warp: every lane's copies of one chunk, lane-minor (conflict-free 16-byte
-// reads). Scales are copied as the aligned 4-byte word that holds the lane's pair.
-struct ChunkSlot {
-  uint4 a[2 * kMT][32];
-  uint32_t sa[2 * kMT][32];
-  uint4 b[32];
-  uint32_t sb[32];
-};
-template <int Warps>
-constexpr int gemv_smem_bytes() {
-  return Warps * kDepth * static_cast<int>(sizeof(ChunkSlot));
-}
-
 template <int Warps>
 __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) nvfp4_gemv_kernel(const GemvArgs args) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -77,36 +60,18 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
   const int64_t chunks = (args.k + kChunk - 1) / kChunk;
   const int64_t c0 = split * chunks / args.split_k, c1 = (split + 1) * chunks / args.split_k;
 
-  extern __shared__ __align__(16) uint8_t gemv_smem[];
-  ChunkSlot* ring = reinterpret_cast<ChunkSlot*>(gemv_smem) + warp * kDepth;
-  const uint8_t* zero_src = reinterpret_cast<const uint8_t*>(dummy_source);
-  // The scale pair of k column j (even) sits in the aligned word at j & ~3, high half when j % 4 == 2
-  // (both layouts keep j's group of 4 contiguous; bases and batch strides are 4-byte aligned).
-  const int pair_shift = 16 * (t & 1);
-  // Copies of `chunk` into slot `slot`; out-of-range rows and k are zero-filled, so they add 0.
-  auto issue = [&](int64_t chunk, int slot) {
-    ChunkSlot& d = ring[slot];
+  auto load = [&](int64_t chunk, ChunkRegs& r) {
     const int64_t kk = chunk * kChunk + 32 * t;  // this lane's 32 elements
-    const bool kok = chunk < c1 && kk < args.k;
+    const bool kok = kk < args.k;
 #pragma unroll
     for (int i = 0; i < 2 * kMT; ++i) {
       const int64_t row = row_base + (i >> 1) * 16 + g + (i & 1) * 8;
       const bool ok = kok && row < args.m;
-      cp_async16(smem_addr(&d.a[i][lane]), ok ? a + row * (args.k / 2) + kk / 2 : zero_src, ok);
-      cp_async4(smem_addr(&d.sa[i][lane]), ok ? sfa + (scale_pair_offset(args.a, row, args.k, kk / 16) & ~int64_t{3}) : zero_src, ok);
+      r.a[i] = ok ? __ldcs(reinterpret_cast<const uint4*>(a + row * (args.k / 2) + kk / 2)) : make_uint4(0, 0, 0, 0);
+      r.sa[i] = ok ? __ldcs(reinterpret_cast<const unsigned short*>(sfa + scale_pair_offset(args.a, row, args.k, kk / 16))) : 0u;
     }
-    cp_async16(smem_addr(&d.b[lane]), kok ? b + kk / 2 : zero_src, kok);
-    cp_async4(smem_addr(&d.sb[lane]), kok ? sfb + (scale_pair_offset(args.b, 0, args.k, kk / 16) & ~int64_t{3}) : zero_src, kok);
-  };
-  auto read = [&](int slot, ChunkRegs& r) {
-    const ChunkSlot& d = ring[slot];
-#pragma unroll
-    for (int i = 0; i < 2 * kMT; ++i) {
-      r.a[i] = d.a[i][lane];
-      r.sa[i] = (d.sa[i][lane] >> pair_shift) & 0xFFFFu;
-    }
-    r.b = d.b[lane];
-    r.sb = (d.sb[lane] >> pair_shift) & 0xFFFFu;
+    r.b = kok ? __ldg(reinterpret_cast<const uint4*>(b + kk / 2)) : make_uint4(0, 0, 0, 0);
+    r.sb = kok ? __ldg(reinterpret_cast<const unsigned short*>(sfb + scale_pair_offset(args.b, 0, args.k, kk / 16))) : 0u;
   };
 
   float acc[kMT][4] = {};
@@ -128,24 +93,18 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
       }
     }
   };
-  // This warp's chunks are c0 + warp + i * Warps. kDepth - 1 of them are in flight while one is
-  // decoded; every iteration commits one copy group (empty past the end) so that
-  // wait_group<kDepth - 2> always means "chunk i has landed".
-  const int64_t first = c0 + warp;
-#pragma unroll
-  for (int i = 0; i < kDepth - 1; ++i) {
-    issue(first + i * Warps, i);
-    cp_async_commit();
+  // Two register buffers in ping-pong (no copies between them, which would wait for the loads):
+  // while one chunk is decoded the next one's loads are in flight.
+  ChunkRegs r0, r1;
+  int64_t chunk = c0 + warp;
+  if (chunk < c1) load(chunk, r0);
+  for (; chunk < c1; chunk += 2 * Warps) {
+    if (chunk + Warps < c1) load(chunk + Warps, r1);
+    compute(r0);
+    if (chunk + Warps >= c1) break;
+    if (chunk + 2 * Warps < c1) load(chunk + 2 * Warps, r0);
+    compute(r1);
   }
-  for (int i = 0; first + static_cast<int64_t>(i) * Warps < c1; ++i) {
-    cp_async_wait<kDepth - 2>();
-    ChunkRegs r;
-    read(i % kDepth, r);
-    issue(first + static_cast<int64_t>(i + kDepth - 1) * Warps, (i + kDepth - 1) % kDepth);  // the slot read last iteration
-    cp_async_commit();
-    compute(r);
-  }
-  cp_async_wait<0>();
 
   // Column 0 lives in lanes with t == 0: acc[mt][0] is row mt*16+g, acc[mt][2] row mt*16+g+8.
   __shared__ float red[Warps][kRowsPerCta];
@@ -191,10 +150,7 @@ void launch(const GemvArgs& args, cudaStream_t stream) {
   static_assert(Warps * 32 <= kMaxThreadsPerSm, "launch bounds need at least one CTA per SM");
   const dim3 grid(static_cast<unsigned>((args.m + kRowsPerCta - 1) / kRowsPerCta), static_cast<unsigned>(args.split_k),
                   static_cast<unsigned>(args.l));
-  constexpr int smem = gemv_smem_bytes<Warps>();
-  static_assert(smem * (kMaxThreadsPerSm / (Warps * 32)) <= 227 * 1024, "the rings of the resident CTAs fit one SM");
-  CUDA_CHECK(cudaFuncSetAttribute(nvfp4_gemv_kernel<Warps>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  nvfp4_gemv_kernel<Warps><<<grid, Warps * 32, smem, stream>>>(args);
+  nvfp4_gemv_kernel<Warps><<<grid, Warps * 32, 0, stream>>>(args);
   SWAPFFN_CHECK_LAUNCH();
 }
 
