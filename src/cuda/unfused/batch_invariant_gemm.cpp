@@ -54,10 +54,14 @@ BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k
     : lt_(lt), n_(n), k_(k), out_type_(out_type), beta_(accumulate ? 1.f : 0.f), workspace_bytes_(workspace_bytes) {
   SWAPFFN_REQUIRE(n > 0 && k > 0 && reference_rows > 0, "GEMM shape must be positive");
   SWAPFFN_REQUIRE(out_type == CUDA_R_32F || out_type == CUDA_R_16BF, "GEMM output must be fp32 or bf16");
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &kTransW, sizeof(kTransW)));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &kTransX, sizeof(kTransX)));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout_, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
+  cublasLtMatmulDesc_t op = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  op_.reset(op);
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &kTransW, sizeof(kTransW)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &kTransX, sizeof(kTransX)));
+  cublasLtMatrixLayout_t w_layout = nullptr;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
+  w_layout_.reset(w_layout);
 
   const RowLayouts reference = make_row_layouts(reference_rows);
   SWAPFFN_REQUIRE(heuristic_best(reference.x.get(), reference.out.get(), algo_),
@@ -78,7 +82,7 @@ std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cubla
   cublasLtMatmulHeuristicResult_t results[kWanted] = {};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(lt_, op_, w_layout_, x, out, out, pref, kWanted, results, &found);
+      cublasLtMatmulAlgoGetHeuristic(lt_, op_.get(), w_layout_.get(), x, out, out, pref, kWanted, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
   std::vector<cublasLtMatmulAlgo_t> algos;
@@ -112,7 +116,7 @@ const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublas
   float best_ms = 0.f;
   for (size_t i = 0; i < algos.size(); ++i) {
     const auto launch = [&] {
-      CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w.get(), w_layout_, xs.get(), x, &beta_, c.get(), out, c.get(), out,
+      CUBLAS_CHECK(cublasLtMatmul(lt_, op_.get(), &alpha, w.get(), w_layout_.get(), xs.get(), x, &beta_, c.get(), out, c.get(), out,
                                   &algos[i], ws.get(), workspace_bytes_, nullptr));
     };
     for (int r = 0; r < 2; ++r) launch();
@@ -173,7 +177,7 @@ BatchInvariantGemm::Probe::Probe(const BatchInvariantGemm& owner, int64_t rows)
 std::vector<uint8_t> BatchInvariantGemm::Probe::outputs(const cublasLtMatmulAlgo_t& algo) const {
   CUDA_CHECK(cudaMemcpy(c.get(), c0.get(), out_bytes, cudaMemcpyDeviceToDevice));
   const float alpha = 1.f;
-  CUBLAS_CHECK(cublasLtMatmul(gemm.lt_, gemm.op_, &alpha, w.get(), gemm.w_layout_, xs.get(), layouts.x.get(),
+  CUBLAS_CHECK(cublasLtMatmul(gemm.lt_, gemm.op_.get(), &alpha, w.get(), gemm.w_layout_.get(), xs.get(), layouts.x.get(),
                               &gemm.beta_, c.get(), layouts.out.get(), c.get(), layouts.out.get(), &algo, ws.get(),
                               gemm.workspace_bytes_, nullptr));
   std::vector<uint8_t> h(out_bytes);
@@ -184,15 +188,10 @@ std::vector<uint8_t> BatchInvariantGemm::Probe::outputs(const cublasLtMatmulAlgo
 bool BatchInvariantGemm::same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, const Probe& probe) const {
   cublasLtMatmulHeuristicResult_t check{};
   const cublasLtMatrixLayout_t x = probe.layouts.x.get(), out = probe.layouts.out.get();
-  if (cublasLtMatmulAlgoCheck(lt_, op_, w_layout_, x, out, out, &candidate, &check) != CUBLAS_STATUS_SUCCESS ||
+  if (cublasLtMatmulAlgoCheck(lt_, op_.get(), w_layout_.get(), x, out, out, &candidate, &check) != CUBLAS_STATUS_SUCCESS ||
       check.workspaceSize > workspace_bytes_)
     return false;
   return probe.outputs(candidate) == probe.anchor;
-}
-
-BatchInvariantGemm::~BatchInvariantGemm() {
-  if (w_layout_) cublasLtMatrixLayoutDestroy(w_layout_);
-  if (op_) cublasLtMatmulDescDestroy(op_);
 }
 
 BatchInvariantGemm::RowLayouts BatchInvariantGemm::make_row_layouts(int64_t rows) const {
@@ -214,7 +213,7 @@ void BatchInvariantGemm::set_rows(int64_t rows) {
   RowLayouts l = make_row_layouts(rows);
   cublasLtMatmulHeuristicResult_t check{};
   const cublasStatus_t st =
-      cublasLtMatmulAlgoCheck(lt_, op_, w_layout_, l.x.get(), l.out.get(), l.out.get(), &algo_, &check);
+      cublasLtMatmulAlgoCheck(lt_, op_.get(), w_layout_.get(), l.x.get(), l.out.get(), l.out.get(), &algo_, &check);
   if (st != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace_bytes_)
     SWAPFFN_FAIL("the pinned cuBLASLt algorithm (" + describe() + ") cannot run " + std::to_string(rows) +
                  " rows for n=" + std::to_string(n_) + " k=" + std::to_string(k_) + ": " +
@@ -252,7 +251,7 @@ void BatchInvariantGemm::run(int64_t rows, const void* w, const void* x, void* o
                              cudaStream_t stream) const {
   const RowLayouts& l = layouts_of(rows);
   const float alpha = 1.f;
-  CUBLAS_CHECK(cublasLtMatmul(lt_, op_, &alpha, w, w_layout_, x, l.x.get(), &beta_, out, l.out.get(), out, l.out.get(),
+  CUBLAS_CHECK(cublasLtMatmul(lt_, op_.get(), &alpha, w, w_layout_.get(), x, l.x.get(), &beta_, out, l.out.get(), out, l.out.get(),
                               &l.algo, workspace, workspace_bytes_, stream));
 }
 

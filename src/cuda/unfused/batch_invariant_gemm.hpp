@@ -30,7 +30,6 @@ class BatchInvariantGemm {
   // out_type: CUDA_R_32F or CUDA_R_16BF. accumulate: out += X.W^T (beta = 1) instead of out = X.W^T.
   BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k, cudaDataType_t out_type, bool accumulate,
                      int64_t reference_rows, size_t workspace_bytes);
-  ~BatchInvariantGemm();
   BatchInvariantGemm(const BatchInvariantGemm&) = delete;
   BatchInvariantGemm& operator=(const BatchInvariantGemm&) = delete;
 
@@ -50,11 +49,16 @@ class BatchInvariantGemm {
   int64_t rows() const { return rows_; }
 
  private:
-  // Matrix layouts own their handle, so none leaks when a check between creation and use throws.
+  // cuBLASLt handles own themselves, so none leaks when a check between creation and use throws
+  // (the constructor's included).
   struct LayoutDestroy {
     void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
   };
+  struct DescDestroy {
+    void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
+  };
   using Layout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDestroy>;
+  using MatmulDesc = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, DescDestroy>;
   struct RowLayouts {
     int64_t rows;
     Layout x, out;
@@ -80,8 +84,8 @@ class BatchInvariantGemm {
   cudaDataType_t out_type_;
   float beta_;
   size_t workspace_bytes_;
-  cublasLtMatmulDesc_t op_ = nullptr;
-  cublasLtMatrixLayout_t w_layout_ = nullptr;
+  MatmulDesc op_;
+  Layout w_layout_;
   std::vector<RowLayouts> row_layouts_;  // every row count prepared so far
   cublasLtMatmulAlgo_t algo_{};
 };

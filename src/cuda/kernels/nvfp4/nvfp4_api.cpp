@@ -126,25 +126,22 @@ void add_a16(cu::SplitWorkspace& w, Tile t, int64_t m, int64_t k, int64_t l) {
   w.a16_bytes = (cu::predequant_a_bytes(m, k, l) + 255) / 256 * 256;
 }
 
-cu::SplitWorkspace gemm_ws(const GemmProblem& p, const TileConfig& c) {
-  if (!gemm_tile_ok(c.tile)) return {};
-  const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
+// The workspace of a tile GEMM (dual: two B operands) of m x n x k, l batches.
+cu::SplitWorkspace tile_ws(const std::string& op, const TileConfig& c, bool dual, int64_t m, int64_t n, int64_t k,
+                           int64_t l) {
+  const int64_t tiles = ceil_div(m, tile_m(c.tile)) * ceil_div(n, tile_n(c.tile)) * l;
   cu::SplitWorkspace w;
   if (c.split_k > 1)
-    w = split_workspace("nvfp4 gemm", tiles, c.split_k,
-                        static_cast<int64_t>(cu::tile_threads(c.tile, false)) * cu::tile_acc_per_thread(c.tile, false));
-  add_a16(w, c.tile, p.m, p.k, p.l);
+    w = split_workspace(op, tiles, c.split_k,
+                        static_cast<int64_t>(cu::tile_threads(c.tile, dual)) * cu::tile_acc_per_thread(c.tile, dual));
+  add_a16(w, c.tile, m, k, l);
   return w;
 }
+cu::SplitWorkspace gemm_ws(const GemmProblem& p, const TileConfig& c) {
+  return gemm_tile_ok(c.tile) ? tile_ws("nvfp4 gemm", c, false, p.m, p.n, p.k, p.l) : cu::SplitWorkspace{};
+}
 cu::SplitWorkspace dual_ws(const DualGemmProblem& p, const TileConfig& c) {
-  if (!dual_tile_ok(c.tile)) return {};
-  const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, tile_n(c.tile)) * p.l;
-  cu::SplitWorkspace w;
-  if (c.split_k > 1)
-    w = split_workspace("nvfp4 dual_gemm_swiglu", tiles, c.split_k,
-                        static_cast<int64_t>(cu::tile_threads(c.tile, true)) * cu::tile_acc_per_thread(c.tile, true));
-  add_a16(w, c.tile, p.m, p.k, p.l);
-  return w;
+  return dual_tile_ok(c.tile) ? tile_ws("nvfp4 dual_gemm_swiglu", c, true, p.m, p.n, p.k, p.l) : cu::SplitWorkspace{};
 }
 
 }  // namespace
