@@ -120,8 +120,7 @@ TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count);
 
 // Split-K needs a workspace for fp32 partials and per-tile arrival counters (a fixed 64 KiB
 // counter header, then the partials; at most 16384 output tiles per split-K launch), and the
-// *_wsta tiles need room after them for an fp16 copy of A (L x M x K x 2 bytes), the GEMV always
-// for one of b (L x K x 2 bytes). It must be
+// *_wsta tiles need room after them for an fp16 copy of A (L x M x K x 2 bytes). It must be
 // zeroed (cudaMemset) once when allocated; the kernels leave the counters at zero again, so one
 // workspace of the largest size needed serves any number of launches, of any problems and configs,
 // on one stream. Size 0 means none is needed.

@@ -83,8 +83,7 @@ void attach(const std::string& op, const cu::SplitWorkspace& need, Workspace ws,
   SWAPFFN_REQUIRE(ws.ptr != nullptr && ws.bytes >= need.total(),
                   op + ": the config needs a workspace of " + std::to_string(need.total()) + " bytes (" +
                       std::to_string(need.counter_bytes + need.partial_bytes) + " zeroed for split-K, " +
-                      std::to_string(need.f16_bytes) + " for the fp16 copy of an operand), got " +
-                      std::to_string(ws.bytes) +
+                      std::to_string(need.a16_bytes) + " for the fp16 copy of A), got " + std::to_string(ws.bytes) +
                       (ws.ptr ? "" : " (null pointer)"));
   SWAPFFN_REQUIRE(aligned(ws.ptr, 256), op + ": workspace is not 256-byte aligned");
   char* base = static_cast<char*>(ws.ptr);
@@ -92,11 +91,8 @@ void attach(const std::string& op, const cu::SplitWorkspace& need, Workspace ws,
     a.counters = reinterpret_cast<int*>(base);
     a.partials = reinterpret_cast<float*>(base + need.counter_bytes);
   }
-  uint8_t* f16 = reinterpret_cast<uint8_t*>(base + need.counter_bytes + need.partial_bytes);
   if constexpr (requires { a.a16; })
-    if (need.f16_bytes > 0) a.a16 = f16;
-  if constexpr (requires { a.b16; })
-    if (need.f16_bytes > 0) a.b16 = f16;
+    if (need.a16_bytes > 0) a.a16 = reinterpret_cast<uint8_t*>(base + need.counter_bytes + need.partial_bytes);
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -117,24 +113,17 @@ bool dual_tile_ok(Tile t) {
          t == Tile::m128_n64_wsr || t == Tile::m128_n64_ws2 || t == Tile::m128_n64_wst || t == Tile::m128_n64_wsta;
 }
 
-// The fp16 copy of an operand (A of the *_wsta tiles, b of the GEMV) goes after the counter
-// header even without split-K: a workspace shared by several configs must never have one config's
-// fp16 copy where a split-K config keeps its counters (the first version put it at offset 0 for
-// split_k = 1, and the bench's config search, which shares one workspace, then found non-zero
-// counters). Rounded up to 256 bytes.
-void add_f16(cu::SplitWorkspace& w, int64_t rows, int64_t k, int64_t l) {
-  w.counter_bytes = kMaxSplitTiles * sizeof(int);
-  w.f16_bytes = (cu::predequant_a_bytes(rows, k, l) + 255) / 256 * 256;
-}
-
-bool dequantizes_a_once(Tile t) { return t == Tile::m128_n128_wsta || t == Tile::m128_n64_wsta; }
-
-// The GEMV always needs a workspace: b is dequantized once per call into it (all CTAs read it).
 cu::SplitWorkspace gemv_ws(const GemvProblem& p, const GemvConfig& c) {
-  cu::SplitWorkspace w =
-      split_workspace("nvfp4 gemv", ceil_div(p.m, cu::kGemvRowsPerCta) * p.l, c.split_k, cu::kGemvRowsPerCta);
-  add_f16(w, 1, p.k, p.l);
-  return w;
+  return split_workspace("nvfp4 gemv", ceil_div(p.m, cu::kGemvRowsPerCta) * p.l, c.split_k, cu::kGemvRowsPerCta);
+}
+// The fp16 copy of A of the *_wsta tiles goes after the counter header even without split-K: a
+// workspace shared by several configs must never have one config's fp16 A where a split-K config
+// keeps its counters (the first version put it at offset 0 for split_k = 1, and the bench's config
+// search, which shares one workspace, then found non-zero counters). Rounded up to 256 bytes.
+void add_a16(cu::SplitWorkspace& w, Tile t, int64_t m, int64_t k, int64_t l) {
+  if (t != Tile::m128_n128_wsta && t != Tile::m128_n64_wsta) return;
+  w.counter_bytes = kMaxSplitTiles * sizeof(int);
+  w.a16_bytes = (cu::predequant_a_bytes(m, k, l) + 255) / 256 * 256;
 }
 
 // The workspace of a tile GEMM (dual: two B operands) of m x n x k, l batches.
@@ -145,7 +134,7 @@ cu::SplitWorkspace tile_ws(const std::string& op, const TileConfig& c, bool dual
   if (c.split_k > 1)
     w = split_workspace(op, tiles, c.split_k,
                         static_cast<int64_t>(cu::tile_threads(c.tile, dual)) * cu::tile_acc_per_thread(c.tile, dual));
-  if (dequantizes_a_once(c.tile)) add_f16(w, m, k, l);
+  add_a16(w, c.tile, m, k, l);
   return w;
 }
 cu::SplitWorkspace gemm_ws(const GemmProblem& p, const TileConfig& c) {

@@ -32,7 +32,6 @@ struct GemvArgs {
   int split_k = 1;
   float* partials = nullptr;  // [L][row blocks][split_k][kGemvRowsPerCta]
   int* counters = nullptr;    // [L][row blocks]
-  uint8_t* b16 = nullptr;     // the workspace's fp16 copy of b (nvfp4_predequant_a.cu layout)
 };
 
 struct GemmArgs {
@@ -67,11 +66,8 @@ bool prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, swapffn::nvfp4::
                       swapffn::nvfp4::Tile fallback, TmaOperands& maps, cudaStream_t stream);
 
 // `*_wsta` tiles: bytes of the fp16 copy of A, the pre-pass that writes it to args.a16 (stream
-// ordered before the GEMM), and its tensor map (tile_m rows x 128 bytes, 128-byte swizzle). The
-// same pre-pass for any operand of `rows` rows (the GEMV's b); the kernel that reads `out` must
-// be launched as its programmatic dependent or after it, and wait (griddepcontrol.wait) first.
+// ordered before the GEMM), and its tensor map (tile_m rows x 128 bytes, 128-byte swizzle).
 size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l);
-void launch_predequant(const OperandArgs& op, int64_t rows, int64_t k, int64_t l, uint8_t* out, cudaStream_t stream);
 void launch_predequant_a(const GemmArgs& args, cudaStream_t stream);
 CUtensorMap make_tma_a16(const GemmArgs& args, int tile_m);
 
@@ -88,11 +84,11 @@ struct GroupedArgs {
   int total_tiles = 0;
 };
 
-// Workspace split into per-tile arrival counters, fp32 partials, then the fp16 copy of one operand
-// (A of the `*_wsta` tiles, b of the GEMV), each part 256-byte aligned.
+// Workspace split into per-tile arrival counters, fp32 partials, then the fp16 copy of A of the
+// `*_wsta` tiles (each part 256-byte aligned).
 struct SplitWorkspace {
-  size_t counter_bytes = 0, partial_bytes = 0, f16_bytes = 0;
-  size_t total() const { return counter_bytes + partial_bytes + f16_bytes; }
+  size_t counter_bytes = 0, partial_bytes = 0, a16_bytes = 0;
+  size_t total() const { return counter_bytes + partial_bytes + a16_bytes; }
 };
 
 // Threads of the tile kernel of `tile` (needed to size split-K partials).

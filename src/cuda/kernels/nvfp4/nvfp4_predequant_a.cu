@@ -56,15 +56,11 @@ __global__ void __launch_bounds__(256) predequant_a_kernel(const OperandArgs a, 
 
 size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l) { return static_cast<size_t>(l * m * k * 2); }
 
-void launch_predequant(const OperandArgs& op, int64_t rows, int64_t k, int64_t l, uint8_t* out, cudaStream_t stream) {
-  const int64_t threads = l * rows * (k / 32);
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, 4096));
-  predequant_a_kernel<<<blocks, 256, 0, stream>>>(op, rows, k, l, out);
-  SWAPFFN_CHECK_LAUNCH();
-}
-
 void launch_predequant_a(const GemmArgs& args, cudaStream_t stream) {
-  launch_predequant(args.a, args.m, args.k, args.l, args.a16, stream);
+  const int64_t threads = args.l * args.m * (args.k / 32);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, 4096));
+  predequant_a_kernel<<<blocks, 256, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
+  SWAPFFN_CHECK_LAUNCH();
 }
 
 CUtensorMap make_tma_a16(const GemmArgs& args, int tile_m) {

@@ -8,11 +8,6 @@
 // decoding to fp16 pairs and one MMA per 256 products costs about half the ALU work of fp32 FMAs,
 // keeps fp32 accumulation, and leaves the ALUs free for the dequantization.
 //
-// b is dequantized once per call by a pre-pass into the workspace (nvfp4_predequant_a.cu, the
-// GEMV launched as its programmatic dependent): every warp of every CTA used to convert its chunk
-// of b again, a fifth of the kernel's conversion instructions, and the kernel is bound by its
-// instruction stream (docs/NVFP4.md); now lanes read b's fp16 pairs from L1/L2.
-//
 // Work split: a CTA owns 32 rows (a warp's two m16 tiles); its `Warps` warps take interleaved
 // 128-element k-chunks (each lane 32 elements = one 16-byte load per row) of the CTA's K range;
 // warps then reduce through shared memory in warp order and split-K partials are summed by the
@@ -23,7 +18,6 @@
 #include "cuda/kernels/nvfp4/nvfp4_dequant.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tile_mainloop.cuh"
-#include "cuda/launch.hpp"
 #include "swapffn/error.hpp"
 
 namespace swapffn::cuda::nvfp4 {
@@ -49,6 +43,8 @@ __device__ __forceinline__ int64_t scale_pair_offset(const OperandArgs& op, int6
 struct ChunkRegs {
   uint4 a[2 * kMT];       // rows mt*16 + g (+8): index 2*mt + half
   uint32_t sa[2 * kMT];   // their scale pairs
+  uint4 b;
+  uint32_t sb;
 };
 
 template <int Warps>
@@ -59,7 +55,8 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
   const int64_t row_base = static_cast<int64_t>(row_block) * kRowsPerCta;
   const uint8_t* a = args.a.data + batch * args.a.data_batch;
   const uint8_t* sfa = args.a.scales + batch * args.a.scale_batch;
-  const uint8_t* b16 = args.b16 + batch * args.k * 2;  // [K] fp16 in the pre-pass's k-tile order
+  const uint8_t* b = args.b.data + batch * args.b.data_batch;
+  const uint8_t* sfb = args.b.scales + batch * args.b.scale_batch;
   const int64_t chunks = (args.k + kChunk - 1) / kChunk;
   const int64_t c0 = split * chunks / args.split_k, c1 = (split + 1) * chunks / args.split_k;
 
@@ -73,26 +70,17 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
       r.a[i] = ok ? __ldcs(reinterpret_cast<const uint4*>(a + row * (args.k / 2) + kk / 2)) : make_uint4(0, 0, 0, 0);
       r.sa[i] = ok ? __ldcs(reinterpret_cast<const unsigned short*>(sfa + scale_pair_offset(args.a, row, args.k, kk / 16))) : 0u;
     }
+    r.b = kok ? __ldg(reinterpret_cast<const uint4*>(b + kk / 2)) : make_uint4(0, 0, 0, 0);
+    r.sb = kok ? __ldg(reinterpret_cast<const unsigned short*>(sfb + scale_pair_offset(args.b, 0, args.k, kk / 16))) : 0u;
   };
 
   float acc[kMT][4] = {};
-  auto compute = [&](int64_t chunk, const ChunkRegs& r) {
-    // This lane's 32 elements of b are raw chunk kk / 32 of the pre-pass, whose fp16 pairs
-    // h[4 c .. 4 c + 3] sit at byte (kk / 64) * 128 + ((kk / 32) % 2 + 2 c) * 16 (k-tile order), the
-    // pairs dequant32 would give here. b is column 0 of the n8 tile: only lanes with g == 0 hold it,
-    // the other columns are zero.
-    const int64_t kk = chunk * kChunk + 32 * t;
-    const bool has_b = g == 0 && kk < args.k;
-    const uint8_t* bp = b16 + (kk / 64) * 128 + ((kk / 32) % 2) * 16;
+  auto compute = [&](const ChunkRegs& r) {
     uint32_t hb[16];
+    dequant32(r.b, r.sb, hb);
+    // b is column 0 of the n8 tile: only lanes with g == 0 hold it, the other columns are zero.
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const uint4 v = has_b ? __ldg(reinterpret_cast<const uint4*>(bp + c * 32)) : make_uint4(0, 0, 0, 0);
-      hb[4 * c] = v.x;
-      hb[4 * c + 1] = v.y;
-      hb[4 * c + 2] = v.z;
-      hb[4 * c + 3] = v.w;
-    }
+    for (int i = 0; i < 16; ++i) hb[i] = g == 0 ? hb[i] : 0u;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
       uint32_t lo[16], hi[16];
@@ -110,13 +98,12 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
   ChunkRegs r0, r1;
   int64_t chunk = c0 + warp;
   if (chunk < c1) load(chunk, r0);
-  pdl_wait();  // b16 is written by the pre-pass this grid may overlap; `a` is not
   for (; chunk < c1; chunk += 2 * Warps) {
     if (chunk + Warps < c1) load(chunk + Warps, r1);
-    compute(chunk, r0);
+    compute(r0);
     if (chunk + Warps >= c1) break;
     if (chunk + 2 * Warps < c1) load(chunk + 2 * Warps, r0);
-    compute(chunk + Warps, r1);
+    compute(r1);
   }
 
   // Column 0 lives in lanes with t == 0: acc[mt][0] is row mt*16+g, acc[mt][2] row mt*16+g+8.
@@ -163,8 +150,8 @@ void launch(const GemvArgs& args, cudaStream_t stream) {
   static_assert(Warps * 32 <= kMaxThreadsPerSm, "launch bounds need at least one CTA per SM");
   const dim3 grid(static_cast<unsigned>((args.m + kRowsPerCta - 1) / kRowsPerCta), static_cast<unsigned>(args.split_k),
                   static_cast<unsigned>(args.l));
-  launch_predequant(args.b, 1, args.k, args.l, args.b16, stream);
-  launch_kernel_ex(nvfp4_gemv_kernel<Warps>, grid, dim3(Warps * 32), dim3(1, 1, 1), 0, stream, true, args);
+  nvfp4_gemv_kernel<Warps><<<grid, Warps * 32, 0, stream>>>(args);
+  SWAPFFN_CHECK_LAUNCH();
 }
 
 }  // namespace
