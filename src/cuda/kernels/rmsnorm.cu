@@ -36,8 +36,7 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
   const float4* src = reinterpret_cast<const float4*>(h + m * D);
   const float4* g4 = reinterpret_cast<const float4*>(gain);
   __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out + m * D);
-  const auto store = [&](int k4, const float4& v, float inv) {
-    const float4 g = g4[k4];
+  const auto store = [&](int k4, const float4& v, const float4& g, float inv) {
     dst[2 * k4] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
     dst[2 * k4 + 1] = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
   };
@@ -60,11 +59,7 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
     const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) {
-        const int k4 = lane + 32 * i;
-        dst[2 * k4] = __floats2bfloat162_rn(v[i].x * inv * g[i].x, v[i].y * inv * g[i].y);
-        dst[2 * k4 + 1] = __floats2bfloat162_rn(v[i].z * inv * g[i].z, v[i].w * inv * g[i].w);
-      }
+      if (i < nvec) store(lane + 32 * i, v[i], g[i], inv);
   } else {
 #pragma unroll 8
     for (int k4 = lane; k4 < D / 4; k4 += 32) {
@@ -73,7 +68,7 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
     }
     const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
 #pragma unroll 8
-    for (int k4 = lane; k4 < D / 4; k4 += 32) store(k4, src[k4], inv);
+    for (int k4 = lane; k4 < D / 4; k4 += 32) store(k4, src[k4], g4[k4], inv);
   }
 }
 }  // namespace

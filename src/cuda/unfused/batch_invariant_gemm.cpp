@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -47,6 +49,19 @@ std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
                 static_cast<unsigned>(config_u16(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)));
   return buf;
 }
+// Handles released on every path out of the scope that made them (a failed check throws).
+struct PreferenceDestroy {
+  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+struct EventDestroy {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDestroy>;
+Event make_event() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e));
+  return Event(e);
+}
 }  // namespace
 
 BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k, cudaDataType_t out_type,
@@ -73,6 +88,7 @@ std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cubla
                                                                           cublasLtMatrixLayout_t out) const {
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDestroy> owns_pref(pref);
   const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;  // excludes split-K
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                     &no_reduction, sizeof(no_reduction)));
@@ -83,7 +99,6 @@ std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cubla
   int found = 0;
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(lt_, op_.get(), w_layout_.get(), x, out, out, pref, kWanted, results, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
   std::vector<cublasLtMatmulAlgo_t> algos;
   for (int i = 0; i < found; ++i)
@@ -108,9 +123,8 @@ const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublas
   fill_random_bf16(w.get(), n_ * k_, 0x71e1, 0.05f, nullptr);
   fill_random_bf16(xs.get(), rows * k_, 0x71e2, 1.f, nullptr);
   CUDA_CHECK(cudaMemset(c.get(), 0, out_bytes));
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
+  const Event ev0 = make_event(), ev1 = make_event();
+  cudaEvent_t e0 = ev0.get(), e1 = ev1.get();
   const float alpha = 1.f;
   size_t best = 0;
   float best_ms = 0.f;
@@ -136,8 +150,6 @@ const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublas
       best_ms = ms[2];
     }
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return algos[best];
 }
 

@@ -121,7 +121,7 @@ cu::SplitWorkspace gemv_ws(const GemvProblem& p, const GemvConfig& c) {
 // keeps its counters (the first version put it at offset 0 for split_k = 1, and the bench's config
 // search, which shares one workspace, then found non-zero counters). Rounded up to 256 bytes.
 void add_a16(cu::SplitWorkspace& w, Tile t, int64_t m, int64_t k, int64_t l) {
-  if (t != Tile::m128_n128_wsta && t != Tile::m128_n64_wsta) return;
+  if (!cu::dequantizes_a_once(t)) return;
   w.counter_bytes = kMaxSplitTiles * sizeof(int);
   w.a16_bytes = (cu::predequant_a_bytes(m, k, l) + 255) / 256 * 256;
 }
@@ -260,7 +260,7 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Stream strea
   validate(p);
   const std::string op = "nvfp4 grouped_gemm";
   // The TMA tile needs tensor maps per operand, more than the kernel parameters can hold for 64 groups.
-  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile) && c.tile != Tile::m128_n128_wst && c.tile != Tile::m128_n128_wsta,
+  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile) && c.tile != Tile::m128_n128_wst && !cu::dequantizes_a_once(c.tile),
                   op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2)");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
   cu::GroupedArgs a;

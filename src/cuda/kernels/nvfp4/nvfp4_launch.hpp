@@ -59,10 +59,15 @@ struct NoTma {};
 // but the API does not require: the launcher then runs the register-load tile instead.
 bool make_tma_operands(const GemmArgs& args, int nb, int tile_m, int tile_n, TmaOperands& out);
 
+// The tiles whose workspace holds an fp16 copy of A, written by the pre-pass (nvfp4_predequant_a.cu).
+inline bool dequantizes_a_once(swapffn::nvfp4::Tile t) {
+  return t == swapffn::nvfp4::Tile::m128_n128_wsta || t == swapffn::nvfp4::Tile::m128_n64_wsta;
+}
+
 // The TMA tiles' launch preparation: for `*_wst` / `*_wsta` tiles, the operands' tensor maps (and
-// for `*_wsta` the pre-pass into args.a16 and A's fp16 map); true if the TMA tile runs, false (tile
-// set to `fallback`) when scales are only 4-byte aligned; false and nothing done for other tiles.
-bool prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, swapffn::nvfp4::Tile& tile,
+// for `*_wsta` A's fp16 map and the pre-pass into args.a16); `tile` becomes `fallback` when scales
+// are only 4-byte aligned (TMA needs 16); nothing is done for other tiles.
+void prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, swapffn::nvfp4::Tile& tile,
                       swapffn::nvfp4::Tile fallback, TmaOperands& maps, cudaStream_t stream);
 
 // `*_wsta` tiles: bytes of the fp16 copy of A, the pre-pass that writes it to args.a16 (stream

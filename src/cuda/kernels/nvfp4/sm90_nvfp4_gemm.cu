@@ -81,19 +81,18 @@ int tile_acc_per_thread(Tile tile, bool dual) {
   return n;
 }
 
-bool prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, Tile& tile, Tile fallback, TmaOperands& maps,
+void prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, Tile& tile, Tile fallback, TmaOperands& maps,
                       cudaStream_t stream) {
-  const bool pre_a = tile == Tile::m128_n128_wsta || tile == Tile::m128_n64_wsta;
-  if (tile != Tile::m128_n128_wst && tile != Tile::m128_n64_wst && !pre_a) return false;
+  const bool pre_a = dequantizes_a_once(tile);
+  if (tile != Tile::m128_n128_wst && tile != Tile::m128_n64_wst && !pre_a) return;
   if (!make_tma_operands(args, nb, 128, tile_n, maps)) {
     tile = fallback;
-    return false;
+    return;
   }
   if (pre_a) {
+    maps.data[0] = make_tma_a16(args, 128);  // encoded (and refused, if it must be) before anything launches
     launch_predequant_a(args, stream);
-    maps.data[0] = make_tma_a16(args, 128);
   }
-  return true;
 }
 
 void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
