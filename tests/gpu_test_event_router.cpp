@@ -1,14 +1,28 @@
-// launch_event_router's pointer checks (src/cuda/kernels/event_router.cu): the kernel bulk-copies its
-// weights into shared memory, which needs 16-byte aligned sources, so a misaligned weight must be
-// refused by name before the launch. The check comes before any CUDA call, so the pointers here lead
-// into host memory (never dereferenced) and the test runs without a GPU.
+// The event router's launch checks and its grids (src/cuda/kernels/event_router.cu and
+// event_router_ksplit.cu).
+// - Pointer checks: the kernels bulk-copy their weights into shared memory, which needs 16-byte
+//   aligned sources, so a misaligned weight must be refused by name before the launch. The check
+//   comes before any CUDA call, so the pointers lead into host memory (never dereferenced) and that
+//   test runs without a GPU.
+// - Grids: every row split (CTAs of 8/16/32 rows holding all of router_w, clusters of 8 CTAs
+//   splitting it over K) must give the same bits for every output: h, the banks, the stream map,
+//   the trace and the FFN operand, on random inputs where some rows swap and some do not.
 #include <gtest/gtest.h>
 
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "cuda/device_buffer.hpp"
 #include "cuda/kernels/event_router.hpp"
+#include "gpu_backend_test_util.hpp"
 #include "swapffn/error.hpp"
 
 namespace swapffn::cuda {
@@ -45,6 +59,129 @@ TEST(EventRouter, RefusesAMisalignedBulkCopiedWeightNamingIt) {
       EXPECT_NE(std::string(e.what()).find(std::string(name) + " is not 16-byte aligned"), std::string::npos)
           << e.what();
     }
+  }
+}
+
+// Host copies of everything the router writes.
+struct RouterOutputs {
+  std::vector<float> h;
+  std::vector<__nv_bfloat16> ram, norm_out;
+  std::vector<uint8_t> map, gate, slot;
+};
+
+template <class T>
+std::vector<T> download(const DeviceBuffer<T>& b) {
+  std::vector<T> v(b.size());
+  CUDA_CHECK(cudaMemcpy(v.data(), b.get(), v.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& x, const std::vector<T>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
+}
+
+// One event on fresh random inputs (seeded: the same for every grid), through `grid`.
+RouterOutputs run_router(int64_t rows, int64_t D, int64_t R, bool with_norm, RouterGrid grid, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const auto floats = [&](size_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (float& x : v) x = lo + (hi - lo) * (u(rng) + 1.f) / 2.f;
+    return v;
+  };
+  const auto bf16s = [&](size_t n, float scale) {
+    std::vector<__nv_bfloat16> v(n);
+    for (auto& x : v) x = __float2bfloat16(scale * u(rng));
+    return v;
+  };
+  std::vector<uint8_t> map(static_cast<size_t>(rows));
+  for (auto& m : map) {  // a random permutation of the 4 banks, 2 bits per lane
+    int p[4] = {0, 1, 2, 3};
+    std::shuffle(p, p + 4, rng);
+    m = static_cast<uint8_t>(p[0] | p[1] << 2 | p[2] << 4 | p[3] << 6);
+  }
+  DeviceBuffer<float> h, rgain, swap_w, swap_b, bank_w, bank_b, ngain;
+  DeviceBuffer<__nv_bfloat16> router_w, ram, norm_out(static_cast<size_t>(rows * D));
+  DeviceBuffer<uint8_t> map_d, gate(static_cast<size_t>(rows)), slot(static_cast<size_t>(rows));
+  h.upload(floats(size_t(rows * D), -2.f, 2.f));
+  rgain.upload(floats(size_t(D), 0.5f, 1.5f));
+  router_w.upload(bf16s(size_t(R * D), 0.1f));
+  swap_w.upload(floats(size_t(R), -1.f, 1.f));
+  swap_b.upload(floats(1, -0.2f, 0.2f));
+  bank_w.upload(floats(size_t(4 * R), -1.f, 1.f));
+  bank_b.upload(floats(4, -0.1f, 0.1f));
+  ngain.upload(floats(size_t(D), 0.5f, 1.5f));
+  ram.upload(bf16s(size_t(rows * 4 * D), 2.f));
+  map_d.upload(map);
+  // Poison what the router writes but does not read.
+  CUDA_CHECK(cudaMemset(norm_out.get(), 0xFF, norm_out.size() * sizeof(__nv_bfloat16)));
+  CUDA_CHECK(cudaMemset(gate.get(), 0xEE, gate.size()));
+  CUDA_CHECK(cudaMemset(slot.get(), 0xEE, slot.size()));
+  DeviceBuffer<StepIO> io;
+  io.upload(std::vector<StepIO>{{nullptr, nullptr, gate.get(), slot.get()}});
+  const EventRouterArgs a{.h = h.get(), .router_gain = rgain.get(), .router_w = router_w.get(), .swap_w = swap_w.get(),
+                          .swap_b = swap_b.get(), .bank_w = bank_w.get(), .bank_b = bank_b.get(), .ram = ram.get(),
+                          .stream_map = map_d.get(), .io = io.get(), .event = 0, .rows = rows, .d_model = D,
+                          .d_router = R, .norm_gain = with_norm ? ngain.get() : nullptr,
+                          .norm_out = with_norm ? norm_out.get() : nullptr, .eps = 1e-6f};
+  launch_event_router(a, nullptr, false, grid);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return {download(h), download(ram), download(norm_out), download(map_d), download(gate), download(slot)};
+}
+
+TEST(EventRouter, EveryGridGivesTheSameBits) {
+  SKIP_WITHOUT_HOPPER();
+  struct Shape {
+    int64_t rows, d, r;
+    bool norm;
+  };
+  // Rows that fill no CTA or cluster evenly, the defaults' D and R, the smallest D and R, no norm.
+  for (const Shape sh : {Shape{512, 1024, 64, true}, Shape{333, 1024, 64, true}, Shape{100, 256, 32, true},
+                         Shape{40, 128, 16, true}, Shape{77, 512, 48, false}}) {
+    const uint32_t seed = 1000 + static_cast<uint32_t>(sh.rows + sh.d + sh.r);
+    const RouterOutputs ref = run_router(sh.rows, sh.d, sh.r, sh.norm, RouterGrid::cta8, seed);
+    const std::string what = "rows " + std::to_string(sh.rows) + " D " + std::to_string(sh.d) + " R " +
+                             std::to_string(sh.r) + (sh.norm ? "" : " (no norm)");
+    // The inputs must exercise both sides of the gate and more than one slot, and every row is decided.
+    int swapped = 0, slots = 0;
+    for (size_t i = 0; i < ref.gate.size(); ++i) {
+      ASSERT_LE(ref.gate[i], 1) << what << ": row " << i << " has no decision";
+      ASSERT_LE(ref.slot[i], 3) << what << ": row " << i << " has no slot";
+      swapped += ref.gate[i];
+      slots |= 1 << ref.slot[i];
+    }
+    EXPECT_GT(swapped, 0) << what;
+    EXPECT_LT(swapped, static_cast<int>(sh.rows)) << what;
+    EXPECT_NE(slots & (slots - 1), 0) << what << ": one slot only";
+    if (sh.norm) {
+      for (size_t i = 0; i < ref.norm_out.size(); ++i)
+        ASSERT_TRUE(std::isfinite(__bfloat162float(ref.norm_out[i]))) << what << ": FFN operand " << i << " not written";
+    }
+    for (RouterGrid g : {RouterGrid::cta16, RouterGrid::cta32, RouterGrid::cluster16, RouterGrid::cluster32,
+                         RouterGrid::cluster64, RouterGrid::automatic}) {
+      const RouterOutputs got = run_router(sh.rows, sh.d, sh.r, sh.norm, g, seed);
+      const std::string where = what + ", grid " + to_string(g);
+      EXPECT_TRUE(same_bits(ref.h, got.h)) << where << ": h differs from the 8-row CTAs'";
+      EXPECT_TRUE(same_bits(ref.ram, got.ram)) << where << ": banks differ";
+      EXPECT_TRUE(same_bits(ref.map, got.map)) << where << ": stream maps differ";
+      EXPECT_TRUE(same_bits(ref.gate, got.gate)) << where << ": gates differ";
+      EXPECT_TRUE(same_bits(ref.slot, got.slot)) << where << ": slots differ";
+      if (sh.norm) {
+        EXPECT_TRUE(same_bits(ref.norm_out, got.norm_out)) << where << ": FFN operands differ";
+      }
+    }
+  }
+}
+
+TEST(EventRouter, RefusesAnUnknownGridName) {
+  EXPECT_EQ(parse_router_grid("x32"), RouterGrid::cluster32);
+  EXPECT_EQ(parse_router_grid("auto"), RouterGrid::automatic);
+  try {
+    parse_router_grid("x48");
+    ADD_FAILURE() << "grid x48 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'x48'"), std::string::npos) << e.what();
   }
 }
 

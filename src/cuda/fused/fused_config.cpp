@@ -65,10 +65,12 @@ void apply_override(FusedKernelConfig& k, const std::string& spec) {
     } else if (key == "router") {
       SWAPFFN_REQUIRE(val == "cublas" || val == "event", "kernel config router must be cublas or event, got '" + val + "'");
       k.router = val;
+    } else if (key == "router_grid") {
+      k.router_grid = parse_router_grid(val);
     } else if (key == "chunk") {
       k.row_chunk = parse_row_chunk(val);
     } else {
-      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router, chunk)");
+      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router, router_grid, chunk)");
     }
     pos = end + 1;
   }
@@ -104,6 +106,7 @@ FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::st
       k.down_cublas = down == "cublas";
       if (!k.down_cublas) k.down = parse_gemm_variant(down);
       k.router = e.value("router", k.router);
+      k.router_grid = parse_router_grid(e.value("router_grid", std::string("auto")));
       k.row_chunk = e.value("chunk", int64_t{0});
     }
   }

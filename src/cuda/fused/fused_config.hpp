@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/kernels/event_router.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "swapffn/config.hpp"
 
@@ -20,6 +21,9 @@ struct FusedKernelConfig {
   // decision/swap kernel; "event" = the one-kernel event router (event_router.cu). The built-in
   // default depends on the batch (select_fused_config).
   std::string router = "cublas";
+  // Rows per event-router CTA or cluster ("router_grid"; automatic: by rows per SM). Every grid gives
+  // the same bits, so it may vary with the batch size.
+  RouterGrid router_grid = RouterGrid::automatic;
   // Rows per FFN chunk (0: all rows at once). Each chunk runs both FFN steps of an event before the
   // next chunk starts, so its [rows, F] intermediate and its h stay in L2 at large batch sizes.
   // Rows are independent: the chunking changes no row's arithmetic.
@@ -31,7 +35,8 @@ void check_fused_supports(const Config& cfg);
 
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
-// kernel_config ("up=<variant>,down=<variant>|cublas,router=cublas|event,chunk=<rows>", each part optional)
+// kernel_config ("up=<variant>,down=<variant>|cublas,router=cublas|event,router_grid=<grid>,chunk=<rows>",
+// each part optional)
 // overrides.
 FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,
                                       const std::string& kernel_config);

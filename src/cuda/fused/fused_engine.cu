@@ -80,7 +80,7 @@ class FusedEngine final : public GpuEngine {
                              bank_w_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
                              static_cast<int>(e), M, D, cfg_.d_router, ffn_gain,
                              ffn_gain ? as_nv(nrm_.get()) : nullptr, eps},
-                            stream_, kcfg_.pdl);
+                            stream_, kcfg_.pdl, kcfg_.router_grid);
       }
       for (int64_t r0 = 0; r0 < M; r0 += chunk_) {  // a chunk runs all its FFN steps, then the next
         const int64_t rows = std::min(chunk_, M - r0);

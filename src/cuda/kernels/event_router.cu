@@ -10,8 +10,7 @@
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/kernels/router_decision.cuh"
-#include "cuda/kernels/row_reduce.cuh"
+#include "cuda/kernels/event_router_row.cuh"
 #include "cuda/launch.hpp"
 
 namespace swapffn::cuda {
@@ -21,13 +20,14 @@ namespace {
 // zeros), 16 and then 32 (16 warps, two m16 MMA tiles) as rows grow: each CTA copies all of
 // router_w (128 KB) into shared memory and only one CTA fits per SM, so larger M wants fewer,
 // wider CTAs. The choice does not change any row's arithmetic: every row's z is the sum over the
-// same 8 K-slices of D, in the same order, each slice accumulated by one warp's MMAs.
-constexpr int kMmaRows = 16;    // m16 MMA tile
-constexpr int kSlices = 8;      // K-slices of D per m16 tile, one warp each
-constexpr int kPad = 8;         // bf16 elements of row padding: ldmatrix rows land in distinct banks
-constexpr int kNBlocks = 8;     // n8 blocks of z per pass (64 columns)
-constexpr int kMaxRouter = 64;  // router_w stays resident in shared memory: R rows of D
-constexpr int kMaxVec = 8;      // float4 per lane of one row held in registers: D <= 32 * 4 * 8
+// same 8 K-slices of D, in the same order, each slice accumulated by one warp's MMAs (and in the
+// cluster kernel, event_router_ksplit.cu, by one CTA's, with the same MMAs in the same order).
+using router::kMaxRouter;
+using router::kMaxVec;
+using router::kMmaRows;
+using router::kPad;
+using router::kSlices;
+constexpr int kNBlocks = 8;  // n8 blocks of z per pass (64 columns)
 
 template <int kRows>
 struct RouterShape {
@@ -57,17 +57,6 @@ __host__ __device__ Smem smem_layout(int64_t d, int64_t r) {
   using S = RouterShape<kRows>;
   return smem_layout(d, r, S::kOperandRows, S::kWarps);
 }
-
-__device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) {
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
-  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-}
-__device__ __forceinline__ float4 unpack_bf16x4(uint2 v) {
-  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&v.x);
-  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&v.y);
-  return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
-}
-__device__ __forceinline__ float sum_sq(const float4& v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
 // Each warp keeps its rows of h in registers from the first read to the last write (one pass over
 // h instead of three), and the weights sit in shared memory, bulk-copied before the PDL wait.
@@ -129,21 +118,11 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
     const int r = row0 + warp + kWarps * q;
     if (r >= rows) continue;
     map[q] = a.stream_map[r];
-    const float4* src = reinterpret_cast<const float4*>(a.h + size_t(r) * D);
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) hv[q][i] = src[lane + 32 * i];
+    router::load_row(a.h, r, D, lane, hv[q]);
   }
 #pragma unroll
-  for (int q = 0; q < kRowsPerWarp; ++q) {
-    rs[q] = 0.f;
-    if (row0 + warp + kWarps * q >= rows) continue;  // uniform over the warp
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) ss += sum_sq(hv[q][i]);
-    rs[q] = rsqrtf(warp_sum(ss) / float(D) + a.eps);
-  }
+  for (int q = 0; q < kRowsPerWarp; ++q)
+    rs[q] = row0 + warp + kWarps * q < rows ? router::row_rs(hv[q], D, a.eps) : 0.f;  // uniform over the warp
   cutlass::arch::ClusterTransactionBarrier::wait(w_ready, 0);
   const float4* rg4 = reinterpret_cast<const float4*>(rgain);
 #pragma unroll
@@ -156,11 +135,7 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
     }
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) {
-        const float4 v = hv[q][i], g = rg4[lane + 32 * i];
-        dst[lane + 32 * i] =
-            pack_bf16x4(v.x * rs[q] * g.x, v.y * rs[q] * g.y, v.z * rs[q] * g.z, v.w * rs[q] * g.w);
-      }
+      if (i < nvec) dst[lane + 32 * i] = router::router_operand(hv[q][i], rs[q], rg4[lane + 32 * i]);
   }
   for (int lr = kRows + warp; lr < Shape::kOperandRows; lr += kWarps) {
     uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
@@ -210,54 +185,16 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   for (int i = threadIdx.x; i < kRows * R; i += kWarps * 32) {
     const int lr = i / R, c = i % R;
     const float* p = partial + ((lr / kMmaRows) * kSlices * kMmaRows + lr % kMmaRows) * kNBlocks * 8 + c;
-    float sum = 0.f;
-#pragma unroll
-    for (int wi = 0; wi < kSlices; ++wi) sum += p[wi * kMmaRows * kNBlocks * 8];
-    z_smem[lr * R + c] = sum;
+    z_smem[lr * R + c] = router::slice_sum([&](int wi) { return p[wi * kMmaRows * kNBlocks * 8]; });
   }
   __syncthreads();
 
   // 3. Per row (the warp that holds it): decisions, the exchange with the chosen bank, the FFN operand.
-  const float4* ng4 = reinterpret_cast<const float4*>(ngain);
 #pragma unroll
   for (int q = 0; q < kRowsPerWarp; ++q) {
     const int lr = warp + kWarps * q;
-    const int64_t m = row0 + lr;
-    if (m >= rows) continue;
-    const RowDecision d = decide_row(z_smem + lr * R, R, swap_w, biases[0], bank_w, biases + 1, lane);
-    const bool gate = d.gate;
-    const int p = map_lane(map[q], d.slot);  // the physical bank of the chosen slot
-    if (lane == 0) apply_decision(d, map[q], a.stream_map, m, a.io, a.event, rows);
-    if (gate) {
-      float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
-      uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
-      uint2 in[kMaxVec];
-#pragma unroll
-      for (int i = 0; i < kMaxVec; ++i)
-        if (i < nvec) in[i] = bank[lane + 32 * i];
-#pragma unroll
-      for (int i = 0; i < kMaxVec; ++i)
-        if (i < nvec) {
-          const float4 v = hv[q][i];
-          bank[lane + 32 * i] = pack_bf16x4(v.x, v.y, v.z, v.w);
-          hv[q][i] = unpack_bf16x4(in[i]);
-          hg[lane + 32 * i] = hv[q][i];
-        }
-    }
-    if (a.norm_out) {
-      float ss = 0.f;
-#pragma unroll
-      for (int i = 0; i < kMaxVec; ++i)
-        if (i < nvec) ss += sum_sq(hv[q][i]);
-      const float rs = rsqrtf(warp_sum(ss) / float(D) + a.eps);
-      uint2* out = reinterpret_cast<uint2*>(a.norm_out + size_t(m) * D);
-#pragma unroll
-      for (int i = 0; i < kMaxVec; ++i)
-        if (i < nvec) {
-          const float4 v = hv[q][i], gg = ng4[lane + 32 * i];
-          out[lane + 32 * i] = pack_bf16x4(v.x * rs * gg.x, v.y * rs * gg.y, v.z * rs * gg.z, v.w * rs * gg.w);
-        }
-    }
+    if (row0 + lr < rows)
+      router::finish_row(a, row0 + lr, z_smem + lr * R, swap_w, biases, bank_w, ngain, map[q], hv[q], lane);
   }
 }
 
@@ -273,11 +210,32 @@ void check_event_router_shape(int64_t d_model, int64_t d_router) {
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   SWAPFFN_REQUIRE(smem_layout<32>(d_model, d_router).total() <= size_t(optin) &&
-                      smem_layout<8>(d_model, d_router).total() <= size_t(optin),
+                      smem_layout<8>(d_model, d_router).total() <= size_t(optin) &&
+                      event_router_ksplit_smem(d_model, d_router, 64) <= size_t(optin),
                   "event router: d_model " + std::to_string(d_model) + " needs more shared memory than this GPU has");
 }
 
-void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl) {
+RouterGrid parse_router_grid(const std::string& name) {
+  for (RouterGrid g : {RouterGrid::automatic, RouterGrid::cta8, RouterGrid::cta16, RouterGrid::cta32,
+                       RouterGrid::cluster16, RouterGrid::cluster32, RouterGrid::cluster64})
+    if (to_string(g) == name) return g;
+  SWAPFFN_FAIL("event router grid must be auto, 8, 16, 32, x16, x32 or x64, got '" + name + "'");
+}
+
+std::string to_string(RouterGrid g) {
+  switch (g) {
+    case RouterGrid::automatic: return "auto";
+    case RouterGrid::cta8: return "8";
+    case RouterGrid::cta16: return "16";
+    case RouterGrid::cta32: return "32";
+    case RouterGrid::cluster16: return "x16";
+    case RouterGrid::cluster32: return "x32";
+    case RouterGrid::cluster64: return "x64";
+  }
+  return "?";
+}
+
+void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl, RouterGrid grid) {
   if (a.rows == 0) return;
   SWAPFFN_REQUIRE((a.norm_out == nullptr) == (a.norm_gain == nullptr),
                   "event router: the RMSNorm output and its gain must be given together");
@@ -290,19 +248,30 @@ void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl
                                 {a.bank_w, "bank_w"}})
     SWAPFFN_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
                     std::string("event router: ") + name + " is not 16-byte aligned (the kernel bulk-copies it)");
-  const int64_t sms = sm_count();
-  // Thresholds in rows per SM: 32-row CTAs from ~24 rows per SM (B >= 7 at the defaults on 132
-  // SMs), 16-row CTAs from ~12 (B = 4), else 8-row CTAs (B = 1: 64 CTAs).
+  if (grid == RouterGrid::automatic) {
+    // Thresholds in rows per SM: 32-row CTAs from ~24 rows per SM (B >= 7 at the defaults on 132
+    // SMs), 16-row CTAs from ~12 (B = 4); below, 32-row clusters (B = 1: 128 CTAs holding 16 KB of
+    // router_w each, against 64 CTAs holding all 128 KB; docs/PERF.md, fifth session).
+    const int64_t sms = sm_count();
+    grid = a.rows >= 24 * sms ? RouterGrid::cta32 : a.rows >= 12 * sms ? RouterGrid::cta16 : RouterGrid::cluster32;
+  }
   const auto go = [&](auto kernel, int rows_per_cta, int warps, size_t smem) {
     launch_kernel_ex(kernel, dim3(static_cast<unsigned>((a.rows + rows_per_cta - 1) / rows_per_cta)), dim3(warps * 32),
                      dim3(1, 1, 1), int(smem), stream, pdl, a);
   };
-  if (a.rows >= 24 * sms)
-    go(event_router_kernel<32>, 32, RouterShape<32>::kWarps, smem_layout<32>(a.d_model, a.d_router).total());
-  else if (a.rows >= 12 * sms)
-    go(event_router_kernel<16>, 16, RouterShape<16>::kWarps, smem_layout<16>(a.d_model, a.d_router).total());
-  else
-    go(event_router_kernel<8>, 8, RouterShape<8>::kWarps, smem_layout<8>(a.d_model, a.d_router).total());
+  switch (grid) {
+    case RouterGrid::cta32:
+      return go(event_router_kernel<32>, 32, RouterShape<32>::kWarps, smem_layout<32>(a.d_model, a.d_router).total());
+    case RouterGrid::cta16:
+      return go(event_router_kernel<16>, 16, RouterShape<16>::kWarps, smem_layout<16>(a.d_model, a.d_router).total());
+    case RouterGrid::cta8:
+      return go(event_router_kernel<8>, 8, RouterShape<8>::kWarps, smem_layout<8>(a.d_model, a.d_router).total());
+    case RouterGrid::cluster16: return launch_event_router_ksplit(a, 16, stream, pdl);
+    case RouterGrid::cluster32: return launch_event_router_ksplit(a, 32, stream, pdl);
+    case RouterGrid::cluster64: return launch_event_router_ksplit(a, 64, stream, pdl);
+    case RouterGrid::automatic: break;
+  }
+  SWAPFFN_FAIL("event router: unhandled grid " + to_string(grid));
 }
 
 }  // namespace swapffn::cuda
