@@ -28,6 +28,7 @@ struct RunArgs {
   uint64_t seed = 1;
   int threads = 0;
   bool no_graph = false;
+  std::string kernel_config;
 };
 
 // FNV-1a over raw bytes: a checksum that changes with any bit of the data.
@@ -53,6 +54,7 @@ void run(const RunArgs& a, bool batch_given) {
   EngineOptions eo;
   eo.threads = a.threads;
   eo.graph = !a.no_graph;
+  eo.kernel_config = a.kernel_config;
   auto engine = make_engine(a.backend, w, eo);
 
   State st = a.state_in.empty() ? State::init(cfg, a.batch) : State::load(a.state_in);
@@ -137,6 +139,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--dump", a->dump, "write x, delta, decision trace and states here (safetensors)");
   cmd->add_option("--threads", a->threads, "CPU threads of the reference (0 = all)")->capture_default_str();
   cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
+  cmd->add_option("--kernel-config", a->kernel_config,
+                  "fused backend: kernel config override, e.g. 'router_grid=x32,chunk=2048' (see swapffn bench)");
   cmd->callback([a, batch] { run(*a, batch->count() > 0); });
 }
 
