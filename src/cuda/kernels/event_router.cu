@@ -20,8 +20,7 @@ namespace {
 // zeros), 16 and then 32 (16 warps, two m16 MMA tiles) as rows grow: each CTA copies all of
 // router_w (128 KB) into shared memory and only one CTA fits per SM, so larger M wants fewer,
 // wider CTAs. The choice does not change any row's arithmetic: every row's z is the sum over the
-// same 8 K-slices of D, in the same order, each slice accumulated by one warp's MMAs (and in the
-// cluster kernel, event_router_ksplit.cu, by one CTA's, with the same MMAs in the same order).
+// same 8 K-slices of D, in the same order, each slice accumulated by one warp's MMAs.
 using router::kMaxRouter;
 using router::kMaxVec;
 using router::kMmaRows;
@@ -210,16 +209,14 @@ void check_event_router_shape(int64_t d_model, int64_t d_router) {
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   SWAPFFN_REQUIRE(smem_layout<32>(d_model, d_router).total() <= size_t(optin) &&
-                      smem_layout<8>(d_model, d_router).total() <= size_t(optin) &&
-                      event_router_ksplit_smem(d_model, d_router, 64) <= size_t(optin),
+                      smem_layout<8>(d_model, d_router).total() <= size_t(optin),
                   "event router: d_model " + std::to_string(d_model) + " needs more shared memory than this GPU has");
 }
 
 RouterGrid parse_router_grid(const std::string& name) {
-  for (RouterGrid g : {RouterGrid::automatic, RouterGrid::cta8, RouterGrid::cta16, RouterGrid::cta32,
-                       RouterGrid::cluster16, RouterGrid::cluster32, RouterGrid::cluster64})
+  for (RouterGrid g : {RouterGrid::automatic, RouterGrid::cta8, RouterGrid::cta16, RouterGrid::cta32})
     if (to_string(g) == name) return g;
-  SWAPFFN_FAIL("event router grid must be auto, 8, 16, 32, x16, x32 or x64, got '" + name + "'");
+  SWAPFFN_FAIL("event router grid must be auto, 8, 16 or 32, got '" + name + "'");
 }
 
 std::string to_string(RouterGrid g) {
@@ -228,9 +225,6 @@ std::string to_string(RouterGrid g) {
     case RouterGrid::cta8: return "8";
     case RouterGrid::cta16: return "16";
     case RouterGrid::cta32: return "32";
-    case RouterGrid::cluster16: return "x16";
-    case RouterGrid::cluster32: return "x32";
-    case RouterGrid::cluster64: return "x64";
   }
   return "?";
 }
@@ -250,10 +244,9 @@ void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl
                     std::string("event router: ") + name + " is not 16-byte aligned (the kernel bulk-copies it)");
   if (grid == RouterGrid::automatic) {
     // Thresholds in rows per SM: 32-row CTAs from ~24 rows per SM (B >= 7 at the defaults on 132
-    // SMs), 16-row CTAs from ~12 (B = 4); below, 32-row clusters (B = 1: 128 CTAs holding 16 KB of
-    // router_w each, against 64 CTAs holding all 128 KB; docs/PERF.md, fifth session).
+    // SMs), 16-row CTAs from ~12 (B = 4), else 8-row CTAs (B = 1: 64 CTAs).
     const int64_t sms = sm_count();
-    grid = a.rows >= 24 * sms ? RouterGrid::cta32 : a.rows >= 12 * sms ? RouterGrid::cta16 : RouterGrid::cluster32;
+    grid = a.rows >= 24 * sms ? RouterGrid::cta32 : a.rows >= 12 * sms ? RouterGrid::cta16 : RouterGrid::cta8;
   }
   const auto go = [&](auto kernel, int rows_per_cta, int warps, size_t smem) {
     launch_kernel_ex(kernel, dim3(static_cast<unsigned>((a.rows + rows_per_cta - 1) / rows_per_cta)), dim3(warps * 32),
@@ -266,9 +259,6 @@ void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl
       return go(event_router_kernel<16>, 16, RouterShape<16>::kWarps, smem_layout<16>(a.d_model, a.d_router).total());
     case RouterGrid::cta8:
       return go(event_router_kernel<8>, 8, RouterShape<8>::kWarps, smem_layout<8>(a.d_model, a.d_router).total());
-    case RouterGrid::cluster16: return launch_event_router_ksplit(a, 16, stream, pdl);
-    case RouterGrid::cluster32: return launch_event_router_ksplit(a, 32, stream, pdl);
-    case RouterGrid::cluster64: return launch_event_router_ksplit(a, 64, stream, pdl);
     case RouterGrid::automatic: break;
   }
   SWAPFFN_FAIL("event router: unhandled grid " + to_string(grid));

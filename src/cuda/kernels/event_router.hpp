@@ -9,8 +9,9 @@
 // warps run tensor-core MMAs (m16n8k16) over K-slices, the partial sums are added over warps in a
 // fixed order (deterministic, batch invariant), and each warp then decides and moves its row.
 // A first version streamed router_w from L2 in the MMA loop with 16 rows per CTA: 42 us per event
-// at M = 512 (32 CTAs, few loads in flight). At small M the K-split cluster form
-// (event_router_ksplit.cu) spreads router_w over 8 CTAs instead, with the same arithmetic.
+// at M = 512 (32 CTAs, few loads in flight). A form that split router_w over K across a cluster
+// of 8 CTAs was slower (docs/PERF.md, fifth session): the chain of dependent steps, not the bytes
+// of router_w, sets the time.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,12 +41,10 @@ struct EventRouterArgs {
   float eps;
 };
 
-// How the rows are spread over CTAs; every form computes each row with the same operations in the
-// same order (identical bits). cta8/16/32: a CTA of 8/16/32 rows holds all of router_w.
-// cluster16/32/64: a cluster of 8 CTAs takes 16/32/64 rows, CTA s holding K-slice s of router_w.
-// automatic: the launcher's choice by rows per SM (event_router.cu says why).
-enum class RouterGrid { automatic, cta8, cta16, cta32, cluster16, cluster32, cluster64 };
-RouterGrid parse_router_grid(const std::string& name);  // "auto", "8", "16", "32", "x16", "x32", "x64"
+// Rows per CTA; every form computes each row with the same operations in the same order
+// (identical bits). automatic: the launcher's choice by rows per SM (event_router.cu says why).
+enum class RouterGrid { automatic, cta8, cta16, cta32 };
+RouterGrid parse_router_grid(const std::string& name);  // "auto", "8", "16", "32"
 std::string to_string(RouterGrid g);
 
 // Throws unless D % 128 == 0, R % 16 == 0, R <= 64 and the shared memory fits this GPU.
@@ -53,10 +52,5 @@ void check_event_router_shape(int64_t d_model, int64_t d_router);
 // With pdl, the kernel is launched as a programmatic dependent of the previous kernel in the stream.
 void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl,
                          RouterGrid grid = RouterGrid::automatic);
-
-// The cluster form (event_router_ksplit.cu) for validated arguments: rows_per_cluster 16, 32 or 64.
-void launch_event_router_ksplit(const EventRouterArgs& a, int rows_per_cluster, cudaStream_t stream, bool pdl);
-// Its shared memory per CTA (check_event_router_shape checks it fits).
-size_t event_router_ksplit_smem(int64_t d_model, int64_t d_router, int rows_per_cluster);
 
 }  // namespace swapffn::cuda

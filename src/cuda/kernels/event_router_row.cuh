@@ -1,8 +1,7 @@
-// Per-row device code shared by the two event-router kernels (event_router.cu: a CTA owns its
-// rows and all of router_w; event_router_ksplit.cu: a cluster splits router_w over K). Both must
-// give identical bits, so everything that touches a row's numbers outside the router MMAs lives
-// here once: the row's RMS scale, the router operand, the fixed-order slice sum, and the decision,
-// exchange and FFN operand of the row.
+// Per-row device code of the event router (event_router.cu): the row's RMS scale, the router
+// operand, the fixed-order sum over K-slices, and the decision, exchange and FFN operand of the
+// row. Every row split of the kernel (8, 16 or 32 rows per CTA) runs these same functions, and any
+// other form of the router must too: they fix each row's bits.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -14,7 +13,7 @@
 
 namespace swapffn::cuda::router {
 
-constexpr int kSlices = 8;      // K-slices of D: one warp's (per-CTA kernel) or one CTA's (cluster kernel) MMAs
+constexpr int kSlices = 8;      // K-slices of D, each accumulated by one warp's MMAs
 constexpr int kMmaRows = 16;    // m16 MMA tile
 constexpr int kPad = 8;         // bf16 elements of row padding: ldmatrix rows land in distinct banks
 constexpr int kMaxRouter = 64;  // R <= 64: z of a row is at most 64 floats
