@@ -297,9 +297,10 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   DeviceBuffer c(m * l * 2);
   GemvProblem p{m, k, l, da.view, db.view, c.get()};
   std::vector<GemvConfig> cands{choose_gemv_config(p, sms)};
-  for (int w : {4, 8})
-    for (int s : {1, 2, 4, 8})
-      if (s <= k / 128) cands.push_back({w, s});
+  for (GemvDecode d : {GemvDecode::int8, GemvDecode::mma})
+    for (int w : {4, 8})
+      for (int s : {1, 2, 4, 8})
+        if (s <= k / 128) cands.push_back({w, s, d});
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);

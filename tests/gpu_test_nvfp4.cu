@@ -72,9 +72,9 @@ const ScaleLayout kLayouts[] = {ScaleLayout::plain, ScaleLayout::blocked_128x4};
 // ---------------- GEMV ----------------
 
 void run_gemv(int64_t m, int64_t k, int64_t l, ScaleLayout layout, const GemvConfig& cfg, uint64_t seed,
-              HostOperand* a_override = nullptr) {
-  const HostOperand a = a_override ? *a_override : make_operand(InputKind::gemv, m, k, l, seed);
-  const HostOperand b = make_operand(InputKind::gemv, 1, k, l, seed + 1);
+              HostOperand* a_override = nullptr, InputKind kind = InputKind::gemv) {
+  const HostOperand a = a_override ? *a_override : make_operand(kind, m, k, l, seed);
+  const HostOperand b = make_operand(kind, 1, k, l, seed + 1);
   const auto ref = reference_gemv(a, b);
   const DeviceOperand da = upload(a, layout), db = upload(b, layout, 128);  // b padded to 128 rows
   Out c(m * l);
@@ -82,25 +82,44 @@ void run_gemv(int64_t m, int64_t k, int64_t l, ScaleLayout layout, const GemvCon
   DeviceBuffer ws = make_workspace(workspace_bytes(p, cfg));
   gemv(p, cfg, {ws.get(), ws.bytes()}, nullptr);
   const std::string what = "gemv M=" + std::to_string(m) + " K=" + std::to_string(k) + " L=" + std::to_string(l) +
-                           " " + to_string(layout) + " " + describe(cfg);
+                           " " + to_string(layout) + " " + describe(cfg) +
+                           (kind == InputKind::gemv ? "" : " (all byte patterns)");
   EXPECT_EQ(exact_mismatches(c.get(), ref, what), 0) << what;
 }
 
+const GemvDecode kDecodes[] = {GemvDecode::int8, GemvDecode::mma};
+
 TEST_F(Nvfp4Gpu, GemvBitExact) {
-  for (ScaleLayout layout : kLayouts) {
-    run_gemv(200, 1024, 3, layout, {4, 1}, 11);   // M not a multiple of 64
-    run_gemv(200, 1024, 3, layout, {4, 3}, 12);   // split-K
-    run_gemv(128, 64, 2, layout, {2, 1}, 13);     // smallest K: half a 128-chunk
-    run_gemv(77, 4096, 1, layout, {8, 4}, 14);
-    GemvProblem probe{1000, 4096, 2, {}, {}, nullptr};
-    run_gemv(1000, 4096, 2, layout, choose_gemv_config(probe, sms_), 15);
-  }
+  for (ScaleLayout layout : kLayouts)
+    for (GemvDecode d : kDecodes) {
+      run_gemv(200, 1024, 3, layout, {4, 1, d}, 11);   // M not a multiple of 64
+      run_gemv(200, 1024, 3, layout, {4, 3, d}, 12);   // split-K
+      run_gemv(128, 64, 2, layout, {2, 1, d}, 13);     // smallest K: half a 128-chunk
+      run_gemv(77, 4096, 1, layout, {8, 4, d}, 14);
+      GemvProblem probe{1000, 4096, 2, {}, {}, nullptr};
+      GemvConfig chosen = choose_gemv_config(probe, sms_);
+      chosen.decode = d;
+      run_gemv(1000, 4096, 2, layout, chosen, 15);
+    }
+}
+
+// The GEMV inputs of the issue have a's high nibbles zero and only non-negative codes 0..3; the
+// GEMM inputs (every byte pattern: negative values, -0, the largest magnitudes, scales up to 3)
+// are just as exact in fp32, so they test both decodes on the whole e2m1 range.
+TEST_F(Nvfp4Gpu, GemvBitExactOnEveryBytePattern) {
+  for (ScaleLayout layout : kLayouts)
+    for (GemvDecode d : kDecodes) {
+      run_gemv(200, 1024, 3, layout, {4, 1, d}, 31, nullptr, InputKind::gemm);
+      run_gemv(77, 4096, 2, layout, {8, 4, d}, 32, nullptr, InputKind::gemm);
+    }
 }
 
 TEST_F(Nvfp4Gpu, GemvNanScalePropagates) {
-  HostOperand a = make_operand(InputKind::gemv, 96, 512, 1, 21);
-  a.scales[5 * (512 / 16) + 3] = 0x7F;  // row 5, block 3
-  run_gemv(96, 512, 1, ScaleLayout::plain, {4, 2}, 21, &a);
+  for (GemvDecode d : kDecodes) {
+    HostOperand a = make_operand(InputKind::gemv, 96, 512, 1, 21);
+    a.scales[5 * (512 / 16) + 3] = 0x7F;  // row 5, block 3
+    run_gemv(96, 512, 1, ScaleLayout::plain, {4, 2, d}, 21, &a);
+  }
 }
 
 // ---------------- GEMM ----------------

@@ -82,10 +82,15 @@ inline constexpr int kMaxGroups = 64;
 
 // ---- kernel configurations (separate from the problem; chosen by choose_*(), overridable) ----
 
-// GEMV: 64 rows per CTA, `warps` warps split each CTA's K range, `split_k` CTAs split K further.
+// GEMV: 32 rows per CTA, `warps` warps split each CTA's K range, `split_k` CTAs split K further.
+// decode: how a lane multiplies its elements: int8 dot products (DP4A on twice the e2m1 values, the
+// scales applied per 16-element block) or fp16 decoding into tensor-core MMAs. Both are exact per
+// block and accumulate in fp32.
+enum class GemvDecode { int8, mma };
 struct GemvConfig {
   int warps = 4;
   int split_k = 1;
+  GemvDecode decode = GemvDecode::int8;
 };
 
 // Tile GEMMs: CTA tile M x N (per B operand for the dual GEMM) from the instantiated set, and

@@ -216,7 +216,7 @@ void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream
   a.l = p.l;
   a.split_k = c.split_k;
   attach(op, gemv_ws(p, c), ws, a);
-  cu::launch_gemv(a, c.warps, stream);
+  cu::launch_gemv(a, c.warps, c.decode == GemvDecode::int8, stream);
 }
 
 void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {

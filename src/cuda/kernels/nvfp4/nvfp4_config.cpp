@@ -46,7 +46,8 @@ int tile_n(Tile t) {
 }
 
 std::string describe(const GemvConfig& c) {
-  return "warps=" + std::to_string(c.warps) + " split_k=" + std::to_string(c.split_k);
+  return "warps=" + std::to_string(c.warps) + " split_k=" + std::to_string(c.split_k) +
+         (c.decode == GemvDecode::int8 ? " decode=int8" : " decode=mma");
 }
 std::string describe(const TileConfig& c) {
   return std::string("tile=") + to_string(c.tile) + " split_k=" + std::to_string(c.split_k);

@@ -101,7 +101,7 @@ int tile_threads(swapffn::nvfp4::Tile tile, bool dual);
 // fp32 accumulators per thread.
 int tile_acc_per_thread(swapffn::nvfp4::Tile tile, bool dual);
 
-void launch_gemv(const GemvArgs& args, int warps, cudaStream_t stream);
+void launch_gemv(const GemvArgs& args, int warps, bool int8_decode, cudaStream_t stream);
 void launch_gemm(const GemmArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
 void launch_dual_gemm_swiglu(const GemmArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
 void launch_grouped_gemm(const GroupedArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);

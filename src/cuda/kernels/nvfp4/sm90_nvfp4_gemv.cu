@@ -4,9 +4,13 @@
 // scale bytes), so the kernel is built around the loads: every lane issues 16-byte streaming loads
 // (ld.global.cs: evict-first, `a` is never re-read) for four rows at once and prefetches the next
 // k-chunk before decoding the current one, and split-K over CTAs fills all SMs when M * L is small.
-// The multiply-add runs on the tensor cores (mma m16n8k16 with b in column 0 of the n8 tile):
-// decoding to fp16 pairs and one MMA per 256 products costs about half the ALU work of fp32 FMAs,
-// keeps fp32 accumulation, and leaves the ALUs free for the dequantization.
+// The kernel is bound by its instruction stream (docs/NVFP4.md), so the decode per element is
+// what sets its speed. Two decodes, both exact per 16-element block with fp32 accumulation:
+// - int8 (default): twice an e2m1 value is an integer in [-12, 12]; PRMT byte-table look-ups turn
+//   the nibbles into int8 and DP4A sums a block's 16 products exactly in int32; the block's sum
+//   is scaled once by sfa * sfb / 4 (one FFMA). About 2.3 instructions per element of `a`.
+// - mma: decode to fp16 pairs times the scale, then mma m16n8k16 with b in column 0 of the n8
+//   tile (about 5.5 instructions per element as profiled).
 //
 // Work split: a CTA owns 32 rows (a warp's two m16 tiles); its `Warps` warps take interleaved
 // 128-element k-chunks (each lane 32 elements = one 16-byte load per row) of the CTA's K range;
@@ -34,6 +38,39 @@ static_assert(kRowsPerCta == kGemvRowsPerCta, "API and kernel must agree on the 
 constexpr int kMaxThreadsPerSm = 512;  // 128 registers per thread
 constexpr int kChunk = 128;  // k elements per chunk: 4 lanes x 32
 
+// Twice the e2m1 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} as a byte table indexed by the 3-bit code.
+constexpr uint32_t kMag2Lo = 0x03020100u, kMag2Hi = 0x0C080604u;
+
+// Four e2m1 nibbles (sel bits 0-15, element order) -> int8 bytes 2|v| of the non-negative ones and
+// 0 for the negative: a selector nibble with its top (sign) bit set makes PRMT replicate the sign
+// bit of the table byte instead, and every table byte is non-negative.
+__device__ __forceinline__ uint32_t pos4(uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(kMag2Lo), "r"(kMag2Hi), "r"(sel));
+  return r;
+}
+
+// A lane's 32 elements of b as int8 2b (p) and -2b (n), four per word in element order:
+// p[2w], p[2w + 1] are elements 8w..8w+3 and 8w+4..8w+7. Positive and negative parts come from two
+// look-ups (the second on the sign-flipped nibbles); (x | 0x80) - y per byte never borrows across
+// bytes (x, y <= 12), and ^ 0x80 turns the biased byte back into two's complement.
+__device__ __forceinline__ void b_int8(uint4 raw, uint32_t p[8], uint32_t n[8]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t sel = (i & 1) ? w[i >> 1] >> 16 : w[i >> 1];
+    const uint32_t pos = pos4(sel), neg = pos4(sel ^ 0x8888u);
+    p[i] = ((pos | 0x80808080u) - neg) ^ 0x80808080u;
+    n[i] = ((neg | 0x80808080u) - pos) ^ 0x80808080u;
+  }
+}
+
+// Two e4m3fn scale bytes (low byte first) -> fp32, exact (NaN stays NaN).
+__device__ __forceinline__ float2 scales_f32(uint32_t two_bytes) {
+  const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xFFFF), __NV_E4M3);
+  return __half22float2(__half2(r));
+}
+
 // Scale pair (scale columns j, j+1, j even) of `row`, plain or blocked; both bytes are adjacent.
 __device__ __forceinline__ int64_t scale_pair_offset(const OperandArgs& op, int64_t row, int64_t k, int64_t j) {
   if (op.rk_blocks == 0) return row * (k / 16) + j;
@@ -47,7 +84,7 @@ struct ChunkRegs {
   uint32_t sb;
 };
 
-template <int Warps>
+template <int Warps, bool kInt8>
 __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) nvfp4_gemv_kernel(const GemvArgs args) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -75,7 +112,33 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
   };
 
   float acc[kMT][4] = {};
-  auto compute = [&](const ChunkRegs& r) {
+  float dot[2 * kMT] = {};  // int8 decode: this lane's partial sum of each of its rows
+  auto compute_int8 = [&](const ChunkRegs& r) {
+    uint32_t p[8], n[8];
+    b_int8(r.b, p, n);
+    const float2 sb = scales_f32(r.sb);
+    const float sbq[2] = {sb.x * 0.25f, sb.y * 0.25f};  // (2a)(2b) = 4ab
+#pragma unroll
+    for (int i = 0; i < 2 * kMT; ++i) {
+      const uint32_t w[4] = {r.a[i].x, r.a[i].y, r.a[i].z, r.a[i].w};
+      const float2 sa = scales_f32(r.sa[i]);
+#pragma unroll
+      for (int blk = 0; blk < 2; ++blk) {  // elements 16 blk .. 16 blk + 15: words 2 blk, 2 blk + 1
+        int sum = 0;
+#pragma unroll
+        for (int j = 2 * blk; j < 2 * blk + 2; ++j) {
+          const uint32_t wn = w[j] ^ 0x88888888u;
+          sum = __dp4a(static_cast<int>(pos4(w[j])), static_cast<int>(p[2 * j]), sum);
+          sum = __dp4a(static_cast<int>(pos4(w[j] >> 16)), static_cast<int>(p[2 * j + 1]), sum);
+          sum = __dp4a(static_cast<int>(pos4(wn)), static_cast<int>(n[2 * j]), sum);
+          sum = __dp4a(static_cast<int>(pos4(wn >> 16)), static_cast<int>(n[2 * j + 1]), sum);
+        }
+        // |sum| <= 16 * 144 and each scale has <= 4 significant bits: the product is exact.
+        dot[i] = __fmaf_rn(static_cast<float>(sum), (blk ? sa.y : sa.x) * sbq[blk], dot[i]);
+      }
+    }
+  };
+  auto compute_mma = [&](const ChunkRegs& r) {
     uint32_t hb[16];
     dequant32(r.b, r.sb, hb);
     // b is column 0 of the n8 tile: only lanes with g == 0 hold it, the other columns are zero.
@@ -93,6 +156,10 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
       }
     }
   };
+  auto compute = [&](const ChunkRegs& r) {
+    if constexpr (kInt8) compute_int8(r);
+    else compute_mma(r);
+  };
   // Two register buffers in ping-pong (no copies between them, which would wait for the loads):
   // while one chunk is decoded the next one's loads are in flight.
   ChunkRegs r0, r1;
@@ -106,6 +173,17 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
     compute(r1);
   }
 
+  if constexpr (kInt8) {
+    // The 4 lanes of a row (t = 0..3) hold its k quarters: add them in a fixed order into the
+    // MMA path's layout (lane t == 0 holds row mt*16+g in acc[mt][0], mt*16+g+8 in acc[mt][2]).
+#pragma unroll
+    for (int i = 0; i < 2 * kMT; ++i) {
+      float v = dot[i];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      acc[i >> 1][(i & 1) * 2] = v;
+    }
+  }
   // Column 0 lives in lanes with t == 0: acc[mt][0] is row mt*16+g, acc[mt][2] row mt*16+g+8.
   __shared__ float red[Warps][kRowsPerCta];
   if (t == 0) {
@@ -144,23 +222,23 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
     static_cast<__half*>(args.c)[batch * args.m + row] = __float2half_rn(v);
 }
 
-template <int Warps>
+template <int Warps, bool kInt8>
 void launch(const GemvArgs& args, cudaStream_t stream) {
   static_assert(Warps * 32 >= kRowsPerCta, "the final reduction uses one thread per row");
   static_assert(Warps * 32 <= kMaxThreadsPerSm, "launch bounds need at least one CTA per SM");
   const dim3 grid(static_cast<unsigned>((args.m + kRowsPerCta - 1) / kRowsPerCta), static_cast<unsigned>(args.split_k),
                   static_cast<unsigned>(args.l));
-  nvfp4_gemv_kernel<Warps><<<grid, Warps * 32, 0, stream>>>(args);
+  nvfp4_gemv_kernel<Warps, kInt8><<<grid, Warps * 32, 0, stream>>>(args);
   SWAPFFN_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_gemv(const GemvArgs& args, int warps, cudaStream_t stream) {
+void launch_gemv(const GemvArgs& args, int warps, bool int8_decode, cudaStream_t stream) {
   switch (warps) {
-    case 2: launch<2>(args, stream); return;
-    case 4: launch<4>(args, stream); return;
-    case 8: launch<8>(args, stream); return;
+    case 2: return int8_decode ? launch<2, true>(args, stream) : launch<2, false>(args, stream);
+    case 4: return int8_decode ? launch<4, true>(args, stream) : launch<4, false>(args, stream);
+    case 8: return int8_decode ? launch<8, true>(args, stream) : launch<8, false>(args, stream);
     default: SWAPFFN_FAIL("NVFP4 GEMV supports 2, 4 or 8 warps per CTA, not " + std::to_string(warps));
   }
 }
