@@ -79,19 +79,21 @@ int pick_split(int64_t tiles, int64_t ktiles, int sm_count, int per_sm, int64_t 
 
 }  // namespace
 
-// GEMV: 4 warps per 32-row CTA and up to 4 CTAs (16 warps) per SM, the register limit; split K
-// by the smallest power of two that makes at least one full wave of CTAs, keeping >= 2 chunks per
-// warp. Measured on the shapes (docs/NVFP4.md): 8 warps per CTA was no faster; a split
-// beyond that only added reduction work, and one below it left SMs idle (7168x16384: 224 CTAs for
-// 528 slots, split 2 45.4 us, split 4 43.0, split 8 45.1; rounding 2.4 to the nearest had chosen 2).
+// GEMV (int8 decode): 8 warps per 32-row CTA when K >= 4096, else 4, at most 4 CTAs per SM (the
+// register limit); split K only while the CTAs do not fill the SMs once, by the smallest power of
+// two that does, keeping >= 2 chunks per warp. Measured on the shapes (H100, commit
+// 6fa5e45, docs/NVFP4.md tenth step): split 1 was the fastest on all three (7168x16384: 36.6 us
+// against 38.3-45.5 for splits 2-8; the MMA decode had wanted split 4 to fill a wave of 4 CTAs per
+// SM), 8 warps beat 4 at K = 16384 and 7168 (36.6 vs 42.9, 62.0 vs 63.4 us) and lost at K = 2048
+// (23.3 vs 22.3 us).
 GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
   GemvConfig c;
-  c.warps = 4;
+  c.decode = GemvDecode::int8;
+  c.warps = p.k >= 4096 ? 8 : 4;
   const int64_t blocks = ceil_div(p.m, 32) * p.l;
   const int64_t chunks = ceil_div(p.k, 128);
-  const int64_t target = 4 * static_cast<int64_t>(sm_count);
   int64_t s = 1;
-  while (blocks * s < target) s *= 2;
+  while (blocks * s < sm_count) s *= 2;
   s = std::min<int64_t>(s, std::max<int64_t>(1, chunks / (2 * c.warps)));
   c.split_k = static_cast<int>(std::min<int64_t>(s, 16));
   return c;

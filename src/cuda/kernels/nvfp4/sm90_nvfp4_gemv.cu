@@ -35,7 +35,9 @@ namespace {
 constexpr int kMT = 2;
 constexpr int kRowsPerCta = 16 * kMT;
 static_assert(kRowsPerCta == kGemvRowsPerCta, "API and kernel must agree on the GEMV row block");
-constexpr int kMaxThreadsPerSm = 512;  // 128 registers per thread
+// 128 registers per thread: both decodes need more than 80 (the int8 one spilled 248 bytes at 80
+// with its two chunks of loads in flight).
+constexpr int kMaxThreadsPerSm = 512;
 constexpr int kChunk = 128;  // k elements per chunk: 4 lanes x 32
 
 // Twice the e2m1 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} as a byte table indexed by the 3-bit code.
@@ -50,18 +52,16 @@ __device__ __forceinline__ uint32_t pos4(uint32_t sel) {
   return r;
 }
 
-// A lane's 32 elements of b as int8 2b (p) and -2b (n), four per word in element order:
-// p[2w], p[2w + 1] are elements 8w..8w+3 and 8w+4..8w+7. Positive and negative parts come from two
-// look-ups (the second on the sign-flipped nibbles); (x | 0x80) - y per byte never borrows across
-// bytes (x, y <= 12), and ^ 0x80 turns the biased byte back into two's complement.
-__device__ __forceinline__ void b_int8(uint4 raw, uint32_t p[8], uint32_t n[8]) {
+// A lane's 32 elements of b as int8 2b, four per word in element order: p[2w], p[2w + 1] are
+// elements 8w..8w+3 and 8w+4..8w+7. Positive and negative parts come from two look-ups (the second
+// on the sign-flipped nibbles); (x | 0x80) - y per byte never borrows across bytes (x, y <= 12),
+// and ^ 0x80 turns the biased byte back into two's complement.
+__device__ __forceinline__ void b_int8(uint4 raw, uint32_t p[8]) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const uint32_t sel = (i & 1) ? w[i >> 1] >> 16 : w[i >> 1];
-    const uint32_t pos = pos4(sel), neg = pos4(sel ^ 0x8888u);
-    p[i] = ((pos | 0x80808080u) - neg) ^ 0x80808080u;
-    n[i] = ((neg | 0x80808080u) - pos) ^ 0x80808080u;
+    p[i] = ((pos4(sel) | 0x80808080u) - pos4(sel ^ 0x8888u)) ^ 0x80808080u;
   }
 }
 
@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
   float acc[kMT][4] = {};
   float dot[2 * kMT] = {};  // int8 decode: this lane's partial sum of each of its rows
   auto compute_int8 = [&](const ChunkRegs& r) {
-    uint32_t p[8], n[8];
-    b_int8(r.b, p, n);
+    uint32_t p[8];
+    b_int8(r.b, p);
     const float2 sb = scales_f32(r.sb);
     const float sbq[2] = {sb.x * 0.25f, sb.y * 0.25f};  // (2a)(2b) = 4ab
 #pragma unroll
@@ -124,17 +124,17 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
       const float2 sa = scales_f32(r.sa[i]);
 #pragma unroll
       for (int blk = 0; blk < 2; ++blk) {  // elements 16 blk .. 16 blk + 15: words 2 blk, 2 blk + 1
-        int sum = 0;
+        int pos = 0, neg = 0;  // products with a's non-negative and with its negative elements
 #pragma unroll
         for (int j = 2 * blk; j < 2 * blk + 2; ++j) {
           const uint32_t wn = w[j] ^ 0x88888888u;
-          sum = __dp4a(static_cast<int>(pos4(w[j])), static_cast<int>(p[2 * j]), sum);
-          sum = __dp4a(static_cast<int>(pos4(w[j] >> 16)), static_cast<int>(p[2 * j + 1]), sum);
-          sum = __dp4a(static_cast<int>(pos4(wn)), static_cast<int>(n[2 * j]), sum);
-          sum = __dp4a(static_cast<int>(pos4(wn >> 16)), static_cast<int>(n[2 * j + 1]), sum);
+          pos = __dp4a(static_cast<int>(pos4(w[j])), static_cast<int>(p[2 * j]), pos);
+          pos = __dp4a(static_cast<int>(pos4(w[j] >> 16)), static_cast<int>(p[2 * j + 1]), pos);
+          neg = __dp4a(static_cast<int>(pos4(wn)), static_cast<int>(p[2 * j]), neg);
+          neg = __dp4a(static_cast<int>(pos4(wn >> 16)), static_cast<int>(p[2 * j + 1]), neg);
         }
-        // |sum| <= 16 * 144 and each scale has <= 4 significant bits: the product is exact.
-        dot[i] = __fmaf_rn(static_cast<float>(sum), (blk ? sa.y : sa.x) * sbq[blk], dot[i]);
+        // |pos - neg| <= 16 * 144 and each scale has <= 4 significant bits: the product is exact.
+        dot[i] = __fmaf_rn(static_cast<float>(pos - neg), (blk ? sa.y : sa.x) * sbq[blk], dot[i]);
       }
     }
   };
