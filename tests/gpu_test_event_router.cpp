@@ -135,7 +135,7 @@ TEST(EventRouter, EveryGridGivesTheSameBits) {
     int64_t rows, d, r;
     bool norm;
   };
-  // Rows that fill no CTA or cluster evenly, the defaults' D and R, the smallest D and R, no norm.
+  // Rows that fill no CTA evenly, the defaults' D and R, the smallest D and R, no norm.
   for (const Shape sh : {Shape{512, 1024, 64, true}, Shape{333, 1024, 64, true}, Shape{100, 256, 32, true},
                          Shape{40, 128, 16, true}, Shape{77, 512, 48, false}}) {
     const uint32_t seed = 1000 + static_cast<uint32_t>(sh.rows + sh.d + sh.r);

@@ -67,7 +67,8 @@ TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
   const Config cfg = Config::preset("default");
   for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
            {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "split_k"},
-           {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}}) {
+           {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}, {"router_grid=24", "'24'"},
+           {"router=cublas,router_grid=16", "needs router=event"}}) {
     try {
       select_fused_config(cfg, 1, "", spec);
       ADD_FAILURE() << spec << " accepted";

@@ -131,6 +131,9 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
                   "fused: router and down-GEMM implementation must be the same at every batch size (batch "
                   "invariance); batch " + std::to_string(batch) + " would use " + numerics(k) + ", batch 1 " +
                       numerics(one) + " (tuning cache '" + file + "')");
+  SWAPFFN_REQUIRE(k.router_grid == RouterGrid::automatic || k.router == "event",
+                  "fused: router_grid=" + to_string(k.router_grid) + " needs router=event (the " + k.router +
+                      " router has no CTA grid to choose)");
   SWAPFFN_REQUIRE(k.down_cublas || k.down.split_k == FusedKernelConfig{}.down.split_k,
                   "fused: the down GEMM must use split_k " + std::to_string(FusedKernelConfig{}.down.split_k) +
                       " (it sets the summation order), got " + k.down.name());

@@ -21,8 +21,8 @@ struct FusedKernelConfig {
   // decision/swap kernel; "event" = the one-kernel event router (event_router.cu). The built-in
   // default depends on the batch (select_fused_config).
   std::string router = "cublas";
-  // Rows per event-router CTA or cluster ("router_grid"; automatic: by rows per SM). Every grid gives
-  // the same bits, so it may vary with the batch size.
+  // Rows per event-router CTA ("router_grid"; automatic: by rows per SM; only with router "event").
+  // Every grid gives the same bits, so it may vary with the batch size.
   RouterGrid router_grid = RouterGrid::automatic;
   // Rows per FFN chunk (0: all rows at once). Each chunk runs both FFN steps of an event before the
   // next chunk starts, so its [rows, F] intermediate and its h stay in L2 at large batch sizes.

@@ -4,13 +4,14 @@
 // scale bytes), so the kernel is built around the loads: every lane issues 16-byte streaming loads
 // (ld.global.cs: evict-first, `a` is never re-read) for four rows at once and prefetches the next
 // k-chunk before decoding the current one, and split-K over CTAs fills all SMs when M * L is small.
-// The kernel is bound by its instruction stream (docs/NVFP4.md), so the decode per element is
-// what sets its speed. Two decodes, both exact per 16-element block with fp32 accumulation:
+// With the fp16 decode the kernel was bound by its instruction stream (docs/NVFP4.md: ~5.5 issued
+// instructions per element of `a`), so the decode per element is what the two decodes differ in;
+// both are exact per 16-element block with fp32 accumulation:
 // - int8 (default): twice an e2m1 value is an integer in [-12, 12]; PRMT byte-table look-ups turn
 //   the nibbles into int8 and DP4A sums a block's 16 products exactly in int32; the block's sum
-//   is scaled once by sfa * sfb / 4 (one FFMA). About 2.3 instructions per element of `a`.
-// - mma: decode to fp16 pairs times the scale, then mma m16n8k16 with b in column 0 of the n8
-//   tile (about 5.5 instructions per element as profiled).
+//   is scaled once by sfa * sfb / 4 (one FFMA). Estimated ~2.3 instructions per element; measured
+//   1.1-1.2x faster, and now bound by the loads it keeps in flight (profile in NVFP4.md).
+// - mma: decode to fp16 pairs times the scale, then mma m16n8k16 with b in column 0 of the n8 tile.
 //
 // Work split: a CTA owns 32 rows (a warp's two m16 tiles); its `Warps` warps take interleaved
 // 128-element k-chunks (each lane 32 elements = one 16-byte load per row) of the CTA's K range;
