@@ -301,6 +301,11 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
     for (int w : {4, 8})
       for (int s : {1, 2, 4, 8})
         if (s <= k / 128) cands.push_back({w, s, d});
+  if (gemv_tma_supported(p))
+    for (int w : {2, 4, 8})
+      for (int st : {4, 8})
+        for (int s : {1, 2, 4})
+          if (s <= k / 512) cands.push_back({w, s, GemvDecode::int8, GemvLoad::tma, st});
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);

@@ -97,10 +97,69 @@ TEST_F(Nvfp4Gpu, GemvBitExact) {
       run_gemv(128, 64, 2, layout, {2, 1, d}, 13);     // smallest K: half a 128-chunk
       run_gemv(77, 4096, 1, layout, {8, 4, d}, 14);
       GemvProblem probe{1000, 4096, 2, {}, {}, nullptr};
+      probe.a.layout = layout;
       GemvConfig chosen = choose_gemv_config(probe, sms_);
       chosen.decode = d;
+      if (d == GemvDecode::mma) chosen.load = GemvLoad::registers;  // the TMA path decodes int8 only
       run_gemv(1000, 4096, 2, layout, chosen, 15);
     }
+}
+
+// The TMA path: every consumer-warp count and ring depth, split-K, M not a multiple of 32, the
+// smallest K it takes (256: half a 512-element step, the rest zero-filled) and a K ending mid-step.
+constexpr GemvConfig tma_cfg(int warps, int split, int stages) {
+  return {warps, split, GemvDecode::int8, GemvLoad::tma, stages};
+}
+
+TEST_F(Nvfp4Gpu, GemvTmaBitExact) {
+  for (int w : {2, 4, 8})
+    for (int st : {4, 8}) {
+      run_gemv(200, 1024, 3, ScaleLayout::plain, tma_cfg(w, 1, st), 41);
+      run_gemv(200, 4096, 2, ScaleLayout::plain, tma_cfg(w, 3, st), 42);  // split-K, 8 steps over 3 CTAs
+    }
+  run_gemv(128, 256, 2, ScaleLayout::plain, tma_cfg(4, 1, 4), 43);   // smallest K
+  run_gemv(77, 768, 1, ScaleLayout::plain, tma_cfg(8, 2, 8), 44);    // K ends mid-step, a step per CTA
+  run_gemv(33, 16384, 1, ScaleLayout::plain, tma_cfg(4, 1, 4), 45);  // 32 steps through 4 stages
+  run_gemv(200, 1024, 3, ScaleLayout::plain, tma_cfg(4, 2, 8), 46, nullptr, InputKind::gemm);  // every byte
+  // The default takes the TMA path where it can (plain scales, K % 256 == 0), else registers.
+  GemvProblem probe{1000, 4096, 2, {}, {}, nullptr};
+  const GemvConfig chosen = choose_gemv_config(probe, sms_);
+  EXPECT_EQ(chosen.load, GemvLoad::tma) << describe(chosen);
+  run_gemv(1000, 4096, 2, ScaleLayout::plain, chosen, 47);
+  probe.a.layout = ScaleLayout::blocked_128x4;
+  EXPECT_EQ(choose_gemv_config(probe, sms_).load, GemvLoad::registers);
+  probe = {1000, 4160, 2, {}, {}, nullptr};  // K % 256 != 0
+  EXPECT_EQ(choose_gemv_config(probe, sms_).load, GemvLoad::registers);
+}
+
+// a's scales only 4-byte aligned (allowed by the API, not by TMA): the default takes the register
+// path with the same results, and an explicit load=tma is refused.
+TEST_F(Nvfp4Gpu, GemvTmaNeedsSixteenByteAlignedScales) {
+  const int64_t m = 96, k = 1024;
+  const HostOperand a = make_operand(InputKind::gemm, m, k, 1, 51), b = make_operand(InputKind::gemm, 1, k, 1, 52);
+  const auto ref = reference_gemv(a, b);
+  const DeviceOperand da = upload(a, ScaleLayout::plain), db = upload(b, ScaleLayout::plain);
+  DeviceBuffer shifted(da.scales.bytes() + 16);
+  ASSERT_EQ(cudaMemcpy(static_cast<uint8_t*>(shifted.get()) + 4, da.scales.get(), da.scales.bytes(),
+                       cudaMemcpyDeviceToDevice),
+            cudaSuccess);
+  Operand av = da.view;
+  av.scales = static_cast<const uint8_t*>(shifted.get()) + 4;
+  Out c(m);
+  GemvProblem p{m, k, 1, av, db.view, c.buf.get()};
+  const GemvConfig cfg = choose_gemv_config(p, sms_);
+  EXPECT_EQ(cfg.load, GemvLoad::registers) << describe(cfg);
+  DeviceBuffer ws = make_workspace(workspace_bytes(p, cfg));
+  gemv(p, cfg, {ws.get(), ws.bytes()}, nullptr);
+  EXPECT_EQ(exact_mismatches(c.get(), ref, "gemv, scales 4 bytes off"), 0);
+  c.buf.fill(kPoison);
+  try {
+    gemv(p, tma_cfg(4, 1, 8), {}, nullptr);
+    ADD_FAILURE() << "load=tma with 4-byte aligned scales was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("16-byte aligned"), std::string::npos) << e.what();
+  }
+  for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
 }
 
 // The GEMV inputs of the issue have a's high nibbles zero and only non-negative codes 0..3; the
@@ -120,6 +179,9 @@ TEST_F(Nvfp4Gpu, GemvNanScalePropagates) {
     a.scales[5 * (512 / 16) + 3] = 0x7F;  // row 5, block 3
     run_gemv(96, 512, 1, ScaleLayout::plain, {4, 2, d}, 21, &a);
   }
+  HostOperand a = make_operand(InputKind::gemv, 96, 1024, 1, 22);
+  a.scales[40 * (1024 / 16) + 37] = 0xFF;  // row 40, block 37 (the second step)
+  run_gemv(96, 1024, 1, ScaleLayout::plain, tma_cfg(4, 2, 4), 22, &a);
 }
 
 // ---------------- GEMM ----------------
@@ -322,6 +384,20 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   expect_error([&] { gemm(bad_k, {Tile::m128_n128, 1}, {}, nullptr); }, "K=320 is not a multiple of 256");
   GemvProblem bad_gemv{128, 96, 1, da.view, da.view, c.buf.get()};
   expect_error([&] { gemv(bad_gemv, {4, 1}, {}, nullptr); }, "K=96 is not a multiple of 64");
+  GemvProblem gemv_k320{128, 320, 1, da.view, da.view, c.buf.get()};
+  expect_error([&] { gemv(gemv_k320, tma_cfg(4, 1, 8), {}, nullptr); }, "load=tma needs K % 256 == 0");
+  GemvProblem gemv_ok{128, 512, 1, da.view, da.view, c.buf.get()};
+  expect_error([&] { gemv(gemv_ok, {4, 1, GemvDecode::mma, GemvLoad::tma, 8}, {}, nullptr); }, "decode=int8 only");
+  expect_error([&] { gemv(gemv_ok, tma_cfg(4, 1, 6), {}, nullptr); }, "stages=6");
+  GemvProblem gemv_two_steps{128, 1024, 1, da.view, da.view, c.buf.get()};
+  expect_error([&] { gemv(gemv_two_steps, tma_cfg(4, 2, 8), {}, nullptr); }, "zeroed for split-K");
+  expect_error([&] { gemv(gemv_two_steps, tma_cfg(4, 3, 8), {}, nullptr); }, "split_k=3 must be in [1, min(64, 2");
+  const DeviceOperand da_blocked = upload(a, ScaleLayout::blocked_128x4);
+  GemvProblem gemv_blocked{128, 512, 1, da_blocked.view, da.view, c.buf.get()};
+  expect_error([&] { gemv(gemv_blocked, tma_cfg(4, 1, 8), {}, nullptr); }, "plain layout");
+  // b's int8 copy of K = 2^21 at split_k = 1 (2.6 MB) exceeds any device's shared memory per CTA.
+  GemvProblem gemv_long{1, int64_t{1} << 21, 1, da.view, da.view, c.buf.get()};
+  expect_error([&] { gemv(gemv_long, tma_cfg(4, 1, 8), {}, nullptr); }, "bytes of shared memory per CTA");
   DualGemmProblem null_b2{128, 128, 512, 1, da.view, da.view, {}, c.buf.get()};
   expect_error([&] { dual_gemm_swiglu(null_b2, {Tile::m128_n64, 1}, {}, nullptr); }, "operand b2 data pointer is null");
   Operand misaligned = da.view;

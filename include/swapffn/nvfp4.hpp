@@ -82,15 +82,22 @@ inline constexpr int kMaxGroups = 64;
 
 // ---- kernel configurations (separate from the problem; chosen by choose_*(), overridable) ----
 
-// GEMV: 32 rows per CTA, `warps` warps split each CTA's K range, `split_k` CTAs split K further.
+// GEMV: 32 rows per CTA, `warps` warps split each CTA's K range (load=tma: each warp a share of
+// the rows), `split_k` CTAs split K further.
 // decode: how a lane multiplies its elements: int8 dot products (DP4A on twice the e2m1 values, the
 // scales applied per 16-element block) or fp16 decoding into tensor-core MMAs. Both are exact per
 // block and accumulate in fp32.
+// load: how `a` reaches the warps: 16-byte register loads by every lane (any problem), or a
+// shared-memory ring filled by TMA copies `stages` 512-element k-steps ahead, with `warps` consumer
+// warps (int8 decode only; needs a's scales plain and 16-byte aligned and K % 256 == 0).
 enum class GemvDecode { int8, mma };
+enum class GemvLoad { registers, tma };
 struct GemvConfig {
   int warps = 4;
   int split_k = 1;
   GemvDecode decode = GemvDecode::int8;
+  GemvLoad load = GemvLoad::registers;
+  int stages = 8;  // load=tma only: 4 or 8
 };
 
 // Tile GEMMs: CTA tile M x N (per B operand for the dual GEMM) from the instantiated set, and
@@ -117,6 +124,9 @@ struct TileConfig {
 
 std::string describe(const GemvConfig& c);
 std::string describe(const TileConfig& c);
+
+// Whether the GEMV's TMA path (GemvLoad::tma) can run `p`; if not and `why` is given, the reason.
+bool gemv_tma_supported(const GemvProblem& p, std::string* why = nullptr);
 
 GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count);
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count);

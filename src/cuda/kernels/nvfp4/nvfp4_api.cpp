@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/nvfp4.hpp"
@@ -201,12 +202,39 @@ size_t workspace_bytes(const GemvProblem& p, const GemvConfig& c) { return gemv_
 size_t workspace_bytes(const GemmProblem& p, const TileConfig& c) { return gemm_ws(p, c).total(); }
 size_t workspace_bytes(const DualGemmProblem& p, const TileConfig& c) { return dual_ws(p, c).total(); }
 
+bool gemv_tma_supported(const GemvProblem& p, std::string* why) {
+  const char* reason = nullptr;
+  if (p.a.layout != ScaleLayout::plain) reason = "needs a's scales in the plain layout (the blocked one has no 32-row box)";
+  else if (p.k % 256 != 0) reason = "needs K % 256 == 0 (16-byte pitches of a's scale rows)";
+  else if (!aligned(p.a.scales, 16)) reason = "needs a's scales 16-byte aligned";
+  if (reason && why) *why = reason;
+  return reason == nullptr;
+}
+
 void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 gemv";
   SWAPFFN_REQUIRE(c.warps == 2 || c.warps == 4 || c.warps == 8,
                   op + ": config warps=" + std::to_string(c.warps) + " (supported: 2, 4, 8)");
-  check_split(op, c.split_k, ceil_div(p.k, 128));
+  const bool tma = c.load == GemvLoad::tma;
+  if (tma) {
+    std::string why;
+    SWAPFFN_REQUIRE(gemv_tma_supported(p, &why), op + ": load=tma " + why + "; use load=registers");
+    SWAPFFN_REQUIRE(c.decode == GemvDecode::int8, op + ": load=tma implements decode=int8 only");
+    SWAPFFN_REQUIRE(c.stages == 4 || c.stages == 8,
+                    op + ": config stages=" + std::to_string(c.stages) + " (load=tma supports 4, 8)");
+    check_split(op, c.split_k, ceil_div(p.k, cu::kGemvTmaStepK));
+    int device = 0, smem_max = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const size_t smem = cu::gemv_tma_smem_bytes(p.k, c.split_k, c.stages);
+    SWAPFFN_REQUIRE(smem <= static_cast<size_t>(smem_max),
+                    op + ": load=tma with " + describe(c) + " needs " + std::to_string(smem) +
+                        " bytes of shared memory per CTA (the ring and b of K/split_k), the device allows " +
+                        std::to_string(smem_max) + "; raise split_k or lower stages");
+  } else {
+    check_split(op, c.split_k, ceil_div(p.k, 128));
+  }
   cu::GemvArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b = cu::operand_args(p.b, 1, p.k);
@@ -216,7 +244,8 @@ void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream
   a.l = p.l;
   a.split_k = c.split_k;
   attach(op, gemv_ws(p, c), ws, a);
-  cu::launch_gemv(a, c.warps, c.decode == GemvDecode::int8, stream);
+  if (tma) cu::launch_gemv_tma(a, c.warps, c.stages, stream);
+  else cu::launch_gemv(a, c.warps, c.decode == GemvDecode::int8, stream);
 }
 
 void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/nvfp4.hpp"
 
@@ -47,7 +48,8 @@ int tile_n(Tile t) {
 
 std::string describe(const GemvConfig& c) {
   return "warps=" + std::to_string(c.warps) + " split_k=" + std::to_string(c.split_k) +
-         (c.decode == GemvDecode::int8 ? " decode=int8" : " decode=mma");
+         (c.decode == GemvDecode::int8 ? " decode=int8" : " decode=mma") +
+         (c.load == GemvLoad::tma ? " load=tma stages=" + std::to_string(c.stages) : std::string());
 }
 std::string describe(const TileConfig& c) {
   return std::string("tile=") + to_string(c.tile) + " split_k=" + std::to_string(c.split_k);
@@ -86,9 +88,26 @@ int pick_split(int64_t tiles, int64_t ktiles, int sm_count, int per_sm, int64_t 
 // against 38.3-45.5 for splits 2-8; the MMA decode had wanted split 4 to fill a wave of 4 CTAs per
 // SM), 8 warps beat 4 at K = 16384 and 7168 (36.6 vs 42.9, 62.0 vs 63.4 us) and lost at K = 2048
 // (23.3 vs 22.3 us).
+//
+// load=tma where the problem allows it (docs/NVFP4.md, eleventh step): 4 consumer warps, 8 stages
+// (72 KB in flight per CTA), split K only while the CTAs do not fill the SMs once, and further only
+// while b's shared-memory copy would keep a CTA above kTmaSmemBudget (two CTAs per SM).
 GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
   GemvConfig c;
   c.decode = GemvDecode::int8;
+  if (gemv_tma_supported(p)) {
+    constexpr size_t kTmaSmemBudget = 100 * 1024;
+    c.load = GemvLoad::tma;
+    c.warps = 4;
+    c.stages = 8;
+    const int64_t blocks = ceil_div(p.m, 32) * p.l;
+    const int64_t steps = ceil_div(p.k, cuda::nvfp4::kGemvTmaStepK);
+    int64_t s = 1;
+    while (blocks * s < sm_count && s * 2 <= steps) s *= 2;
+    while (s < steps && cuda::nvfp4::gemv_tma_smem_bytes(p.k, static_cast<int>(s), c.stages) > kTmaSmemBudget) ++s;
+    c.split_k = static_cast<int>(std::min<int64_t>(s, 64));
+    return c;
+  }
   c.warps = p.k >= 4096 ? 8 : 4;
   const int64_t blocks = ceil_div(p.m, 32) * p.l;
   const int64_t chunks = ceil_div(p.k, 128);

@@ -25,6 +25,18 @@ OperandArgs operand_args(const swapffn::nvfp4::Operand& op, int64_t rows, int64_
 // GEMV rows per CTA (two m16 tiles of one warp; see sm90_nvfp4_gemv.cu).
 inline constexpr int kGemvRowsPerCta = 32;
 
+// GEMV load=tma (sm90_nvfp4_gemv_tma.cu): k elements per ring step, and the shared memory a CTA
+// needs: `stages` steps of 32 rows x (256 data + 32 scale bytes), b of its steps as int8 plus fp32
+// block scales, the ring's barriers and 128 bytes of alignment slack.
+inline constexpr int kGemvTmaStepK = 512;
+inline size_t gemv_tma_smem_bytes(int64_t k, int split_k, int stages) {
+  const int64_t steps = (k + kGemvTmaStepK - 1) / kGemvTmaStepK;
+  const int64_t steps_per_cta = (steps + split_k - 1) / split_k;
+  return 128 + static_cast<size_t>(stages) * kGemvRowsPerCta * (kGemvTmaStepK / 2 + kGemvTmaStepK / 16) +
+         static_cast<size_t>(steps_per_cta) * (kGemvTmaStepK + (kGemvTmaStepK / 16) * 4) +
+         2 * static_cast<size_t>(stages) * sizeof(uint64_t);
+}
+
 struct GemvArgs {
   OperandArgs a, b;
   void* c = nullptr;
@@ -102,6 +114,8 @@ int tile_threads(swapffn::nvfp4::Tile tile, bool dual);
 int tile_acc_per_thread(swapffn::nvfp4::Tile tile, bool dual);
 
 void launch_gemv(const GemvArgs& args, int warps, bool int8_decode, cudaStream_t stream);
+// `a` with plain scales, K % 256 == 0 and 16-byte aligned scales; shared memory checked by the API.
+void launch_gemv_tma(const GemvArgs& args, int warps, int stages, cudaStream_t stream);
 void launch_gemm(const GemmArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
 void launch_dual_gemm_swiglu(const GemmArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
 void launch_grouped_gemm(const GroupedArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);

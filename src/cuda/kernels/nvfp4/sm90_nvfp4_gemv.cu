@@ -21,6 +21,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_dequant.cuh"
+#include "cuda/kernels/nvfp4/nvfp4_gemv_int8.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tile_mainloop.cuh"
 #include "swapffn/error.hpp"
@@ -28,6 +29,11 @@
 namespace swapffn::cuda::nvfp4 {
 
 namespace {
+
+using gemv::b_int8;
+using gemv::block_dot16;
+using gemv::scale_pair_offset;
+using gemv::scales_f32;
 
 // Rows per CTA = rows per warp: two m16 tiles. Four tiles (64 rows) needed 235 registers, which
 // left 8 warps per SM and too few loads in flight (profiled: 22% of DRAM bandwidth); two tiles
@@ -40,43 +46,6 @@ static_assert(kRowsPerCta == kGemvRowsPerCta, "API and kernel must agree on the 
 // with its two chunks of loads in flight).
 constexpr int kMaxThreadsPerSm = 512;
 constexpr int kChunk = 128;  // k elements per chunk: 4 lanes x 32
-
-// Twice the e2m1 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} as a byte table indexed by the 3-bit code.
-constexpr uint32_t kMag2Lo = 0x03020100u, kMag2Hi = 0x0C080604u;
-
-// Four e2m1 nibbles (sel bits 0-15, element order) -> int8 bytes 2|v| of the non-negative ones and
-// 0 for the negative: a selector nibble with its top (sign) bit set makes PRMT replicate the sign
-// bit of the table byte instead, and every table byte is non-negative.
-__device__ __forceinline__ uint32_t pos4(uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(kMag2Lo), "r"(kMag2Hi), "r"(sel));
-  return r;
-}
-
-// A lane's 32 elements of b as int8 2b, four per word in element order: p[2w], p[2w + 1] are
-// elements 8w..8w+3 and 8w+4..8w+7. Positive and negative parts come from two look-ups (the second
-// on the sign-flipped nibbles); (x | 0x80) - y per byte never borrows across bytes (x, y <= 12),
-// and ^ 0x80 turns the biased byte back into two's complement.
-__device__ __forceinline__ void b_int8(uint4 raw, uint32_t p[8]) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t sel = (i & 1) ? w[i >> 1] >> 16 : w[i >> 1];
-    p[i] = ((pos4(sel) | 0x80808080u) - pos4(sel ^ 0x8888u)) ^ 0x80808080u;
-  }
-}
-
-// Two e4m3fn scale bytes (low byte first) -> fp32, exact (NaN stays NaN).
-__device__ __forceinline__ float2 scales_f32(uint32_t two_bytes) {
-  const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xFFFF), __NV_E4M3);
-  return __half22float2(__half2(r));
-}
-
-// Scale pair (scale columns j, j+1, j even) of `row`, plain or blocked; both bytes are adjacent.
-__device__ __forceinline__ int64_t scale_pair_offset(const OperandArgs& op, int64_t row, int64_t k, int64_t j) {
-  if (op.rk_blocks == 0) return row * (k / 16) + j;
-  return (row / 128) * op.rk_blocks * 512 + (j / 4) * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (j % 4);
-}
 
 struct ChunkRegs {
   uint4 a[2 * kMT];       // rows mt*16 + g (+8): index 2*mt + half
@@ -124,19 +93,9 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
       const uint32_t w[4] = {r.a[i].x, r.a[i].y, r.a[i].z, r.a[i].w};
       const float2 sa = scales_f32(r.sa[i]);
 #pragma unroll
-      for (int blk = 0; blk < 2; ++blk) {  // elements 16 blk .. 16 blk + 15: words 2 blk, 2 blk + 1
-        int pos = 0, neg = 0;  // products with a's non-negative and with its negative elements
-#pragma unroll
-        for (int j = 2 * blk; j < 2 * blk + 2; ++j) {
-          const uint32_t wn = w[j] ^ 0x88888888u;
-          pos = __dp4a(static_cast<int>(pos4(w[j])), static_cast<int>(p[2 * j]), pos);
-          pos = __dp4a(static_cast<int>(pos4(w[j] >> 16)), static_cast<int>(p[2 * j + 1]), pos);
-          neg = __dp4a(static_cast<int>(pos4(wn)), static_cast<int>(p[2 * j]), neg);
-          neg = __dp4a(static_cast<int>(pos4(wn >> 16)), static_cast<int>(p[2 * j + 1]), neg);
-        }
-        // |pos - neg| <= 16 * 144 and each scale has <= 4 significant bits: the product is exact.
-        dot[i] = __fmaf_rn(static_cast<float>(pos - neg), (blk ? sa.y : sa.x) * sbq[blk], dot[i]);
-      }
+      for (int blk = 0; blk < 2; ++blk)  // elements 16 blk .. 16 blk + 15: words 2 blk, 2 blk + 1
+        dot[i] = __fmaf_rn(static_cast<float>(block_dot16(w[2 * blk], w[2 * blk + 1], p + 4 * blk)),
+                           (blk ? sa.y : sa.x) * sbq[blk], dot[i]);
     }
   };
   auto compute_mma = [&](const ChunkRegs& r) {
@@ -201,26 +160,7 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
 #pragma unroll
     for (int w = 1; w < Warps; ++w) v += red[w][threadIdx.x];
   }
-  if (args.split_k > 1) {
-    const int64_t tile = static_cast<int64_t>(batch) * gridDim.x + row_block;
-    float* part = args.partials + tile * args.split_k * kRowsPerCta;
-    if (threadIdx.x < kRowsPerCta) __stcg(part + split * kRowsPerCta + threadIdx.x, v);
-    __threadfence();
-    __syncthreads();
-    __shared__ int is_last;
-    if (threadIdx.x == 0) is_last = atomicAdd(args.counters + tile, 1) == args.split_k - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    if (threadIdx.x < kRowsPerCta) {
-      v = __ldcg(part + threadIdx.x);
-      for (int s = 1; s < args.split_k; ++s) v += __ldcg(part + s * kRowsPerCta + threadIdx.x);
-    }
-    if (threadIdx.x == 0) args.counters[tile] = 0;
-  }
-  const int64_t row = row_base + threadIdx.x;
-  if (threadIdx.x < kRowsPerCta && row < args.m)
-    static_cast<__half*>(args.c)[batch * args.m + row] = __float2half_rn(v);
+  gemv::finish_rows(args, row_block, split, batch, v);
 }
 
 template <int Warps, bool kInt8>

@@ -1,0 +1,216 @@
+// NVFP4 batched GEMV on Hopper with `a` streamed through a TMA ring in shared memory.
+//
+// Why it exists: with the int8 decode the register-load GEMV (sm90_nvfp4_gemv.cu) waits on the
+// bytes it can keep in flight, which registers bound (two 128-element chunks per lane; Nsight
+// Compute: long-scoreboard stall on top, DRAM at 61% of peak). Here one producer lane keeps
+// `Stages` k-steps of the CTA's 32 rows in flight with two TMA boxes per step (32 rows x 256 bytes
+// of e2m1 data, 32 rows x 32 bytes of plain scales; evict-first, `a` is read once), which costs no
+// registers, and the consumer warps run the int8 dot products on conflict-free shared loads.
+//
+// b is the same for every row: the consumers convert the CTA's K range of it to int8 (and its
+// scales to fp32 / 4) once, into shared memory, while the ring's first steps are in flight.
+// Consumer thread (col, rg) owns the 32 k-elements col of every step (one 16-byte chunk per row)
+// for rows rg, rg + kRowGroups, ...: a row's 16 columns live in one half-warp, so its sum needs
+// only shuffles, in a fixed order, and split-K partials are added in split order (deterministic).
+// Needs plain scales for `a`, K % 256 == 0 (16-byte row pitches) and 16-byte aligned `a` scales;
+// the API refuses other problems for this path, and configs whose shared memory does not fit
+// (docs/NVFP4.md, eleventh step).
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/nvfp4/nvfp4_gemv_int8.cuh"
+#include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
+#include "cuda/tma.hpp"
+#include "swapffn/error.hpp"
+
+namespace swapffn::cuda::nvfp4 {
+
+namespace {
+
+template <int Warps_, int Stages_>
+struct GemvTmaCfg {
+  static constexpr int kWarps = Warps_;    // consumer warps; one more warp issues the copies
+  static constexpr int kStages = Stages_;  // k-steps in flight
+  static constexpr int kRows = kGemvRowsPerCta;
+  static constexpr int kStepK = kGemvTmaStepK;        // k elements per step
+  static constexpr int kRowBytes = kStepK / 2;        // one TMA box row: 256 bytes, the box limit
+  static constexpr int kScaleRowBytes = kStepK / 16;  // 32
+  static constexpr int kDataBytes = kRows * kRowBytes;
+  static constexpr int kStageBytes = kDataBytes + kRows * kScaleRowBytes;
+  static constexpr int kConsumers = kWarps * 32;
+  static constexpr int kCols = kRowBytes / 16;  // 16-byte chunks per row: one consumer column each
+  static constexpr int kRowGroups = kConsumers / kCols;
+  static constexpr int kRowsPerThread = kRows / kRowGroups;
+  static constexpr int kThreads = kConsumers + 32;
+  // b per step in shared memory: 512 int8 (two uint4 per column, column-interleaved so that 8
+  // consecutive columns' loads cover 128 contiguous bytes) and 32 fp32 block scales / 4.
+  static constexpr int kBBytesPerStep = kStepK + (kStepK / 16) * 4;
+
+  static_assert(kCols == 16, "a row's columns fill one half-warp (the row sums use xor shuffles 8..1)");
+  static_assert(kRows % kRowGroups == 0 && kRowsPerThread >= 1, "consumer warps split the rows evenly");
+  static_assert(kStageBytes % 128 == 0, "TMA destinations stay 128-byte aligned");
+  static_assert(kStages >= 2, "the ring needs a step in flight while one is consumed");
+  static_assert(kStageBytes == kGemvRowsPerCta * (kGemvTmaStepK / 2 + kGemvTmaStepK / 16) &&
+                    kBBytesPerStep == kGemvTmaStepK + (kGemvTmaStepK / 16) * 4,
+                "the kernel's shared-memory layout matches gemv_tma_smem_bytes");
+};
+
+__device__ __forceinline__ uint4 lds128(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const GemvArgs args, const int steps_per_cta,
+                                                                     const __grid_constant__ CUtensorMap a_map,
+                                                                     const __grid_constant__ CUtensorMap sfa_map) {
+  using Barrier = cutlass::arch::ClusterBarrier;
+  using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t{127});
+  uint8_t* b_int8s = stages + Cfg::kStages * Cfg::kStageBytes;                   // [steps][2][16 cols][16 B]
+  float* b_scales = reinterpret_cast<float*>(b_int8s + steps_per_cta * Cfg::kStepK);  // [steps][16 cols][2]
+  uint64_t* full = reinterpret_cast<uint64_t*>(b_scales + steps_per_cta * (Cfg::kStepK / 16));
+  uint64_t* empty = full + Cfg::kStages;
+  __shared__ float row_sum[Cfg::kRows];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row_block = blockIdx.x, split = blockIdx.y, batch = blockIdx.z;
+  const int steps = static_cast<int>((args.k + Cfg::kStepK - 1) / Cfg::kStepK);
+  const int s0 = static_cast<int>(static_cast<int64_t>(split) * steps / args.split_k);
+  const int count = static_cast<int>(static_cast<int64_t>(split + 1) * steps / args.split_k) - s0;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      Barrier::init(&full[s], 1);
+      Barrier::init(&empty[s], Cfg::kWarps);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp == Cfg::kWarps) {
+    // Producer: refill a stage once every consumer warp has released it.
+    if (lane == 0) {
+      constexpr uint64_t kEvictFirst = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST);
+      const int row0 = row_block * Cfg::kRows;
+      for (int i = 0; i < count; ++i) {
+        const int s = i % Cfg::kStages;
+        if (i >= Cfg::kStages) Barrier::wait(&empty[s], ((i / Cfg::kStages) - 1) & 1);
+        TxBarrier::arrive_and_expect_tx(&full[s], Cfg::kStageBytes);  // boxes count in full, zero fill too
+        uint8_t* dst = stages + s * Cfg::kStageBytes;
+        cute::SM90_TMA_LOAD_3D::copy(&a_map, &full[s], kEvictFirst, dst, (s0 + i) * Cfg::kRowBytes, row0, batch);
+        cute::SM90_TMA_LOAD_3D::copy(&sfa_map, &full[s], kEvictFirst, dst + Cfg::kDataBytes,
+                                     (s0 + i) * Cfg::kScaleRowBytes, row0, batch);
+      }
+    }
+    __syncwarp();
+  } else {
+    const int ct = threadIdx.x, col = ct % Cfg::kCols, rg = ct / Cfg::kCols;
+    // b of the CTA's K range to int8 and fp32 / 4 in shared memory; loads of up to 4 columns are
+    // issued before any is converted, so the prologue costs one round trip per 4 columns.
+    {
+      const uint8_t* b = args.b.data + batch * args.b.data_batch;
+      const uint8_t* sfb = args.b.scales + batch * args.b.scale_batch;
+      const int units = count * Cfg::kCols;
+      constexpr int kBatch = 4;
+      for (int u0 = ct; u0 < units; u0 += kBatch * Cfg::kConsumers) {
+        uint4 raw[kBatch];
+        uint32_t sc[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const int u = u0 + j * Cfg::kConsumers;
+          const int64_t kk = static_cast<int64_t>(s0 + u / Cfg::kCols) * Cfg::kStepK + (u % Cfg::kCols) * 32;
+          const bool ok = u < units && kk < args.k;
+          raw[j] = ok ? __ldg(reinterpret_cast<const uint4*>(b + kk / 2)) : make_uint4(0, 0, 0, 0);
+          sc[j] = ok ? __ldg(reinterpret_cast<const unsigned short*>(sfb + gemv::scale_pair_offset(args.b, 0, args.k,
+                                                                                                    kk / 16)))
+                     : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const int u = u0 + j * Cfg::kConsumers;
+          if (u >= units) break;
+          const int i = u / Cfg::kCols, c = u % Cfg::kCols;
+          uint32_t p[8];
+          gemv::b_int8(raw[j], p);
+          *reinterpret_cast<uint4*>(b_int8s + ((2 * i) * Cfg::kCols + c) * 16) = make_uint4(p[0], p[1], p[2], p[3]);
+          *reinterpret_cast<uint4*>(b_int8s + ((2 * i + 1) * Cfg::kCols + c) * 16) = make_uint4(p[4], p[5], p[6], p[7]);
+          const float2 sb = gemv::scales_f32(sc[j]);
+          *reinterpret_cast<float2*>(b_scales + (i * Cfg::kCols + c) * 2) = make_float2(sb.x * 0.25f, sb.y * 0.25f);
+        }
+      }
+      asm volatile("bar.sync 1, %0;\n" ::"r"(Cfg::kConsumers) : "memory");  // consumers only
+    }
+
+    float dot[Cfg::kRowsPerThread] = {};
+    for (int i = 0; i < count; ++i) {
+      const int s = i % Cfg::kStages;
+      const uint4 p0 = lds128(b_int8s + ((2 * i) * Cfg::kCols + col) * 16);
+      const uint4 p1 = lds128(b_int8s + ((2 * i + 1) * Cfg::kCols + col) * 16);
+      const float2 sbq = *reinterpret_cast<const float2*>(b_scales + (i * Cfg::kCols + col) * 2);
+      const uint32_t p[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+      TxBarrier::wait(&full[s], (i / Cfg::kStages) & 1);
+      const uint8_t* st = stages + s * Cfg::kStageBytes;
+#pragma unroll
+      for (int r = 0; r < Cfg::kRowsPerThread; ++r) {
+        const int row = rg + r * Cfg::kRowGroups;
+        const uint4 w = lds128(st + row * Cfg::kRowBytes + col * 16);
+        const float2 sa = gemv::scales_f32(
+            *reinterpret_cast<const unsigned short*>(st + Cfg::kDataBytes + row * Cfg::kScaleRowBytes + col * 2));
+        dot[r] = __fmaf_rn(static_cast<float>(gemv::block_dot16(w.x, w.y, p)), sa.x * sbq.x, dot[r]);
+        dot[r] = __fmaf_rn(static_cast<float>(gemv::block_dot16(w.z, w.w, p + 4)), sa.y * sbq.y, dot[r]);
+      }
+      __syncwarp();
+      if (lane == 0) Barrier::arrive(&empty[s]);
+    }
+#pragma unroll
+    for (int r = 0; r < Cfg::kRowsPerThread; ++r) {
+      float v = dot[r];
+#pragma unroll
+      for (int x = Cfg::kCols / 2; x >= 1; x /= 2) v += __shfl_xor_sync(0xffffffffu, v, x);
+      if (col == 0) row_sum[rg + r * Cfg::kRowGroups] = v;
+    }
+  }
+  __syncthreads();
+  const float v = threadIdx.x < Cfg::kRows ? row_sum[threadIdx.x] : 0.0f;
+  gemv::finish_rows(args, row_block, split, batch, v);
+}
+
+template <int Warps, int Stages>
+void launch(const GemvArgs& args, cudaStream_t stream) {
+  using Cfg = GemvTmaCfg<Warps, Stages>;
+  const int64_t steps = (args.k + Cfg::kStepK - 1) / Cfg::kStepK;
+  const int steps_per_cta = static_cast<int>((steps + args.split_k - 1) / args.split_k);
+  const size_t smem = gemv_tma_smem_bytes(args.k, args.split_k, Stages);
+  const CUtensorMap a_map = make_tma_3d_u8(args.a.data, args.k / 2, args.m, args.l, args.k / 2, args.a.data_batch,
+                                           Cfg::kRowBytes, Cfg::kRows, false);
+  const CUtensorMap sfa_map = make_tma_3d_u8(args.a.scales, args.k / 16, args.m, args.l, args.k / 16,
+                                             args.a.scale_batch, Cfg::kScaleRowBytes, Cfg::kRows, false);
+  auto kernel = nvfp4_gemv_tma_kernel<Cfg>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((args.m + Cfg::kRows - 1) / Cfg::kRows), static_cast<unsigned>(args.split_k),
+                  static_cast<unsigned>(args.l));
+  kernel<<<grid, Cfg::kThreads, smem, stream>>>(args, steps_per_cta, a_map, sfa_map);
+  SWAPFFN_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_gemv_tma(const GemvArgs& args, int warps, int stages, cudaStream_t stream) {
+  if (stages == 4) {
+    if (warps == 2) return launch<2, 4>(args, stream);
+    if (warps == 4) return launch<4, 4>(args, stream);
+    if (warps == 8) return launch<8, 4>(args, stream);
+  } else if (stages == 8) {
+    if (warps == 2) return launch<2, 8>(args, stream);
+    if (warps == 4) return launch<4, 8>(args, stream);
+    if (warps == 8) return launch<8, 8>(args, stream);
+  }
+  SWAPFFN_FAIL("NVFP4 GEMV load=tma supports 2, 4 or 8 consumer warps and 4 or 8 stages, not warps=" +
+               std::to_string(warps) + " stages=" + std::to_string(stages));
+}
+
+}  // namespace swapffn::cuda::nvfp4
