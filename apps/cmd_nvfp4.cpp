@@ -301,11 +301,12 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
     for (int w : {4, 8})
       for (int s : {1, 2, 4, 8})
         if (s <= k / 128) cands.push_back({w, s, d});
+  const int tma_variants[][2] = {{4, 512}, {8, 512}, {2, 1024}, {4, 1024}, {2, 2048}, {4, 2048}};  // stages, step_k
   if (gemv_tma_supported(p))
-    for (int w : {2, 4, 8})
-      for (int st : {4, 8})
-        for (int s : {1, 2, 4})
-          if (s <= k / 512) cands.push_back({w, s, GemvDecode::int8, GemvLoad::tma, st});
+    for (int w : {4, 8})
+      for (const auto& v : tma_variants)
+        for (int s : {1, 2})
+          if (s <= k / v[1]) cands.push_back({w, s, GemvDecode::int8, GemvLoad::tma, v[0], v[1]});
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);

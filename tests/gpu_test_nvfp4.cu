@@ -105,22 +105,26 @@ TEST_F(Nvfp4Gpu, GemvBitExact) {
     }
 }
 
-// The TMA path: every consumer-warp count and ring depth, split-K, M not a multiple of 32, the
-// smallest K it takes (256: half a 512-element step, the rest zero-filled) and a K ending mid-step.
-constexpr GemvConfig tma_cfg(int warps, int split, int stages) {
-  return {warps, split, GemvDecode::int8, GemvLoad::tma, stages};
+// The TMA path: every built (warps, stages, step_k) variant, split-K, M not a multiple of 32, the
+// smallest K it takes (256: part of a step, the rest zero-filled) and a K ending mid-step.
+constexpr GemvConfig tma_cfg(int warps, int split, int stages, int step_k = 512) {
+  return {warps, split, GemvDecode::int8, GemvLoad::tma, stages, step_k};
 }
 
 TEST_F(Nvfp4Gpu, GemvTmaBitExact) {
-  for (int w : {2, 4, 8})
-    for (int st : {4, 8}) {
-      run_gemv(200, 1024, 3, ScaleLayout::plain, tma_cfg(w, 1, st), 41);
-      run_gemv(200, 4096, 2, ScaleLayout::plain, tma_cfg(w, 3, st), 42);  // split-K, 8 steps over 3 CTAs
+  const int variants[][2] = {{4, 512}, {8, 512}, {2, 1024}, {4, 1024}, {2, 2048}, {4, 2048}};  // stages, step_k
+  for (int w : {4, 8})
+    for (const auto& v : variants) {
+      run_gemv(200, 2048, 3, ScaleLayout::plain, tma_cfg(w, 1, v[0], v[1]), 41);
+      run_gemv(200, 8192, 2, ScaleLayout::plain, tma_cfg(w, 3, v[0], v[1]), 42);  // split-K, uneven steps
+      run_gemv(77, 768, 1, ScaleLayout::plain, tma_cfg(w, 1, v[0], v[1]), 44);    // K ends mid-step
     }
-  run_gemv(128, 256, 2, ScaleLayout::plain, tma_cfg(4, 1, 4), 43);   // smallest K
-  run_gemv(77, 768, 1, ScaleLayout::plain, tma_cfg(8, 2, 8), 44);    // K ends mid-step, a step per CTA
-  run_gemv(33, 16384, 1, ScaleLayout::plain, tma_cfg(4, 1, 4), 45);  // 32 steps through 4 stages
+  run_gemv(128, 256, 2, ScaleLayout::plain, tma_cfg(4, 1, 4), 43);           // smallest K
+  run_gemv(128, 256, 2, ScaleLayout::plain, tma_cfg(8, 1, 2, 2048), 43);     // ... most of the step zero-filled
+  run_gemv(33, 16384, 1, ScaleLayout::plain, tma_cfg(4, 1, 4), 45);          // 32 steps through 4 stages
+  run_gemv(33, 16384, 1, ScaleLayout::plain, tma_cfg(8, 1, 2, 1024), 45);    // 16 steps through 2 stages
   run_gemv(200, 1024, 3, ScaleLayout::plain, tma_cfg(4, 2, 8), 46, nullptr, InputKind::gemm);  // every byte
+  run_gemv(200, 4096, 3, ScaleLayout::plain, tma_cfg(8, 1, 4, 2048), 46, nullptr, InputKind::gemm);
   // The default takes the TMA path where it can (plain scales, K % 256 == 0), else registers.
   GemvProblem probe{1000, 4096, 2, {}, {}, nullptr};
   const GemvConfig chosen = choose_gemv_config(probe, sms_);

@@ -88,8 +88,9 @@ inline constexpr int kMaxGroups = 64;
 // scales applied per 16-element block) or fp16 decoding into tensor-core MMAs. Both are exact per
 // block and accumulate in fp32.
 // load: how `a` reaches the warps: 16-byte register loads by every lane (any problem), or a
-// shared-memory ring filled by TMA copies `stages` 512-element k-steps ahead, with `warps` consumer
-// warps (int8 decode only; needs a's scales plain and 16-byte aligned and K % 256 == 0).
+// shared-memory ring filled by TMA copies `stages` k-steps of `step_k` elements ahead, with `warps`
+// consumer warps (int8 decode only; needs a's scales plain and 16-byte aligned and K % 256 == 0).
+// Built: warps 4 or 8; step_k 512 with 4 or 8 stages, 1024 or 2048 with 2 or 4 stages.
 enum class GemvDecode { int8, mma };
 enum class GemvLoad { registers, tma };
 struct GemvConfig {
@@ -97,7 +98,8 @@ struct GemvConfig {
   int split_k = 1;
   GemvDecode decode = GemvDecode::int8;
   GemvLoad load = GemvLoad::registers;
-  int stages = 8;  // load=tma only: 4 or 8
+  int stages = 8;      // load=tma only
+  int step_k = 512;    // load=tma only
 };
 
 // Tile GEMMs: CTA tile M x N (per B operand for the dual GEMM) from the instantiated set, and

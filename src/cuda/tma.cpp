@@ -47,20 +47,26 @@ CUtensorMap make_tma_2d_bf16_sw128(const void* base, uint64_t rows, uint64_t col
 }
 
 CUtensorMap make_tma_3d_u8(const void* base, uint64_t cols, uint64_t rows, uint64_t batches, uint64_t row_pitch,
-                           uint64_t batch_pitch, uint32_t box_cols, uint32_t box_rows, bool swizzle_128b) {
-  SWAPFFN_REQUIRE(swizzle_128b ? box_cols == 128 : (box_cols % 16 == 0 && box_cols >= 16 && box_cols <= 256),
+                           uint64_t batch_pitch, uint32_t box_cols, uint32_t box_rows, bool swizzle_128b,
+                           uint32_t elem_bytes) {
+  SWAPFFN_REQUIRE(elem_bytes == 1 || elem_bytes == 8, "TMA byte tensors use 1- or 8-byte elements, not " +
+                                                          std::to_string(elem_bytes));
+  SWAPFFN_REQUIRE(swizzle_128b ? box_cols == 128 && elem_bytes == 1
+                               : (box_cols % 16 == 0 && box_cols >= 16 && box_cols <= 256 * elem_bytes),
                   "TMA byte box of " + std::to_string(box_cols) + " columns does not fit its swizzle mode");
+  SWAPFFN_REQUIRE(cols % elem_bytes == 0, "TMA tensor of " + std::to_string(cols) + " bytes per row is not a whole "
+                                              "number of " + std::to_string(elem_bytes) + "-byte elements");
   SWAPFFN_REQUIRE(box_rows >= 1 && box_rows <= 256, "TMA box rows must be in [1, 256], got " +
                                                         std::to_string(box_rows));
   SWAPFFN_REQUIRE(reinterpret_cast<uintptr_t>(base) % 16 == 0 && row_pitch % 16 == 0 && batch_pitch % 16 == 0,
                   "TMA needs a 16-byte aligned base and pitches");
   CUtensorMap map{};
-  const cuuint64_t dims[3] = {cols, rows, batches};
+  const cuuint64_t dims[3] = {cols / elem_bytes, rows, batches};
   const cuuint64_t strides[2] = {row_pitch, batch_pitch};
-  const cuuint32_t box[3] = {box_cols, box_rows, 1};
+  const cuuint32_t box[3] = {box_cols / elem_bytes, box_rows, 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base), dims, strides, box,
-                         elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+  CUresult r = encoder()(&map, elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT64, 3,
+                         const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                          swizzle_128b ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   SWAPFFN_REQUIRE(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r) +

@@ -17,8 +17,11 @@ CUtensorMap make_tma_2d_bf16_sw128(const void* base, uint64_t rows, uint64_t col
 // A 3-D byte tensor [batches][rows][cols] (cols contiguous; row and batch pitches in bytes, multiples
 // of 16) read in boxes of box_rows x box_cols bytes within one batch, with 128-byte swizzle when
 // swizzle_128b (box_cols must then be 128) or none (box_cols a multiple of 16). Out-of-range rows
-// of a box read as zeros.
+// of a box read as zeros. elem_bytes = 8 views the bytes as 8-byte elements, which lets an
+// unswizzled box be up to 2 KB wide (TMA boxes have at most 256 elements per dimension); cols and
+// box_cols stay in bytes.
 CUtensorMap make_tma_3d_u8(const void* base, uint64_t cols, uint64_t rows, uint64_t batches, uint64_t row_pitch,
-                           uint64_t batch_pitch, uint32_t box_cols, uint32_t box_rows, bool swizzle_128b);
+                           uint64_t batch_pitch, uint32_t box_cols, uint32_t box_rows, bool swizzle_128b,
+                           uint32_t elem_bytes = 1);
 
 }  // namespace swapffn::cuda

@@ -221,13 +221,14 @@ void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream
     std::string why;
     SWAPFFN_REQUIRE(gemv_tma_supported(p, &why), op + ": load=tma " + why + "; use load=registers");
     SWAPFFN_REQUIRE(c.decode == GemvDecode::int8, op + ": load=tma implements decode=int8 only");
-    SWAPFFN_REQUIRE(c.stages == 4 || c.stages == 8,
-                    op + ": config stages=" + std::to_string(c.stages) + " (load=tma supports 4, 8)");
-    check_split(op, c.split_k, ceil_div(p.k, cu::kGemvTmaStepK));
+    SWAPFFN_REQUIRE(cu::gemv_tma_built(c.warps, c.stages, c.step_k),
+                    op + ": load=tma is not built for " + describe(c) +
+                        " (warps 4 or 8; step_k 512 with stages 4 or 8, step_k 1024 or 2048 with stages 2 or 4)");
+    check_split(op, c.split_k, ceil_div(p.k, c.step_k));
     int device = 0, smem_max = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    const size_t smem = cu::gemv_tma_smem_bytes(p.k, c.split_k, c.stages);
+    const size_t smem = cu::gemv_tma_smem_bytes(p.k, c.split_k, c.stages, c.step_k);
     SWAPFFN_REQUIRE(smem <= static_cast<size_t>(smem_max),
                     op + ": load=tma with " + describe(c) + " needs " + std::to_string(smem) +
                         " bytes of shared memory per CTA (the ring and b of K/split_k), the device allows " +
@@ -244,7 +245,7 @@ void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream
   a.l = p.l;
   a.split_k = c.split_k;
   attach(op, gemv_ws(p, c), ws, a);
-  if (tma) cu::launch_gemv_tma(a, c.warps, c.stages, stream);
+  if (tma) cu::launch_gemv_tma(a, c.warps, c.stages, c.step_k, stream);
   else cu::launch_gemv(a, c.warps, c.decode == GemvDecode::int8, stream);
 }
 

@@ -49,7 +49,8 @@ int tile_n(Tile t) {
 std::string describe(const GemvConfig& c) {
   return "warps=" + std::to_string(c.warps) + " split_k=" + std::to_string(c.split_k) +
          (c.decode == GemvDecode::int8 ? " decode=int8" : " decode=mma") +
-         (c.load == GemvLoad::tma ? " load=tma stages=" + std::to_string(c.stages) : std::string());
+         (c.load == GemvLoad::tma ? " load=tma stages=" + std::to_string(c.stages) + " step_k=" + std::to_string(c.step_k)
+                                   : std::string());
 }
 std::string describe(const TileConfig& c) {
   return std::string("tile=") + to_string(c.tile) + " split_k=" + std::to_string(c.split_k);
@@ -101,10 +102,10 @@ GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
     c.warps = 4;
     c.stages = 8;
     const int64_t blocks = ceil_div(p.m, 32) * p.l;
-    const int64_t steps = ceil_div(p.k, cuda::nvfp4::kGemvTmaStepK);
+    const int64_t steps = ceil_div(p.k, c.step_k);
     int64_t s = 1;
     while (blocks * s < sm_count && s * 2 <= steps) s *= 2;
-    while (s < steps && cuda::nvfp4::gemv_tma_smem_bytes(p.k, static_cast<int>(s), c.stages) > kTmaSmemBudget) ++s;
+    while (s < steps && cuda::nvfp4::gemv_tma_smem_bytes(p.k, static_cast<int>(s), c.stages, c.step_k) > kTmaSmemBudget) ++s;
     c.split_k = static_cast<int>(std::min<int64_t>(s, 64));
     return c;
   }

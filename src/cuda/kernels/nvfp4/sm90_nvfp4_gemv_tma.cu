@@ -3,9 +3,12 @@
 // Why it exists: with the int8 decode the register-load GEMV (sm90_nvfp4_gemv.cu) waits on the
 // bytes it can keep in flight, which registers bound (two 128-element chunks per lane; Nsight
 // Compute: long-scoreboard stall on top, DRAM at 61% of peak). Here one producer lane keeps
-// `Stages` k-steps of the CTA's 32 rows in flight with two TMA boxes per step (32 rows x 256 bytes
-// of e2m1 data, 32 rows x 32 bytes of plain scales; evict-first, `a` is read once), which costs no
-// registers, and the consumer warps run the int8 dot products on conflict-free shared loads.
+// `Stages` k-steps of the CTA's 32 rows in flight with two TMA boxes per step (32 rows x step_k / 2
+// bytes of e2m1 data, viewed as 8-byte elements so that a box row can be up to 1 KB, and 32 rows x
+// step_k / 16 bytes of plain scales; evict-first, `a` is read once), which costs no registers, and
+// the consumer warps run the int8 dot products on conflict-free shared loads. Wider steps ask DRAM
+// for longer runs of each row (256 bytes per row and request in the first version reached the same
+// ~2 TB/s as the register loads).
 //
 // b is the same for every row: the consumers convert the CTA's K range of it to int8 (and its
 // scales to fp32 / 4) once, into shared memory, while the ring's first steps are in flight.
@@ -32,32 +35,34 @@ namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
-template <int Warps_, int Stages_>
+template <int Warps_, int Stages_, int Width_>
 struct GemvTmaCfg {
   static constexpr int kWarps = Warps_;    // consumer warps; one more warp issues the copies
-  static constexpr int kStages = Stages_;  // k-steps in flight
+  static constexpr int kStages = Stages_;  // ring stages in flight
+  static constexpr int kWidth = Width_;    // 512-element sub-steps per stage
   static constexpr int kRows = kGemvRowsPerCta;
-  static constexpr int kStepK = kGemvTmaStepK;        // k elements per step
-  static constexpr int kRowBytes = kStepK / 2;        // one TMA box row: 256 bytes, the box limit
-  static constexpr int kScaleRowBytes = kStepK / 16;  // 32
+  static constexpr int kSubK = 512;                   // k elements of a sub-step: 16 columns of 32
+  static constexpr int kStepK = kSubK * kWidth;       // k elements per stage
+  static constexpr int kRowBytes = kStepK / 2;        // one row of the data box (8-byte elements)
+  static constexpr int kScaleRowBytes = kStepK / 16;  // one row of the scale box
   static constexpr int kDataBytes = kRows * kRowBytes;
   static constexpr int kStageBytes = kDataBytes + kRows * kScaleRowBytes;
   static constexpr int kConsumers = kWarps * 32;
-  static constexpr int kCols = kRowBytes / 16;  // 16-byte chunks per row: one consumer column each
+  static constexpr int kCols = kSubK / 32;  // consumer columns: 32 k-elements (one 16-byte chunk) each
   static constexpr int kRowGroups = kConsumers / kCols;
   static constexpr int kRowsPerThread = kRows / kRowGroups;
   static constexpr int kThreads = kConsumers + 32;
-  // b per step in shared memory: 512 int8 (two uint4 per column, column-interleaved so that 8
+  // b per sub-step in shared memory: 512 int8 (two uint4 per column, column-interleaved so that 8
   // consecutive columns' loads cover 128 contiguous bytes) and 32 fp32 block scales / 4.
-  static constexpr int kBBytesPerStep = kStepK + (kStepK / 16) * 4;
+  static constexpr int kBBytesPerSub = kSubK + (kSubK / 16) * 4;
 
   static_assert(kCols == 16, "a row's columns fill one half-warp (the row sums use xor shuffles 8..1)");
   static_assert(kRows % kRowGroups == 0 && kRowsPerThread >= 1, "consumer warps split the rows evenly");
+  static_assert(kWidth == 1 || kWidth == 2 || kWidth == 4, "data boxes of 256, 512 or 1024 bytes per row");
   static_assert(kStageBytes % 128 == 0, "TMA destinations stay 128-byte aligned");
-  static_assert(kStages >= 2, "the ring needs a step in flight while one is consumed");
-  static_assert(kStageBytes == kGemvRowsPerCta * (kGemvTmaStepK / 2 + kGemvTmaStepK / 16) &&
-                    kBBytesPerStep == kGemvTmaStepK + (kGemvTmaStepK / 16) * 4,
+  static_assert(kStageBytes == kRows * (kStepK / 2 + kStepK / 16) && kBBytesPerSub * kWidth == kStepK + (kStepK / 16) * 4,
                 "the kernel's shared-memory layout matches gemv_tma_smem_bytes");
+  static_assert(kStages >= 2, "the ring needs a stage in flight while one is consumed");
 };
 
 __device__ __forceinline__ uint4 lds128(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
@@ -70,9 +75,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
   using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* stages = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t{127});
-  uint8_t* b_int8s = stages + Cfg::kStages * Cfg::kStageBytes;                   // [steps][2][16 cols][16 B]
-  float* b_scales = reinterpret_cast<float*>(b_int8s + steps_per_cta * Cfg::kStepK);  // [steps][16 cols][2]
-  uint64_t* full = reinterpret_cast<uint64_t*>(b_scales + steps_per_cta * (Cfg::kStepK / 16));
+  uint8_t* b_int8s = stages + Cfg::kStages * Cfg::kStageBytes;  // [sub-steps][2][16 cols][16 B]
+  const int subs_per_cta = steps_per_cta * Cfg::kWidth;
+  float* b_scales = reinterpret_cast<float*>(b_int8s + subs_per_cta * Cfg::kSubK);  // [sub-steps][16 cols][2]
+  uint64_t* full = reinterpret_cast<uint64_t*>(b_scales + subs_per_cta * (Cfg::kSubK / 16));
   uint64_t* empty = full + Cfg::kStages;
   __shared__ float row_sum[Cfg::kRows];
 
@@ -101,7 +107,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
         if (i >= Cfg::kStages) Barrier::wait(&empty[s], ((i / Cfg::kStages) - 1) & 1);
         TxBarrier::arrive_and_expect_tx(&full[s], Cfg::kStageBytes);  // boxes count in full, zero fill too
         uint8_t* dst = stages + s * Cfg::kStageBytes;
-        cute::SM90_TMA_LOAD_3D::copy(&a_map, &full[s], kEvictFirst, dst, (s0 + i) * Cfg::kRowBytes, row0, batch);
+        // The data map has 8-byte elements: its x coordinate counts them.
+        cute::SM90_TMA_LOAD_3D::copy(&a_map, &full[s], kEvictFirst, dst, (s0 + i) * (Cfg::kRowBytes / 8), row0, batch);
         cute::SM90_TMA_LOAD_3D::copy(&sfa_map, &full[s], kEvictFirst, dst + Cfg::kDataBytes,
                                      (s0 + i) * Cfg::kScaleRowBytes, row0, batch);
       }
@@ -114,7 +121,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
     {
       const uint8_t* b = args.b.data + batch * args.b.data_batch;
       const uint8_t* sfb = args.b.scales + batch * args.b.scale_batch;
-      const int units = count * Cfg::kCols;
+      const int units = subs_per_cta * Cfg::kCols;
+      const int64_t k0 = static_cast<int64_t>(s0) * Cfg::kStepK;
       constexpr int kBatch = 4;
       for (int u0 = ct; u0 < units; u0 += kBatch * Cfg::kConsumers) {
         uint4 raw[kBatch];
@@ -122,7 +130,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
 #pragma unroll
         for (int j = 0; j < kBatch; ++j) {
           const int u = u0 + j * Cfg::kConsumers;
-          const int64_t kk = static_cast<int64_t>(s0 + u / Cfg::kCols) * Cfg::kStepK + (u % Cfg::kCols) * 32;
+          const int64_t kk = k0 + static_cast<int64_t>(u) * 32;  // unit u: sub-step u / 16, column u % 16
           const bool ok = u < units && kk < args.k;
           raw[j] = ok ? __ldg(reinterpret_cast<const uint4*>(b + kk / 2)) : make_uint4(0, 0, 0, 0);
           sc[j] = ok ? __ldg(reinterpret_cast<const unsigned short*>(sfb + gemv::scale_pair_offset(args.b, 0, args.k,
@@ -133,13 +141,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
         for (int j = 0; j < kBatch; ++j) {
           const int u = u0 + j * Cfg::kConsumers;
           if (u >= units) break;
-          const int i = u / Cfg::kCols, c = u % Cfg::kCols;
+          const int q = u / Cfg::kCols, c = u % Cfg::kCols;
           uint32_t p[8];
           gemv::b_int8(raw[j], p);
-          *reinterpret_cast<uint4*>(b_int8s + ((2 * i) * Cfg::kCols + c) * 16) = make_uint4(p[0], p[1], p[2], p[3]);
-          *reinterpret_cast<uint4*>(b_int8s + ((2 * i + 1) * Cfg::kCols + c) * 16) = make_uint4(p[4], p[5], p[6], p[7]);
+          *reinterpret_cast<uint4*>(b_int8s + ((2 * q) * Cfg::kCols + c) * 16) = make_uint4(p[0], p[1], p[2], p[3]);
+          *reinterpret_cast<uint4*>(b_int8s + ((2 * q + 1) * Cfg::kCols + c) * 16) = make_uint4(p[4], p[5], p[6], p[7]);
           const float2 sb = gemv::scales_f32(sc[j]);
-          *reinterpret_cast<float2*>(b_scales + (i * Cfg::kCols + c) * 2) = make_float2(sb.x * 0.25f, sb.y * 0.25f);
+          *reinterpret_cast<float2*>(b_scales + (q * Cfg::kCols + c) * 2) = make_float2(sb.x * 0.25f, sb.y * 0.25f);
         }
       }
       asm volatile("bar.sync 1, %0;\n" ::"r"(Cfg::kConsumers) : "memory");  // consumers only
@@ -148,20 +156,25 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
     float dot[Cfg::kRowsPerThread] = {};
     for (int i = 0; i < count; ++i) {
       const int s = i % Cfg::kStages;
-      const uint4 p0 = lds128(b_int8s + ((2 * i) * Cfg::kCols + col) * 16);
-      const uint4 p1 = lds128(b_int8s + ((2 * i + 1) * Cfg::kCols + col) * 16);
-      const float2 sbq = *reinterpret_cast<const float2*>(b_scales + (i * Cfg::kCols + col) * 2);
-      const uint32_t p[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
       TxBarrier::wait(&full[s], (i / Cfg::kStages) & 1);
       const uint8_t* st = stages + s * Cfg::kStageBytes;
 #pragma unroll
-      for (int r = 0; r < Cfg::kRowsPerThread; ++r) {
-        const int row = rg + r * Cfg::kRowGroups;
-        const uint4 w = lds128(st + row * Cfg::kRowBytes + col * 16);
-        const float2 sa = gemv::scales_f32(
-            *reinterpret_cast<const unsigned short*>(st + Cfg::kDataBytes + row * Cfg::kScaleRowBytes + col * 2));
-        dot[r] = __fmaf_rn(static_cast<float>(gemv::block_dot16(w.x, w.y, p)), sa.x * sbq.x, dot[r]);
-        dot[r] = __fmaf_rn(static_cast<float>(gemv::block_dot16(w.z, w.w, p + 4)), sa.y * sbq.y, dot[r]);
+      for (int j = 0; j < Cfg::kWidth; ++j) {
+        const int q = i * Cfg::kWidth + j;  // sub-step
+        const uint4 p0 = lds128(b_int8s + ((2 * q) * Cfg::kCols + col) * 16);
+        const uint4 p1 = lds128(b_int8s + ((2 * q + 1) * Cfg::kCols + col) * 16);
+        const float2 sbq = *reinterpret_cast<const float2*>(b_scales + (q * Cfg::kCols + col) * 2);
+        const uint32_t p[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+        const int chunk = j * Cfg::kCols + col;  // 16-byte chunk of the stage's row
+#pragma unroll
+        for (int r = 0; r < Cfg::kRowsPerThread; ++r) {
+          const int row = rg + r * Cfg::kRowGroups;
+          const uint4 w = lds128(st + row * Cfg::kRowBytes + chunk * 16);
+          const float2 sa = gemv::scales_f32(
+              *reinterpret_cast<const unsigned short*>(st + Cfg::kDataBytes + row * Cfg::kScaleRowBytes + chunk * 2));
+          dot[r] = __fmaf_rn(static_cast<float>(gemv::block_dot16(w.x, w.y, p)), sa.x * sbq.x, dot[r]);
+          dot[r] = __fmaf_rn(static_cast<float>(gemv::block_dot16(w.z, w.w, p + 4)), sa.y * sbq.y, dot[r]);
+        }
       }
       __syncwarp();
       if (lane == 0) Barrier::arrive(&empty[s]);
@@ -179,14 +192,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
   gemv::finish_rows(args, row_block, split, batch, v);
 }
 
-template <int Warps, int Stages>
+template <int Warps, int Stages, int Width>
 void launch(const GemvArgs& args, cudaStream_t stream) {
-  using Cfg = GemvTmaCfg<Warps, Stages>;
+  using Cfg = GemvTmaCfg<Warps, Stages, Width>;
   const int64_t steps = (args.k + Cfg::kStepK - 1) / Cfg::kStepK;
   const int steps_per_cta = static_cast<int>((steps + args.split_k - 1) / args.split_k);
-  const size_t smem = gemv_tma_smem_bytes(args.k, args.split_k, Stages);
+  const size_t smem = gemv_tma_smem_bytes(args.k, args.split_k, Stages, Cfg::kStepK);
   const CUtensorMap a_map = make_tma_3d_u8(args.a.data, args.k / 2, args.m, args.l, args.k / 2, args.a.data_batch,
-                                           Cfg::kRowBytes, Cfg::kRows, false);
+                                           Cfg::kRowBytes, Cfg::kRows, false, 8);
   const CUtensorMap sfa_map = make_tma_3d_u8(args.a.scales, args.k / 16, args.m, args.l, args.k / 16,
                                              args.a.scale_batch, Cfg::kScaleRowBytes, Cfg::kRows, false);
   auto kernel = nvfp4_gemv_tma_kernel<Cfg>;
@@ -197,20 +210,34 @@ void launch(const GemvArgs& args, cudaStream_t stream) {
   SWAPFFN_CHECK_LAUNCH();
 }
 
+// The instantiated (stages, step_k) pairs: up to ~74 KB of ring per CTA (two or three CTAs per
+// SM), plus 4 stages of 2048 (147 KB, one CTA per SM).
+template <int Warps>
+bool launch_warps(const GemvArgs& args, int stages, int step_k, cudaStream_t stream) {
+  if (stages == 4 && step_k == 512) return launch<Warps, 4, 1>(args, stream), true;
+  if (stages == 8 && step_k == 512) return launch<Warps, 8, 1>(args, stream), true;
+  if (stages == 2 && step_k == 1024) return launch<Warps, 2, 2>(args, stream), true;
+  if (stages == 4 && step_k == 1024) return launch<Warps, 4, 2>(args, stream), true;
+  if (stages == 2 && step_k == 2048) return launch<Warps, 2, 4>(args, stream), true;
+  if (stages == 4 && step_k == 2048) return launch<Warps, 4, 4>(args, stream), true;
+  return false;
+}
+
 }  // namespace
 
-void launch_gemv_tma(const GemvArgs& args, int warps, int stages, cudaStream_t stream) {
-  if (stages == 4) {
-    if (warps == 2) return launch<2, 4>(args, stream);
-    if (warps == 4) return launch<4, 4>(args, stream);
-    if (warps == 8) return launch<8, 4>(args, stream);
-  } else if (stages == 8) {
-    if (warps == 2) return launch<2, 8>(args, stream);
-    if (warps == 4) return launch<4, 8>(args, stream);
-    if (warps == 8) return launch<8, 8>(args, stream);
-  }
-  SWAPFFN_FAIL("NVFP4 GEMV load=tma supports 2, 4 or 8 consumer warps and 4 or 8 stages, not warps=" +
-               std::to_string(warps) + " stages=" + std::to_string(stages));
+bool gemv_tma_built(int warps, int stages, int step_k) {
+  const bool shape = (step_k == 512 && (stages == 4 || stages == 8)) ||
+                     ((step_k == 1024 || step_k == 2048) && (stages == 2 || stages == 4));
+  return shape && (warps == 4 || warps == 8);
+}
+
+void launch_gemv_tma(const GemvArgs& args, int warps, int stages, int step_k, cudaStream_t stream) {
+  const bool launched = warps == 4   ? launch_warps<4>(args, stages, step_k, stream)
+                        : warps == 8 ? launch_warps<8>(args, stages, step_k, stream)
+                                     : false;
+  if (!launched)
+    SWAPFFN_FAIL("NVFP4 GEMV load=tma is not built for warps=" + std::to_string(warps) + " stages=" +
+                 std::to_string(stages) + " step_k=" + std::to_string(step_k));
 }
 
 }  // namespace swapffn::cuda::nvfp4
