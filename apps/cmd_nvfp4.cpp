@@ -3,7 +3,8 @@
 //   nvfp4 bench  the 14 shapes: our time (median over L2-flushed runs, small config
 //                search), % of Hopper speed-of-light measured in the same run, the B200 competition
 //                best and cuBLAS bf16 on the dequantized operands; each result is also checked
-//                against that cuBLAS product (bit-exact for GEMV/GEMM/grouped, tolerance for dual).
+//                against that cuBLAS product (bit-exact for GEMV/GEMM/grouped, tolerance for dual);
+//                for the GEMV also a plain stream read of as many bytes (what reading them alone takes).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -153,11 +154,21 @@ bool run_check(uint64_t seed) {
 
 // ------------------------------------------------------------------ bench
 
+// L2 flush between timed runs: `write` memsets 2x L2 (the method; the L2 is then full of
+// dirty lines, which the timed kernel's misses write back to HBM), `clean` then also stream-reads a
+// second 2x L2 buffer, so the timed kernel starts with clean lines and pays only for its own traffic.
+enum class Flush { write, clean };
+
 struct Timer {
   int reps;
-  DeviceBuffer flush;  // written between runs so every timed run starts with a cold L2
+  Flush mode;
+  int sm_count;
+  DeviceBuffer flush, flush_read, sink;  // see Flush
   cudaEvent_t start[64], stop[64];
-  Timer(int r, size_t l2_bytes) : reps(std::min(r, 64)), flush(std::max<size_t>(2 * l2_bytes, 64 << 20)) {
+  Timer(int r, size_t l2_bytes, Flush f, int sms)
+      : reps(std::min(r, 64)), mode(f), sm_count(sms), flush(std::max<size_t>(2 * l2_bytes, 64 << 20)),
+        flush_read(f == Flush::clean ? flush.bytes() : 0), sink(16) {
+    if (f == Flush::clean) flush_read.fill(0);
     for (int i = 0; i < reps; ++i) {
       CUDA_CHECK(cudaEventCreate(&start[i]));
       CUDA_CHECK(cudaEventCreate(&stop[i]));
@@ -175,6 +186,7 @@ struct Timer {
     fn();
     for (int i = 0; i < reps; ++i) {
       if (flush_l2) CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xFF, flush.bytes(), nullptr));
+      if (flush_l2 && mode == Flush::clean) stream_read(flush_read.get(), flush_read.bytes(), sink.get(), sm_count, nullptr);
       CUDA_CHECK(cudaEventRecord(start[i], nullptr));
       fn();
       CUDA_CHECK(cudaEventRecord(stop[i], nullptr));
@@ -213,10 +225,10 @@ struct Cublas {
 };
 
 struct Ceilings {
-  double bw_gbs = 0, tflops = 0;
+  double bw_gbs = 0, tflops = 0, read_gbs = 0;
 };
 
-Ceilings measure_ceilings(Timer& timer, const Cublas& blas) {
+Ceilings measure_ceilings(Timer& timer, const Cublas& blas, int sm_count) {
   Ceilings c;
   {
     const size_t bytes = size_t{1} << 30;
@@ -224,6 +236,8 @@ Ceilings measure_ceilings(Timer& timer, const Cublas& blas) {
     src.fill(0x3C);
     const double us = timer.median_us([&] { CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, nullptr)); }, false);
     c.bw_gbs = 2.0 * bytes / (us * 1e3);  // read + write
+    const double read_us = timer.median_us([&] { stream_read(src.get(), bytes, dst.get(), sm_count, nullptr); }, false);
+    c.read_gbs = bytes / (read_us * 1e3);
   }
   {
     const int64_t n = 8192;
@@ -241,6 +255,7 @@ Ceilings measure_ceilings(Timer& timer, const Cublas& blas) {
 struct Result {
   std::string op, shape, config, default_config;
   double us = 0, default_us = 0, sol_us = 0, b200_us = 0, cublas_us = 0, bytes = 0, flops = 0;
+  double read_us = 0;  // GEMV: a stream read of as many bytes as the operands, under the same flush
   int64_t mismatches = 0;
   bool exact = true;
 };
@@ -321,6 +336,10 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   dequantize_to_bf16(da.view, m, k, l, a16.get(), nullptr);
   dequantize_to_bf16(db.view, 1, k, l, b16.get(), nullptr);
   r.cublas_us = timer.median_us([&] { blas.gemv(a16.get(), b16.get(), static_cast<float*>(c32.get()), m, k, l); });
+  {
+    DeviceBuffer same_bytes((operand_bytes(m, k, l) + 15) / 16 * 16), sink(16);
+    r.read_us = timer.median_us([&] { stream_read(same_bytes.get(), same_bytes.bytes(), sink.get(), sms, nullptr); });
+  }
   r.mismatches = compare(ours, download_f32(c32, m * l), true);
   r.bytes = static_cast<double>(operand_bytes(m, k, l) + operand_bytes(1, k, l) + m * l * 2);
   r.flops = 2.0 * m * k * l;
@@ -453,14 +472,15 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
   return r;
 }
 
-void run_bench(const std::string& op, const std::string& json_path, int reps) {
+void run_bench(const std::string& op, const std::string& json_path, int reps, Flush flush) {
   require_hopper();
   const GpuInfo g = query_gpu();
-  Timer timer(reps, g.l2_bytes);
+  Timer timer(reps, g.l2_bytes, flush, g.sm_count);
   Cublas blas;
-  const Ceilings ceil = measure_ceilings(timer, blas);
-  std::printf("device: %s, %d SMs, L2 %.0f MiB; measured HBM %.0f GB/s (copy, read+write), bf16 dense %.0f TFLOP/s (cuBLAS 8192^3)\n",
-              g.name.c_str(), g.sm_count, g.l2_bytes / 1048576.0, ceil.bw_gbs, ceil.tflops);
+  const Ceilings ceil = measure_ceilings(timer, blas, g.sm_count);
+  std::printf("device: %s, %d SMs, L2 %.0f MiB; measured HBM %.0f GB/s (copy, read+write), %.0f GB/s (stream read), "
+              "bf16 dense %.0f TFLOP/s (cuBLAS 8192^3)\n",
+              g.name.c_str(), g.sm_count, g.l2_bytes / 1048576.0, ceil.bw_gbs, ceil.read_gbs, ceil.tflops);
   std::vector<Result> rows;
   const bool all = op == "all";
   if (all || op == "gemv") {
@@ -485,12 +505,14 @@ void run_bench(const std::string& op, const std::string& json_path, int reps) {
     rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 3072, 4096, {192, 320}, 8.48));
     rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 4096, 1536, {128, 384}, 6.43));
   }
-  std::printf("\n%-8s %-36s %9s %9s %7s %9s %9s %9s  %-22s %s\n", "op", "shape", "ours_us", "SOL_us", "%SOL", "B200_us",
-              "cuBLAS_us", "default", "best config", "check vs cuBLAS");
+  std::printf("\n%-8s %-36s %9s %9s %7s %9s %9s %9s %9s  %-22s %s\n", "op", "shape", "ours_us", "SOL_us", "%SOL", "read_us",
+              "B200_us", "cuBLAS_us", "default", "best config", "check vs cuBLAS");
   bool all_ok = true;
   for (const auto& r : rows) {
-    std::printf("%-8s %-36s %9.2f %9.2f %6.1f%% %9.2f %9.2f %9.2f  %-22s %s\n", r.op.c_str(), r.shape.c_str(), r.us,
-                r.sol_us, 100.0 * r.sol_us / r.us, r.b200_us, r.cublas_us, r.default_us, r.config.c_str(),
+    char read[32] = "-";
+    if (r.read_us > 0) std::snprintf(read, sizeof read, "%.2f", r.read_us);
+    std::printf("%-8s %-36s %9.2f %9.2f %6.1f%% %9s %9.2f %9.2f %9.2f  %-22s %s\n", r.op.c_str(), r.shape.c_str(), r.us,
+                r.sol_us, 100.0 * r.sol_us / r.us, read, r.b200_us, r.cublas_us, r.default_us, r.config.c_str(),
                 r.mismatches ? (std::to_string(r.mismatches) + " MISMATCHES").c_str() : (r.exact ? "bit-exact" : "within tol"));
     all_ok &= r.mismatches == 0;
   }
@@ -504,15 +526,20 @@ void run_bench(const std::string& op, const std::string& json_path, int reps) {
     j["device"] = g.name;
     j["sm_count"] = g.sm_count;
     j["hbm_gbs_measured"] = ceil.bw_gbs;
+    j["hbm_read_gbs_measured"] = ceil.read_gbs;
     j["bf16_tflops_measured"] = ceil.tflops;
     j["method"] = "median of " + std::to_string(timer.reps) +
-                  " runs after 2 warm-ups, CUDA events, L2 flushed (memset of 2x L2) before each run";
+                  " runs after 2 warm-ups, CUDA events, L2 flushed (memset of 2x L2" +
+                  (flush == Flush::clean ? std::string(", then a stream read of another 2x L2") : std::string()) +
+                  ") before each run";
     for (const auto& r : rows)
       j["results"].push_back({{"op", r.op}, {"shape", r.shape}, {"us", r.us}, {"sol_us", r.sol_us},
                               {"pct_sol", 100.0 * r.sol_us / r.us}, {"b200_best_us", r.b200_us},
                               {"cublas_bf16_us", r.cublas_us}, {"default_config", r.default_config},
                               {"default_us", r.default_us}, {"best_config", r.config}, {"bytes", r.bytes},
                               {"flops", r.flops}, {"mismatches_vs_cublas", r.mismatches}});
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (rows[i].read_us > 0) j["results"][i]["stream_read_us"] = rows[i].read_us;
     std::ofstream(json_path) << j.dump(2) << "\n";
     std::printf("wrote %s\n", json_path.c_str());
   }
@@ -540,15 +567,20 @@ void add_nvfp4_command(CLI::App& app) {
   auto op = std::make_shared<std::string>("all");
   auto json = std::make_shared<std::string>();
   auto reps = std::make_shared<int>(30);
+  auto flush = std::make_shared<std::string>("write");
   auto* bench = cmd->add_subcommand("bench", "the issue's 14 shapes vs Hopper SOL, B200 best and cuBLAS bf16");
   bench->add_option("--op", *op, "gemv, gemm, dual, grouped or all")->check(CLI::IsMember({"gemv", "gemm", "dual", "grouped", "all"}));
   bench->add_option("--json", *json, "write the results as JSON to this file");
   bench->add_option("--reps", *reps, "timed runs per measurement (median; at most 64)")->check(CLI::Range(3, 64));
-  bench->callback([op, json, reps] {
+  bench->add_option("--flush", *flush,
+                    "L2 flush before each timed run: write (memset of 2x L2, the default) or clean (then a read of "
+                    "another 2x L2, so no dirty lines are left for the timed kernel to write back)")
+      ->check(CLI::IsMember({"write", "clean"}));
+  bench->callback([op, json, reps, flush] {
 #ifdef SWAPFFN_WITH_CUDA
-    run_bench(*op, *json, *reps);
+    run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : Flush::write);
 #else
-    (void)op, (void)json, (void)reps;
+    (void)op, (void)json, (void)reps, (void)flush;
     SWAPFFN_FAIL("swapffn nvfp4 needs a CUDA build");
 #endif
   });

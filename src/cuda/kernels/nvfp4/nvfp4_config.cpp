@@ -90,17 +90,23 @@ int pick_split(int64_t tiles, int64_t ktiles, int sm_count, int per_sm, int64_t 
 // SM), 8 warps beat 4 at K = 16384 and 7168 (36.6 vs 42.9, 62.0 vs 63.4 us) and lost at K = 2048
 // (23.3 vs 22.3 us).
 //
-// load=tma where the problem allows it (docs/NVFP4.md, eleventh step): 4 consumer warps, 8 stages
-// (72 KB in flight per CTA), split K only while the CTAs do not fill the SMs once, and further only
-// while b's shared-memory copy would keep a CTA above kTmaSmemBudget (two CTAs per SM).
+// load=tma where the problem allows it (docs/NVFP4.md, eleventh step): 8 consumer warps, 2 stages
+// of 1024 k (72 KB in flight per CTA), split K only while the CTAs do not fill the SMs once, and
+// further only while b's shared-memory copy would keep a CTA above kTmaSmemBudget (two CTAs per
+// SM). Measured on the shapes (H100, commit b3e5547): every variant lands within 1.1x of
+// the best (7168x16384: 32.6-35.6 us for split 1; 4096x7168x8: 58.3-65.2; 7168x2048x4: 19.2-26.6),
+// and 8 warps x 2 stages x 1024 is within 4% of the best on all three (32.6, 60.8, 20.2 us), where
+// the first choice (4 warps x 8 stages x 512) lost 9% on the first shape; split 2 was slower
+// everywhere (the CTAs already fill the SMs).
 GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
   GemvConfig c;
   c.decode = GemvDecode::int8;
   if (gemv_tma_supported(p)) {
     constexpr size_t kTmaSmemBudget = 100 * 1024;
     c.load = GemvLoad::tma;
-    c.warps = 4;
-    c.stages = 8;
+    c.warps = 8;
+    c.stages = 2;
+    c.step_k = 1024;
     const int64_t blocks = ceil_div(p.m, 32) * p.l;
     const int64_t steps = ceil_div(p.k, c.step_k);
     int64_t s = 1;
