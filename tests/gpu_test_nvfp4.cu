@@ -191,9 +191,10 @@ TEST_F(Nvfp4Gpu, GemvNanScalePropagates) {
 // ---------------- GEMM ----------------
 
 void run_gemm(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, const TileConfig& cfg, uint64_t seed,
-              HostOperand* a_override = nullptr, DeviceBuffer* shared_ws = nullptr) {
+              HostOperand* a_override = nullptr, DeviceBuffer* shared_ws = nullptr,
+              const HostOperand* b_override = nullptr) {
   const HostOperand a = a_override ? *a_override : make_operand(InputKind::gemm, m, k, l, seed);
-  const HostOperand b = make_operand(InputKind::gemm, n, k, l, seed + 1);
+  const HostOperand b = b_override ? *b_override : make_operand(InputKind::gemm, n, k, l, seed + 1);
   const auto ref = reference_gemm(a, b);
   const DeviceOperand da = upload(a, layout), db = upload(b, layout);
   Out c(m * n * l);
@@ -208,7 +209,8 @@ void run_gemm(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 
 TEST_F(Nvfp4Gpu, GemmBitExact) {
   const Tile tiles[] = {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
-                        Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_wst, Tile::m128_n128_wsta};
+                        Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_wst, Tile::m128_n128_wsta,
+                        Tile::m128_n128_wstc};
   for (ScaleLayout layout : kLayouts)
     for (Tile t : tiles) {
       run_gemm(200, 136, 512, 2, layout, {t, 1}, 31);  // M, N not tile multiples
@@ -239,6 +241,7 @@ TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
   run_gemm(256, 1024, 2048, 2, ScaleLayout::plain, {Tile::m128_n128_wsta, 4}, 99, nullptr, &ws);  // + the fp16 A
   run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wgmma, 4}, 100, nullptr, &ws);
   run_gemm(256, 1024, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_wsta, 1}, 101, nullptr, &ws);  // no split-K
+  run_gemm(256, 1024, 4096, 1, ScaleLayout::plain, {Tile::m128_n128_wstc, 3}, 103, nullptr, &ws);
   run_gemm(256, 1024, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws, 4}, 102, nullptr, &ws);
 }
 
@@ -246,7 +249,7 @@ TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
 // back to the register-load tiles, with the same results.
 TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
   const int64_t m = 130, n = 200, k = 512;
-  for (Tile tile : {Tile::m128_n128_wst, Tile::m128_n128_wsta})
+  for (Tile tile : {Tile::m128_n128_wst, Tile::m128_n128_wsta, Tile::m128_n128_wstc})
   for (ScaleLayout layout : kLayouts) {
     const HostOperand a = make_operand(InputKind::gemm, m, k, 1, 101), b = make_operand(InputKind::gemm, n, k, 1, 102);
     const auto ref = reference_gemm(a, b);
@@ -276,6 +279,12 @@ TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
   run_gemm(64, 72, 256, 1, ScaleLayout::plain, {Tile::m128_n128_wst, 1}, 41, &a);
   run_gemm(64, 72, 256, 1, ScaleLayout::plain, {Tile::m128_n128_wsta, 1}, 41, &a);  // NaN through the fp16 copy
   run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wsta, 1}, 41, &a);
+  // `wstc`: B's odd k-tiles are converted by the consumer warps; NaN scales there (k-tiles 1 and 3).
+  HostOperand b = make_operand(InputKind::gemm, 72, 512, 1, 43);
+  b.scales[5 * (512 / 16) + 5] = 0x7F;
+  b.scales[70 * (512 / 16) + 14] = 0xFF;
+  for (ScaleLayout layout : kLayouts)
+    run_gemm(64, 72, 512, 1, layout, {Tile::m128_n128_wstc, 1}, 42, nullptr, nullptr, &b);
 }
 
 // ---------------- dual GEMM ----------------
@@ -301,7 +310,7 @@ void run_dual(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   for (ScaleLayout layout : kLayouts)
     for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr,
-                   Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta}) {
+                   Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc}) {
       run_dual(160, 200, 512, 2, layout, {t, 1}, 51);
       run_dual(64, 64, 256, 1, layout, {t, 1}, 52);
       run_dual(130, 96, 1024, 1, layout, {t, 4}, 53);
@@ -333,6 +342,8 @@ TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {
   EXPECT_EQ(first, pre_a);
   run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wsta, 3}, 61, &second);
   EXPECT_EQ(pre_a, second);
+  run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wstc, 3}, 61, &second);  // who converts
+  EXPECT_EQ(pre_a, second);                                                                         // changes nothing
 }
 
 // ---------------- grouped GEMM ----------------
@@ -422,6 +433,7 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   grouped_ok.groups.push_back(ok);
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wst, 1}, nullptr); }, "tile 128x128wst is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wsta, 1}, nullptr); }, "tile 128x128wsta is not built");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wstc, 1}, nullptr); }, "tile 128x128wstc is not built");
   // Nothing was launched: the output still holds the poison.
   for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
 }

@@ -109,11 +109,12 @@ struct GemvConfig {
 // ring, no CTA barrier per k-tile), loading raw bytes straight to registers one k-tile per load
 // (*_ws) or two (*_ws2); *_wsr the same with full-line copies into a shared-memory raw ring first;
 // *_wst with TMA copies into that raw ring (GEMM and dual GEMM only); *_wsta as *_wst with A
-// dequantized once by a pre-pass into the workspace (only B is dequantized per CTA).
+// dequantized once by a pre-pass into the workspace (only B is dequantized per CTA); *_wstc as
+// *_wsta with the consumer warps converting half of B's k-tiles in the shadow of their MMAs.
 enum class Tile {
   m128_n128, m128_n64, m64_n128, m64_n64, m128_n128_wgmma, m128_n64_wgmma, m128_n128_ws, m128_n64_ws,
   m128_n128_wsr, m128_n64_wsr, m128_n128_ws2, m128_n64_ws2, m128_n128_wst, m128_n64_wst, m128_n128_wsta,
-  m128_n64_wsta
+  m128_n64_wsta, m128_n128_wstc, m128_n64_wstc
 };
 const char* to_string(Tile t);
 int tile_m(Tile t);

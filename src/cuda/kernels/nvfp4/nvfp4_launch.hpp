@@ -73,7 +73,8 @@ bool make_tma_operands(const GemmArgs& args, int nb, int tile_m, int tile_n, Tma
 
 // The tiles whose workspace holds an fp16 copy of A, written by the pre-pass (nvfp4_predequant_a.cu).
 inline bool dequantizes_a_once(swapffn::nvfp4::Tile t) {
-  return t == swapffn::nvfp4::Tile::m128_n128_wsta || t == swapffn::nvfp4::Tile::m128_n64_wsta;
+  using swapffn::nvfp4::Tile;
+  return t == Tile::m128_n128_wsta || t == Tile::m128_n64_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n64_wstc;
 }
 
 // The TMA tiles' launch preparation: for `*_wst` / `*_wsta` tiles, the operands' tensor maps (and

@@ -55,6 +55,9 @@ using DualM128N64WsTma = WsCfg<64, 2, 4, 1, false, 1, true>;
 // converts k-tiles in pairs (two independent chains, as the two tasks of `*_wst`).
 using GemmM128N128WsTmaA = WsCfg<128, 1, 5, 1, false, 1, true, true, 2>;
 using DualM128N64WsTmaA = WsCfg<64, 2, 5, 1, false, 1, true, true, 2>;
+// `*_wstc`: as `*_wsta`, the consumer warps converting the odd k-tiles of every round.
+using GemmM128N128WsTmaC = WsCfg<128, 1, 5, 1, false, 1, true, true, 2, true>;
+using DualM128N64WsTmaC = WsCfg<64, 2, 5, 1, false, 1, true, true, 2, true>;
 static_assert(GemmM128N128Ws::BM == 128 && GemmM128N128Ws::BN == 128, "tile enum and config disagree");
 static_assert(DualM128N64Ws::BM == 128 && DualM128N64Ws::BN == 64, "tile enum and config disagree");
 
@@ -119,6 +122,7 @@ void dispatch_gemm_tile(Tile tile, F&& f) {
     case Tile::m128_n128_ws2: f(GemmM128N128Ws2{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n128_wst: f(GemmM128N128WsTma{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n128_wsta: f(GemmM128N128WsTmaA{}, PathTag<Path::wst>{}); return;
+    case Tile::m128_n128_wstc: f(GemmM128N128WsTmaC{}, PathTag<Path::wst>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }
@@ -134,6 +138,7 @@ void dispatch_dual_tile(Tile tile, F&& f) {
     case Tile::m128_n64_ws2: f(DualM128N64Ws2{}, PathTag<Path::ws>{}); return;
     case Tile::m128_n64_wst: f(DualM128N64WsTma{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n64_wsta: f(DualM128N64WsTmaA{}, PathTag<Path::wst>{}); return;
+    case Tile::m128_n64_wstc: f(DualM128N64WsTmaC{}, PathTag<Path::wst>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 dual GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }

@@ -53,8 +53,11 @@ namespace swapffn::cuda::nvfp4 {
 // as a transaction, and the dequant warps convert only the B rows. Group_ (TMA only): k-tiles a
 // dequant warp converts together (waits for all their stages, converts, then arrives on all), so
 // that a warp with one task per k-tile still has independent conversion chains to interleave.
+// Assist_ (TMA with PreA_, one task per thread): the consumer warps convert the odd k-tiles of every
+// round, kAssistAhead k-tiles ahead of the one they multiply and while its predecessor's wgmma run,
+// and the dequant warps only the even ones (docs/NVFP4.md, twelfth step).
 template <int BN_, int NB_, int Stages_, int Depth_, bool Ring_, int Span_ = 1, bool Tma_ = false, bool PreA_ = false,
-          int Group_ = 1>
+          int Group_ = 1, bool Assist_ = false>
 struct WsCfg {
   static constexpr int BM = 128, BN = BN_, BK = 64;
   static constexpr int kNB = NB_;
@@ -65,6 +68,10 @@ struct WsCfg {
   static constexpr int kSpan = Span_;      // register variant: k-tiles per load step (1 or 2)
   static constexpr bool kPreA = PreA_;
   static constexpr int kGroup = Group_;
+  static constexpr bool kAssist = Assist_;
+  // Consumers convert k-tile t + 3 before multiplying t: the stage it reuses held k-tile t - 2,
+  // whose MMAs they released in iteration t - 1 (t + 4 would wait on their own release of t - 1).
+  static constexpr int kAssistAhead = 3;
   static constexpr int kConsumerThreads = 256;
   static constexpr int kDequantThreads = 256;
   static constexpr int kThreads = kConsumerThreads + kDequantThreads;
@@ -113,6 +120,10 @@ struct WsCfg {
                 "k-tile groups divide a TMA round and leave the consumers a stage");
   static_assert(kStageBytes % 1024 == 0, "stages stay 1024-byte aligned for the swizzle");
   static_assert(kStages >= 2 && kDepth >= 1, "ring and load pipeline need depth");
+  static_assert(!kAssist || (kTma && kPreA && kTasks == 1 && kConsumerThreads == kDequantThreads &&
+                             kAssistAhead + 2 <= kStages),
+                "consumer-assisted conversion: TMA with A pre-dequantized, one task per thread, as many consumer "
+                "as dequant warps (a stage's full barrier counts 8 warps either way), and a ring deep enough");
 };
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -187,7 +198,8 @@ struct WsMainloop {
       }
       for (int s = 0; s < 2; ++s) {
         cutlass::arch::ClusterTransactionBarrier::init(&raw_full_[s], 1);
-        cutlass::arch::ClusterBarrier::init(&raw_empty_[s], Cfg::kDequantThreads / 32);
+        cutlass::arch::ClusterBarrier::init(&raw_empty_[s],
+                                            (Cfg::kDequantThreads + (Cfg::kAssist ? Cfg::kConsumerThreads : 0)) / 32);
       }
       cutlass::arch::fence_barrier_init();  // the inits, visible to the TMA unit's complete_tx
     }
@@ -196,7 +208,7 @@ struct WsMainloop {
       dequantize_tma(src, tma, batch, kt0, count);
       return false;
     }
-    consume(count, acc);
+    consume(count, acc, &src);
     return true;
   }
 
@@ -221,11 +233,37 @@ struct WsMainloop {
   }
 
  private:
-  __device__ void consume(int count, Acc& acc) const {
+  // src: the operands, for the consumers' share of the conversion (Cfg::kAssist); else unused.
+  __device__ void consume(int count, Acc& acc, const TileSrc (*src)[1 + Cfg::kNB] = nullptr) const {
     const int wg = threadIdx.x >> 7;
     int s = 0, prev = 0;
     uint32_t phase = 0;
+    [[maybe_unused]] uint32_t scale_off = 0, scale_step = 0;
+    [[maybe_unused]] int next_odd = 1;  // the next odd k-tile these warps convert
+    if constexpr (Cfg::kAssist) task_scales(*src, threadIdx.x, 0, scale_off, scale_step);
     for (int t = 0; t < count; ++t) {
+      if constexpr (Cfg::kAssist) {
+        // Convert the odd k-tiles up to t + kAssistAhead while the wgmma of t - 1 run.
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        for (; next_odd < count && next_odd <= t + Cfg::kAssistAhead; next_odd += 2) {
+          const int u = next_odd, round = u / Cfg::kRoundKtiles, v = u % Cfg::kRoundKtiles, slot = round & 1;
+          cutlass::arch::ClusterTransactionBarrier::wait(&raw_full_[slot], (round >> 1) & 1);
+          const int r = warp * 16 + (lane & 15);  // raw row, as task 0 of dequant warp `warp`
+          const uint8_t* data = raw_ + slot * Cfg::kTmaSlotBytes;
+          const uint4 raw = *reinterpret_cast<const uint4*>(data + r * 128 + (((2 * v + (lane >> 4)) ^ (lane & 7)) * 16));
+          const uint32_t sc = *reinterpret_cast<const uint16_t*>(data + Cfg::kTmaDataBytes + scale_off + v * scale_step);
+          if (v == Cfg::kRoundKtiles - 1) {  // this warp's last read of the slot
+            __syncwarp();
+            if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&raw_empty_[slot]);
+          }
+          const int su = u % Cfg::kStages;
+          mbar_wait(empty_ + 8 * su, ((u / Cfg::kStages) & 1) ^ 1);
+          convert_task(raw, sc, stages_ + su * Cfg::kStageBytes, Cfg::kRawRow0 + r, lane);
+          fence_proxy_async();
+          __syncwarp();
+          if (lane == 0) mbar_arrive(full_ + 8 * su);
+        }
+      }
       mbar_wait(full_ + 8 * s, phase);
       const uint32_t base = smem_addr(stages_ + s * Cfg::kStageBytes);
       wgmma_fence();
@@ -434,6 +472,37 @@ struct WsMainloop {
     }
   }
 
+  // TMA variant: where task j of thread d (of 256, dequant or assisting consumer) finds its scale
+  // pair in a slot (offset of k-tile 0 of the round, step per k-tile), plain or blocked layout.
+  __device__ static void task_scales(const TileSrc (&src)[1 + Cfg::kNB], int d, int j, uint32_t& off, uint32_t& step) {
+    const int warp = d >> 5, lane = d & 31, q = lane >> 4;
+    const int r = Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15);
+    const int o = r < Cfg::BM ? 0 : 1 + (r - Cfg::BM) / Cfg::BN;
+    const int local = r < Cfg::BM ? r : (r - Cfg::BM) % Cfg::BN;
+    off = step = 0;
+#pragma unroll
+    for (int oi = Cfg::kRawOp0; oi <= Cfg::kNB; ++oi) {
+      if (oi != o) continue;
+      const TileSrc& t = src[oi];
+      const int row = static_cast<int>(t.row0 % 128) + local;  // in the operand's 128-row scale block
+      off = (oi - Cfg::kRawOp0) * Cfg::kTmaScaleBytes + q * 2 +
+            (t.rk_blocks == 0 ? local * 16 : (row % 32) * 16 + (row / 32) * 4);
+      step = t.rk_blocks == 0 ? 4 : 512;
+    }
+  }
+
+  // One task: 32 raw elements (half q = lane / 16 of a k-tile row) to fp16 in stage row r; chunk
+  // q + 2c of the row lands at column (q + 2c) ^ (r % 8), and r % 8 == lane % 8.
+  __device__ static void convert_task(uint4 raw, uint32_t sc, uint8_t* stage, int r, int lane) {
+    const int q = lane >> 4, sw = lane & 7;
+    uint32_t h[16];
+    dequant32(raw, sc, h);
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      *reinterpret_cast<uint4*>(stage + r * Cfg::kRowBytes + (((q + 2 * c) ^ sw) * 16)) =
+          make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
+  }
+
   // TMA variant. Each thread reads its whole round (4 k-tiles) from the slot into registers first,
   // so the shared-load latency is paid once per round, not per k-tile, and the slot is released
   // (raw_empty) before the round is converted. Dequant thread 0 issues round p's copies into slot
@@ -453,21 +522,9 @@ struct WsMainloop {
     const int warp = d >> 5, lane = d & 31, q = lane >> 4, sw = lane & 7;
     uint32_t scale_off[Cfg::kTasks], scale_step[Cfg::kTasks];
 #pragma unroll
-    for (int j = 0; j < Cfg::kTasks; ++j) {
-      const int r = Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15);
-      const int o = r < Cfg::BM ? 0 : 1 + (r - Cfg::BM) / Cfg::BN;
-      const int local = r < Cfg::BM ? r : (r - Cfg::BM) % Cfg::BN;
-      scale_off[j] = scale_step[j] = 0;
-#pragma unroll
-      for (int oi = Cfg::kRawOp0; oi <= Cfg::kNB; ++oi) {
-        if (oi != o) continue;
-        const TileSrc& t = src[oi];
-        const int row = static_cast<int>(t.row0 % 128) + local;  // in the operand's 128-row scale block
-        scale_off[j] = (oi - Cfg::kRawOp0) * Cfg::kTmaScaleBytes + q * 2 +
-                       (t.rk_blocks == 0 ? local * 16 : (row % 32) * 16 + (row / 32) * 4);
-        scale_step[j] = t.rk_blocks == 0 ? 4 : 512;
-      }
-    }
+    for (int j = 0; j < Cfg::kTasks; ++j) task_scales(src, d, j, scale_off[j], scale_step[j]);
+    // kAssist: the consumer warps convert the odd k-tiles of each round.
+    auto mine = [](int v) { return !Cfg::kAssist || v % 2 == 0; };
     // Bytes per round: every box in full (TMA counts zero-filled rows too), scales per layout.
     uint32_t round_bytes = Cfg::kTmaDataBytes;
 #pragma unroll
@@ -526,6 +583,7 @@ struct WsMainloop {
       for (int v = 0; v < Cfg::kRoundKtiles; ++v)
 #pragma unroll
         for (int j = 0; j < Cfg::kTasks; ++j) {
+          if (!mine(v)) continue;
           const int r = (warp + 8 * j) * 16 + (lane & 15);  // raw row
           raw[v][j] = *reinterpret_cast<const uint4*>(data + r * 128 + (((2 * v + q) ^ sw) * 16));
           sc[v][j] = *reinterpret_cast<const uint16_t*>(scales + scale_off[j] + v * scale_step[j]);
@@ -557,23 +615,18 @@ struct WsMainloop {
         }
 #pragma unroll
         for (int g = 0; g < Cfg::kGroup; ++g) {
-          uint8_t* stage = stages_ + gs[g] * Cfg::kStageBytes;
+          if (!mine(v0 + g)) continue;
 #pragma unroll
-          for (int j = 0; j < Cfg::kTasks; ++j) {
-              const int r = Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15);  // stage row
-            uint32_t h[16];
-            dequant32(raw[v0 + g][j], sc[v0 + g][j], h);
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-              *reinterpret_cast<uint4*>(stage + r * Cfg::kRowBytes + (((q + 2 * c) ^ sw) * 16)) =
-                  make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
-          }
+          for (int j = 0; j < Cfg::kTasks; ++j)
+            convert_task(raw[v0 + g][j], sc[v0 + g][j], stages_ + gs[g] * Cfg::kStageBytes,
+                         Cfg::kRawRow0 + (warp + 8 * j) * 16 + (lane & 15), lane);
         }
         fence_proxy_async();
         __syncwarp();
         if (lane == 0)
 #pragma unroll
-          for (int g = 0; g < Cfg::kGroup; ++g) mbar_arrive(full_ + 8 * gs[g]);
+          for (int g = 0; g < Cfg::kGroup; ++g)
+            if (mine(v0 + g)) mbar_arrive(full_ + 8 * gs[g]);
         try_issue(false);
       }
     }
