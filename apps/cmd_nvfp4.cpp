@@ -11,6 +11,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -472,7 +473,10 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
   return r;
 }
 
-void run_bench(const std::string& op, const std::string& json_path, int reps, Flush flush) {
+// shapes: "MxNxK" strings for --op gemm or dual; when given they replace the shapes (no
+// B200 reference then).
+void run_bench(const std::string& op, const std::string& json_path, int reps, Flush flush,
+               const std::vector<std::string>& shapes) {
   require_hopper();
   const GpuInfo g = query_gpu();
   Timer timer(reps, g.l2_bytes, flush, g.sm_count);
@@ -482,24 +486,36 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
               "bf16 dense %.0f TFLOP/s (cuBLAS 8192^3)\n",
               g.name.c_str(), g.sm_count, g.l2_bytes / 1048576.0, ceil.bw_gbs, ceil.read_gbs, ceil.tflops);
   std::vector<Result> rows;
-  const bool all = op == "all";
-  if (all || op == "gemv") {
+  if (!shapes.empty()) {
+    SWAPFFN_REQUIRE(op == "gemm" || op == "dual", "nvfp4 bench --shape needs --op gemm or --op dual");
+    for (const std::string& sh : shapes) {
+      int64_t m = 0, n = 0, k = 0;
+      char x1 = 0, x2 = 0;
+      std::istringstream in(sh);
+      SWAPFFN_REQUIRE(in >> m >> x1 >> n >> x2 >> k && x1 == 'x' && x2 == 'x' && in.peek() == EOF,
+                      "nvfp4 bench --shape '" + sh + "' is not MxNxK");
+      rows.push_back(op == "gemm" ? bench_gemm(timer, blas, ceil, g.sm_count, m, n, k, 0.0)
+                                  : bench_dual(timer, blas, ceil, g.sm_count, m, n, k, 0.0));
+    }
+  }
+  const bool all = op == "all" && shapes.empty();
+  if (shapes.empty() && (all || op == "gemv")) {
     rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 7168, 16384, 1, 18.4));
     rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 4096, 7168, 8, 28.0));
     rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 7168, 2048, 4, 12.6));
   }
-  if (all || op == "gemm") {
+  if (shapes.empty() && (all || op == "gemm")) {
     rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 7168, 16384, 18.3));
     rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 4096, 7168, 8.29));
     rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 7168, 2048, 6.54));
   }
-  if (all || op == "dual") {
+  if (shapes.empty() && (all || op == "dual")) {
     rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 256, 4096, 7168, 12.4));
     rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 512, 4096, 7168, 16.4));
     rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 256, 3072, 4096, 9.43));
     rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 512, 3072, 7168, 16.3));
   }
-  if (all || op == "grouped") {
+  if (shapes.empty() && (all || op == "grouped")) {
     rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 4096, 7168, {80, 176, 128, 72, 64, 248, 96, 160}, 27.9));
     rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 7168, 2048, {40, 76, 168, 72, 164, 148, 196, 160}, 19.4));
     rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 3072, 4096, {192, 320}, 8.48));
@@ -568,6 +584,7 @@ void add_nvfp4_command(CLI::App& app) {
   auto json = std::make_shared<std::string>();
   auto reps = std::make_shared<int>(30);
   auto flush = std::make_shared<std::string>("write");
+  auto shapes = std::make_shared<std::vector<std::string>>();
   auto* bench = cmd->add_subcommand("bench", "the issue's 14 shapes vs Hopper SOL, B200 best and cuBLAS bf16");
   bench->add_option("--op", *op, "gemv, gemm, dual, grouped or all")->check(CLI::IsMember({"gemv", "gemm", "dual", "grouped", "all"}));
   bench->add_option("--json", *json, "write the results as JSON to this file");
@@ -576,11 +593,12 @@ void add_nvfp4_command(CLI::App& app) {
                     "L2 flush before each timed run: write (memset of 2x L2, the default) or clean (then a read of "
                     "another 2x L2, so no dirty lines are left for the timed kernel to write back)")
       ->check(CLI::IsMember({"write", "clean"}));
-  bench->callback([op, json, reps, flush] {
+  bench->add_option("--shape", *shapes, "MxNxK shapes (repeatable) for --op gemm or dual instead of the issue's");
+  bench->callback([op, json, reps, flush, shapes] {
 #ifdef SWAPFFN_WITH_CUDA
-    run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : Flush::write);
+    run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : Flush::write, *shapes);
 #else
-    (void)op, (void)json, (void)reps, (void)flush;
+    (void)op, (void)json, (void)reps, (void)flush, (void)shapes;
     SWAPFFN_FAIL("swapffn nvfp4 needs a CUDA build");
 #endif
   });
