@@ -130,6 +130,11 @@ TEST_F(Nvfp4Gpu, GemvTmaBitExact) {
   const GemvConfig chosen = choose_gemv_config(probe, sms_);
   EXPECT_EQ(chosen.load, GemvLoad::tma) << describe(chosen);
   run_gemv(1000, 4096, 2, ScaleLayout::plain, chosen, 47);
+  // Several waves of CTAs: the default takes 2048-wide steps, 4 stages where a CTA has 4 steps.
+  GemvProblem waves{32 * ((4 * sms_ + 4) / 5), 8192, 5, {}, {}, nullptr};  // >= 4 CTAs per SM
+  const GemvConfig wide = choose_gemv_config(waves, sms_);
+  EXPECT_TRUE(wide.step_k == 2048 && wide.stages == 4) << describe(wide);
+  run_gemv(waves.m, 8192, 5, ScaleLayout::plain, wide, 48);
   probe.a.layout = ScaleLayout::blocked_128x4;
   EXPECT_EQ(choose_gemv_config(probe, sms_).load, GemvLoad::registers);
   probe = {1000, 4160, 2, {}, {}, nullptr};  // K % 256 != 0

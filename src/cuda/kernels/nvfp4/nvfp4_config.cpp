@@ -92,14 +92,15 @@ int pick_split(int64_t tiles, int64_t ktiles, int sm_count, int per_sm, int64_t 
 // SM), 8 warps beat 4 at K = 16384 and 7168 (36.6 vs 42.9, 62.0 vs 63.4 us) and lost at K = 2048
 // (23.3 vs 22.3 us).
 //
-// load=tma where the problem allows it (docs/NVFP4.md, eleventh step): 8 consumer warps, 2 stages
-// of 1024 k (72 KB in flight per CTA), split K only while the CTAs do not fill the SMs once, and
-// further only while b's shared-memory copy would keep a CTA above kTmaSmemBudget (two CTAs per
-// SM). Measured on the shapes (H100, commit b3e5547): every variant lands within 1.1x of
-// the best (7168x16384: 32.6-35.6 us for split 1; 4096x7168x8: 58.3-65.2; 7168x2048x4: 19.2-26.6),
-// and 8 warps x 2 stages x 1024 is within 4% of the best on all three (32.6, 60.8, 20.2 us), where
-// the first choice (4 warps x 8 stages x 512) lost 9% on the first shape; split 2 was slower
-// everywhere (the CTAs already fill the SMs).
+// load=tma where the problem allows it (docs/NVFP4.md, eleventh step): 8 consumer warps; split K
+// only while the CTAs do not fill the SMs once, and further only while b's shared-memory copy
+// would keep a CTA above 100 KB (two CTAs per SM) or, for the 147 KB ring, above the ring + 16 KB. Ring shape, measured on the shapes
+// (H100, commits b3e5547 and d044d22; every variant within 1.1x of the best): with few CTAs per SM
+// (7168x16384: 224 CTAs) 2 stages of 1024 k are best (32.6 us; 2 x 2048: 33.5, 4 x 2048: 34.0);
+// with several waves of CTAs wider steps win (4096x7168x8, 1024 CTAs: 4 x 2048 58.3 us against
+// 60.8 for 2 x 1024; 7168x2048x4, 896 CTAs, one step per CTA: 2 x 2048 19.2 against 20.2), but 4
+// stages only where a CTA has that many steps (4 x 2048 at K = 2048 held 147 KB for one step and
+// took 25.8 us). Split 2 was slower everywhere (the CTAs already fill the SMs).
 GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
   GemvConfig c;
   c.decode = GemvDecode::int8;
@@ -107,13 +108,15 @@ GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
     constexpr size_t kTmaSmemBudget = 100 * 1024;
     c.load = GemvLoad::tma;
     c.warps = 8;
-    c.stages = 2;
-    c.step_k = 1024;
+    const bool many_ctas = ceil_div(p.m, 32) * p.l >= 4 * static_cast<int64_t>(sm_count);
+    c.step_k = many_ctas ? 2048 : 1024;
+    c.stages = many_ctas && ceil_div(p.k, c.step_k) >= 4 ? 4 : 2;
     const int64_t blocks = ceil_div(p.m, 32) * p.l;
     const int64_t steps = ceil_div(p.k, c.step_k);
     int64_t s = 1;
     while (blocks * s < sm_count && s * 2 <= steps) s *= 2;
-    while (s < steps && cuda::nvfp4::gemv_tma_smem_bytes(p.k, static_cast<int>(s), c.stages, c.step_k) > kTmaSmemBudget) ++s;
+    const size_t budget = std::max(kTmaSmemBudget, cuda::nvfp4::gemv_tma_smem_bytes(0, 1, c.stages, c.step_k) + 16384);
+    while (s < steps && cuda::nvfp4::gemv_tma_smem_bytes(p.k, static_cast<int>(s), c.stages, c.step_k) > budget) ++s;
     c.split_k = static_cast<int>(std::min<int64_t>(s, 64));
     return c;
   }
