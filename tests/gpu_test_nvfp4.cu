@@ -69,6 +69,18 @@ int64_t tolerance_mismatches(const std::vector<uint16_t>& got, const std::vector
 
 const ScaleLayout kLayouts[] = {ScaleLayout::plain, ScaleLayout::blocked_128x4};
 
+// A view of `op` whose scales sit 4 bytes past a 16-byte boundary (a copy kept in `holder`): the
+// API allows 4-byte aligned scales, TMA copies need 16.
+Operand with_scales_4_bytes_off(const DeviceOperand& op, DeviceBuffer& holder) {
+  holder = DeviceBuffer(op.scales.bytes() + 16);
+  EXPECT_EQ(cudaMemcpy(static_cast<uint8_t*>(holder.get()) + 4, op.scales.get(), op.scales.bytes(),
+                       cudaMemcpyDeviceToDevice),
+            cudaSuccess);
+  Operand v = op.view;
+  v.scales = static_cast<const uint8_t*>(holder.get()) + 4;
+  return v;
+}
+
 // ---------------- GEMV ----------------
 
 void run_gemv(int64_t m, int64_t k, int64_t l, ScaleLayout layout, const GemvConfig& cfg, uint64_t seed,
@@ -148,12 +160,8 @@ TEST_F(Nvfp4Gpu, GemvTmaNeedsSixteenByteAlignedScales) {
   const HostOperand a = make_operand(InputKind::gemm, m, k, 1, 51), b = make_operand(InputKind::gemm, 1, k, 1, 52);
   const auto ref = reference_gemv(a, b);
   const DeviceOperand da = upload(a, ScaleLayout::plain), db = upload(b, ScaleLayout::plain);
-  DeviceBuffer shifted(da.scales.bytes() + 16);
-  ASSERT_EQ(cudaMemcpy(static_cast<uint8_t*>(shifted.get()) + 4, da.scales.get(), da.scales.bytes(),
-                       cudaMemcpyDeviceToDevice),
-            cudaSuccess);
-  Operand av = da.view;
-  av.scales = static_cast<const uint8_t*>(shifted.get()) + 4;
+  DeviceBuffer shifted;
+  const Operand av = with_scales_4_bytes_off(da, shifted);
   Out c(m);
   GemvProblem p{m, k, 1, av, db.view, c.buf.get()};
   const GemvConfig cfg = choose_gemv_config(p, sms_);
@@ -259,12 +267,8 @@ TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
     const HostOperand a = make_operand(InputKind::gemm, m, k, 1, 101), b = make_operand(InputKind::gemm, n, k, 1, 102);
     const auto ref = reference_gemm(a, b);
     const DeviceOperand da = upload(a, layout), db = upload(b, layout);
-    DeviceBuffer shifted(da.scales.bytes() + 16);
-    ASSERT_EQ(cudaMemcpy(static_cast<uint8_t*>(shifted.get()) + 4, da.scales.get(), da.scales.bytes(),
-                         cudaMemcpyDeviceToDevice),
-              cudaSuccess);
-    Operand av = da.view;
-    av.scales = static_cast<const uint8_t*>(shifted.get()) + 4;
+    DeviceBuffer shifted;
+    const Operand av = with_scales_4_bytes_off(da, shifted);
     Out c(m * n);
     GemmProblem p{m, n, k, 1, av, db.view, c.buf.get()};
     const TileConfig cfg{tile, 2};
