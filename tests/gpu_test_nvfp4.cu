@@ -232,10 +232,11 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
     }
   GemmProblem probe{128, 1024, 2048, 1, {}, {}, nullptr};
   run_gemm(128, 1024, 2048, 1, ScaleLayout::blocked_128x4, choose_gemm_config(probe, sms_), 34);
-  // The default dequantizes A once (wsta), here with a long K per CTA.
+  // The default dequantizes A once and has the consumers convert half of B (wstc), here with a
+  // long K per CTA.
   GemmProblem long_k{128, 256, 16384, 1, {}, {}, nullptr};
   const TileConfig long_cfg = choose_gemm_config(long_k, sms_);
-  EXPECT_EQ(long_cfg.tile, Tile::m128_n128_wsta) << describe(long_cfg);
+  EXPECT_EQ(long_cfg.tile, Tile::m128_n128_wstc) << describe(long_cfg);
   run_gemm(128, 256, 16384, 1, ScaleLayout::plain, long_cfg, 35);
 }
 

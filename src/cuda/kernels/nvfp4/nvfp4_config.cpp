@@ -153,7 +153,9 @@ int ws_split(int64_t tiles, int64_t ktiles, int sm_count) {
 // register-load `128x128ws` (itself 1-4% ahead of the shared-producer wgmma tile), at the same
 // split; `ws2` and `wsr` were slower. With A dequantized once by a pre-pass (`128x128wsta`, the
 // GEMM launched as its programmatic dependent) it is 9-19% faster again on all three shapes at
-// the same split. Rejected: 128x64 tiles (twice the A dequantization per output; slower at every
+// the same split. `128x128wstc` (the consumer warps convert half of B) was 0-4.5% faster than
+// `wsta` on the three shapes in both runs of commits 4c54ecc and 118aa53 (91.9 vs 96.2, 38.7 vs
+// 39.8, 28.0 vs 28.2 us), so it is the default. Rejected: 128x64 tiles (twice the A dequantization per output; slower at every
 // split); `wsta` only from 64 k-tiles per CTA (before the programmatic launch, the pre-pass and
 // the launch gap cancelled the gain on the short-K shapes).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
@@ -165,7 +167,7 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   }
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128) * p.l;
   c.split_k = ws_split(tiles, p.k / 64, sm_count);
-  c.tile = Tile::m128_n128_wsta;
+  c.tile = Tile::m128_n128_wstc;
   return c;
 }
 
