@@ -48,11 +48,9 @@ namespace swapffn::cuda::nvfp4 {
 // cost no LSU data-pipe wavefronts (the profiled limiter of the register variant, docs/NVFP4.md);
 // the dequant warps read the ring with conflict-free 16-byte shared loads (the boxes land 128-byte
 // swizzled). PreA_ = true (TMA only): A is not dequantized here but once, by a pre-pass that writes
-// it as fp16 in the stage's permuted k order (nvfp4_predequant_a.cu); consumer thread 0 has the
-// TMA copy each k-tile's A box straight into the fp16 stage as soon as the stage is free, kStages - 1
-// k-tiles ahead, completing on the stage's `full` barrier as a transaction (issued by the dequant
-// warps just before their conversion, A's latency was on every k-tile's path: docs/NVFP4.md,
-// thirteenth step), and the dequant warps convert only the B rows. Group_ (TMA only): k-tiles a
+// it as fp16 in the stage's permuted k order (nvfp4_predequant_a.cu); dequant thread 0 has the TMA
+// copy each k-tile's A box straight into the fp16 stage, completing on the stage's `full` barrier
+// as a transaction, and the dequant warps convert only the B rows. Group_ (TMA only): k-tiles a
 // dequant warp converts together (waits for all their stages, converts, then arrives on all), so
 // that a warp with one task per k-tile still has independent conversion chains to interleave.
 // Assist_ (TMA with PreA_, one task per thread): the consumer warps convert the odd k-tiles of every
@@ -210,7 +208,7 @@ struct WsMainloop {
       dequantize_tma(src, tma, batch, kt0, count);
       return false;
     }
-    consume(count, acc, &src, &tma, batch, kt0);
+    consume(count, acc, &src);
     return true;
   }
 
@@ -235,27 +233,11 @@ struct WsMainloop {
   }
 
  private:
-  // src: the operands, for the consumers' share of the conversion (Cfg::kAssist). tma, batch, kt0:
-  // for the A boxes of the kPreA tiles, which consumer thread 0 issues kStages - 1 k-tiles ahead
-  // (the first kStages at the start). Unused by the register-load tiles.
-  __device__ void consume(int count, Acc& acc, const TileSrc (*src)[1 + Cfg::kNB] = nullptr,
-                          const TmaOperands* tma = nullptr, int batch = 0, int kt0 = 0) const {
+  // src: the operands, for the consumers' share of the conversion (Cfg::kAssist); else unused.
+  __device__ void consume(int count, Acc& acc, const TileSrc (*src)[1 + Cfg::kNB] = nullptr) const {
     const int wg = threadIdx.x >> 7;
     int s = 0, prev = 0;
     uint32_t phase = 0;
-    // The A box of k-tile u (stage u % kStages) completes as a transaction on the stage's full barrier.
-    [[maybe_unused]] auto issue_a = [&](int u) {
-      uint64_t* full = full_bar(u % Cfg::kStages);
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full, Cfg::BM * Cfg::kRowBytes);
-      cute::SM90_TMA_LOAD_3D::copy(&tma->data[0], full, 0, stages_ + (u % Cfg::kStages) * Cfg::kStageBytes,
-                                   (kt0 + u) * Cfg::kRowBytes, static_cast<int>((*src)[0].row0), batch);
-    };
-    if constexpr (Cfg::kPreA) {
-      if (threadIdx.x == 0) {
-        pdl_wait();  // the fp16 A comes from the pre-pass, which this grid may overlap
-        for (int u = 0; u < count && u < Cfg::kStages; ++u) issue_a(u);  // fresh stages are free
-      }
-    }
     [[maybe_unused]] uint32_t scale_off = 0, scale_step = 0;
     [[maybe_unused]] int next_odd = 1;  // the next odd k-tile these warps convert
     if constexpr (Cfg::kAssist) task_scales(*src, threadIdx.x, 0, scale_off, scale_step);
@@ -301,14 +283,6 @@ struct WsMainloop {
       // reads of the stage are done), a 32x smaller barrier update count per k-tile.
       wgmma_wait<1>();
       if (t > 0 && (!Cfg::kTma || (threadIdx.x & 31) == 0)) mbar_arrive(empty_ + 8 * prev);
-      if constexpr (Cfg::kPreA) {
-        // k-tile t - 1 + kStages reuses the stage of t - 1: once both warpgroups have released it.
-        const int u = t - 1 + Cfg::kStages;
-        if (threadIdx.x == 0 && t > 0 && u < count) {
-          mbar_wait(empty_ + 8 * prev, ((u / Cfg::kStages) & 1) ^ 1);
-          issue_a(u);
-        }
-      }
       prev = s;
       if (++s == Cfg::kStages) {
         s = 0;
@@ -590,6 +564,10 @@ struct WsMainloop {
     };
     try_issue(true);
     try_issue(true);
+    // The fp16 A comes from the pre-pass, which this grid may overlap (programmatic dependent
+    // launch): the thread that issues A's copies waits for it to complete, after its first B copies.
+    if constexpr (Cfg::kPreA)
+      if (d == 0) pdl_wait();
 
     int s = 0;
     uint32_t phase = 0;
@@ -618,14 +596,18 @@ struct WsMainloop {
 #pragma unroll
         for (int g = 0; g < Cfg::kGroup; ++g) {
           gs[g] = s;
-          if (!mine(v0 + g)) {  // the consumers convert this k-tile (and copy every A box)
-            if (++s == Cfg::kStages) {
-              s = 0;
-              phase ^= 1;
-            }
-            continue;
-          }
           mbar_wait(empty_ + 8 * s, phase ^ 1);
+          if constexpr (Cfg::kPreA) {
+            // The A box (fp16, already in the stage's k order; the TMA applies the swizzle) for
+            // this k-tile, as a transaction on the stage's full barrier: consumers wait for it with B.
+            if (d == 0) {
+              uint64_t* full = full_bar(s);
+              cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(full, Cfg::BM * Cfg::kRowBytes);
+              cute::SM90_TMA_LOAD_3D::copy(&tma.data[0], full, 0, stages_ + s * Cfg::kStageBytes,
+                                           (kt0 + round * Cfg::kRoundKtiles + v0 + g) * Cfg::kRowBytes,
+                                           static_cast<int>(src[0].row0), batch);
+            }
+          }
           if (++s == Cfg::kStages) {
             s = 0;
             phase ^= 1;
