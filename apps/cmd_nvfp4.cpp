@@ -304,12 +304,12 @@ std::pair<double, size_t> search(Timer& timer, const std::vector<Cfg>& cands, co
   return {best, bi};
 }
 
-Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t k, int64_t l, double b200) {
+Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t k, int64_t l, double b200, ScaleLayout layout) {
   Result r;
   r.op = "gemv";
   r.shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(l);
   const auto ha = make_operand(InputKind::gemv, m, k, l, 1000 + m + k), hb = make_operand(InputKind::gemv, 1, k, l, 2000 + k);
-  const auto da = upload(ha, ScaleLayout::plain), db = upload(hb, ScaleLayout::plain);
+  const auto da = upload(ha, layout), db = upload(hb, layout);
   DeviceBuffer c(m * l * 2);
   GemvProblem p{m, k, l, da.view, db.view, c.get()};
   std::vector<GemvConfig> cands{choose_gemv_config(p, sms)};
@@ -349,12 +349,12 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
-Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t n, int64_t k, double b200) {
+Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
   Result r;
   r.op = "gemm";
   r.shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
   const auto ha = make_operand(InputKind::gemm, m, k, 1, 3000 + n + k), hb = make_operand(InputKind::gemm, n, k, 1, 4000 + n + k);
-  const auto da = upload(ha, ScaleLayout::plain), db = upload(hb, ScaleLayout::plain);
+  const auto da = upload(ha, layout), db = upload(hb, layout);
   DeviceBuffer c(m * n * 2);
   GemmProblem p{m, n, k, 1, da.view, db.view, c.get()};
   std::vector<TileConfig> cands{choose_gemm_config(p, sms)};
@@ -384,14 +384,14 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
-Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t n, int64_t k, double b200) {
+Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
   Result r;
   r.op = "dual";
   r.shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
   r.exact = false;
   const auto ha = make_operand(InputKind::dual, m, k, 1, 5000 + m + n), h1 = make_operand(InputKind::dual, n, k, 1, 6000 + n),
              h2 = make_operand(InputKind::dual, n, k, 1, 7000 + n);
-  const auto da = upload(ha, ScaleLayout::plain), d1 = upload(h1, ScaleLayout::plain), d2 = upload(h2, ScaleLayout::plain);
+  const auto da = upload(ha, layout), d1 = upload(h1, layout), d2 = upload(h2, layout);
   DeviceBuffer c(m * n * 2);
   DualGemmProblem p{m, n, k, 1, da.view, d1.view, d2.view, c.get()};
   std::vector<TileConfig> cands{choose_dual_config(p, sms)};
@@ -431,7 +431,7 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
 }
 
 Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t n, int64_t k,
-                     const std::vector<int64_t>& ms, double b200) {
+                     const std::vector<int64_t>& ms, double b200, ScaleLayout layout) {
   std::string shape = std::to_string(n) + "x" + std::to_string(k) + " m=";
   for (size_t g = 0; g < ms.size(); ++g) shape += (g ? "," : "") + std::to_string(ms[g]);
   Result r;
@@ -441,8 +441,8 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
   std::vector<DeviceBuffer> cs, a16, b16, c32;
   GroupedGemmProblem p;
   for (size_t g = 0; g < ms.size(); ++g) {
-    das.push_back(upload(make_operand(InputKind::grouped, ms[g], k, 1, 8000 + 2 * g + n), ScaleLayout::plain));
-    dbs.push_back(upload(make_operand(InputKind::grouped, n, k, 1, 8001 + 2 * g + n), ScaleLayout::plain));
+    das.push_back(upload(make_operand(InputKind::grouped, ms[g], k, 1, 8000 + 2 * g + n), layout));
+    dbs.push_back(upload(make_operand(InputKind::grouped, n, k, 1, 8001 + 2 * g + n), layout));
     cs.emplace_back(ms[g] * n * 2);
     p.groups.push_back(GemmProblem{ms[g], n, k, 1, das.back().view, dbs.back().view, cs.back().get()});
     r.bytes += static_cast<double>(operand_bytes(ms[g], k, 1) + operand_bytes(n, k, 1) + ms[g] * n * 2);
@@ -476,7 +476,7 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
 // shapes: "MxNxK" strings for --op gemm or dual; when given they replace the shapes (no
 // B200 reference then).
 void run_bench(const std::string& op, const std::string& json_path, int reps, Flush flush,
-               const std::vector<std::string>& shapes) {
+               const std::vector<std::string>& shapes, ScaleLayout layout) {
   require_hopper();
   const GpuInfo g = query_gpu();
   Timer timer(reps, g.l2_bytes, flush, g.sm_count);
@@ -494,32 +494,32 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
       std::istringstream in(sh);
       SWAPFFN_REQUIRE(in >> m >> x1 >> n >> x2 >> k && x1 == 'x' && x2 == 'x' && in.peek() == EOF,
                       "nvfp4 bench --shape '" + sh + "' is not MxNxK");
-      rows.push_back(op == "gemm" ? bench_gemm(timer, blas, ceil, g.sm_count, m, n, k, 0.0)
-                                  : bench_dual(timer, blas, ceil, g.sm_count, m, n, k, 0.0));
+      rows.push_back(op == "gemm" ? bench_gemm(timer, blas, ceil, g.sm_count, m, n, k, 0.0, layout)
+                                  : bench_dual(timer, blas, ceil, g.sm_count, m, n, k, 0.0, layout));
     }
   }
   const bool all = op == "all" && shapes.empty();
   if (shapes.empty() && (all || op == "gemv")) {
-    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 7168, 16384, 1, 18.4));
-    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 4096, 7168, 8, 28.0));
-    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 7168, 2048, 4, 12.6));
+    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 7168, 16384, 1, 18.4, layout));
+    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 4096, 7168, 8, 28.0, layout));
+    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 7168, 2048, 4, 12.6, layout));
   }
   if (shapes.empty() && (all || op == "gemm")) {
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 7168, 16384, 18.3));
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 4096, 7168, 8.29));
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 7168, 2048, 6.54));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 7168, 16384, 18.3, layout));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 4096, 7168, 8.29, layout));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 7168, 2048, 6.54, layout));
   }
   if (shapes.empty() && (all || op == "dual")) {
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 256, 4096, 7168, 12.4));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 512, 4096, 7168, 16.4));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 256, 3072, 4096, 9.43));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 512, 3072, 7168, 16.3));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 256, 4096, 7168, 12.4, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 512, 4096, 7168, 16.4, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 256, 3072, 4096, 9.43, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 512, 3072, 7168, 16.3, layout));
   }
   if (shapes.empty() && (all || op == "grouped")) {
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 4096, 7168, {80, 176, 128, 72, 64, 248, 96, 160}, 27.9));
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 7168, 2048, {40, 76, 168, 72, 164, 148, 196, 160}, 19.4));
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 3072, 4096, {192, 320}, 8.48));
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 4096, 1536, {128, 384}, 6.43));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 4096, 7168, {80, 176, 128, 72, 64, 248, 96, 160}, 27.9, layout));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 7168, 2048, {40, 76, 168, 72, 164, 148, 196, 160}, 19.4, layout));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 3072, 4096, {192, 320}, 8.48, layout));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 4096, 1536, {128, 384}, 6.43, layout));
   }
   std::printf("\n%-8s %-36s %9s %9s %7s %9s %9s %9s %9s  %-22s %s\n", "op", "shape", "ours_us", "SOL_us", "%SOL", "read_us",
               "B200_us", "cuBLAS_us", "default", "best config", "check vs cuBLAS");
@@ -547,7 +547,7 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
     j["method"] = "median of " + std::to_string(timer.reps) +
                   " runs after 2 warm-ups, CUDA events, L2 flushed (memset of 2x L2" +
                   (flush == Flush::clean ? std::string(", then a stream read of another 2x L2") : std::string()) +
-                  ") before each run";
+                  ") before each run; scales " + to_string(layout);
     for (const auto& r : rows)
       j["results"].push_back({{"op", r.op}, {"shape", r.shape}, {"us", r.us}, {"sol_us", r.sol_us},
                               {"pct_sol", 100.0 * r.sol_us / r.us}, {"b200_best_us", r.b200_us},
@@ -585,6 +585,7 @@ void add_nvfp4_command(CLI::App& app) {
   auto reps = std::make_shared<int>(30);
   auto flush = std::make_shared<std::string>("write");
   auto shapes = std::make_shared<std::vector<std::string>>();
+  auto scales = std::make_shared<std::string>("plain");
   auto* bench = cmd->add_subcommand("bench", "the issue's 14 shapes vs Hopper SOL, B200 best and cuBLAS bf16");
   bench->add_option("--op", *op, "gemv, gemm, dual, grouped or all")->check(CLI::IsMember({"gemv", "gemm", "dual", "grouped", "all"}));
   bench->add_option("--json", *json, "write the results as JSON to this file");
@@ -594,11 +595,14 @@ void add_nvfp4_command(CLI::App& app) {
                     "another 2x L2, so no dirty lines are left for the timed kernel to write back)")
       ->check(CLI::IsMember({"write", "clean"}));
   bench->add_option("--shape", *shapes, "MxNxK shapes (repeatable) for --op gemm or dual instead of the issue's");
-  bench->callback([op, json, reps, flush, shapes] {
+  bench->add_option("--scales", *scales, "scale layout of every operand: plain (the default) or blocked (128x4)")
+      ->check(CLI::IsMember({"plain", "blocked"}));
+  bench->callback([op, json, reps, flush, shapes, scales] {
 #ifdef SWAPFFN_WITH_CUDA
-    run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : Flush::write, *shapes);
+    run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : Flush::write, *shapes,
+              *scales == "blocked" ? ScaleLayout::blocked_128x4 : ScaleLayout::plain);
 #else
-    (void)op, (void)json, (void)reps, (void)flush, (void)shapes;
+    (void)op, (void)json, (void)reps, (void)flush, (void)shapes, (void)scales;
     SWAPFFN_FAIL("swapffn nvfp4 needs a CUDA build");
 #endif
   });

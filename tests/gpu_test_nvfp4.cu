@@ -125,12 +125,14 @@ constexpr GemvConfig tma_cfg(int warps, int split, int stages, int step_k = 512)
 
 TEST_F(Nvfp4Gpu, GemvTmaBitExact) {
   const int variants[][2] = {{4, 512}, {8, 512}, {2, 1024}, {4, 1024}, {2, 2048}, {4, 2048}};  // stages, step_k
-  for (int w : {4, 8})
-    for (const auto& v : variants) {
-      run_gemv(200, 2048, 3, ScaleLayout::plain, tma_cfg(w, 1, v[0], v[1]), 41);
-      run_gemv(200, 8192, 2, ScaleLayout::plain, tma_cfg(w, 3, v[0], v[1]), 42);  // split-K, uneven steps
-      run_gemv(77, 768, 1, ScaleLayout::plain, tma_cfg(w, 1, v[0], v[1]), 44);    // K ends mid-step
-    }
+  for (ScaleLayout layout : kLayouts)
+    for (int w : {4, 8})
+      for (const auto& v : variants) {
+        run_gemv(200, 2048, 3, layout, tma_cfg(w, 1, v[0], v[1]), 41);
+        run_gemv(200, 8192, 2, layout, tma_cfg(w, 3, v[0], v[1]), 42);  // split-K, uneven steps
+        run_gemv(77, 768, 1, layout, tma_cfg(w, 1, v[0], v[1]), 44);    // K ends mid-step
+      }
+  run_gemv(128, 256, 2, ScaleLayout::blocked_128x4, tma_cfg(8, 1, 2, 2048), 43);  // blocked: 4 of 32 units
   run_gemv(128, 256, 2, ScaleLayout::plain, tma_cfg(4, 1, 4), 43);           // smallest K
   run_gemv(128, 256, 2, ScaleLayout::plain, tma_cfg(8, 1, 2, 2048), 43);     // ... most of the step zero-filled
   run_gemv(33, 16384, 1, ScaleLayout::plain, tma_cfg(4, 1, 4), 45);          // 32 steps through 4 stages
@@ -147,8 +149,9 @@ TEST_F(Nvfp4Gpu, GemvTmaBitExact) {
   const GemvConfig wide = choose_gemv_config(waves, sms_);
   EXPECT_TRUE(wide.step_k == 2048 && wide.stages == 4) << describe(wide);
   run_gemv(waves.m, 8192, 5, ScaleLayout::plain, wide, 48);
-  probe.a.layout = ScaleLayout::blocked_128x4;
-  EXPECT_EQ(choose_gemv_config(probe, sms_).load, GemvLoad::registers);
+  probe.a.layout = ScaleLayout::blocked_128x4;  // blocked scales take the TMA path too
+  EXPECT_EQ(choose_gemv_config(probe, sms_).load, GemvLoad::tma);
+  run_gemv(1000, 4096, 2, ScaleLayout::blocked_128x4, choose_gemv_config(probe, sms_), 49);
   probe = {1000, 4160, 2, {}, {}, nullptr};  // K % 256 != 0
   EXPECT_EQ(choose_gemv_config(probe, sms_).load, GemvLoad::registers);
 }
@@ -198,7 +201,7 @@ TEST_F(Nvfp4Gpu, GemvNanScalePropagates) {
   }
   HostOperand a = make_operand(InputKind::gemv, 96, 1024, 1, 22);
   a.scales[40 * (1024 / 16) + 37] = 0xFF;  // row 40, block 37 (the second step)
-  run_gemv(96, 1024, 1, ScaleLayout::plain, tma_cfg(4, 2, 4), 22, &a);
+  for (ScaleLayout layout : kLayouts) run_gemv(96, 1024, 1, layout, tma_cfg(4, 2, 4), 22, &a);
 }
 
 // ---------------- GEMM ----------------
@@ -417,9 +420,6 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   GemvProblem gemv_two_steps{128, 1024, 1, da.view, da.view, c.buf.get()};
   expect_error([&] { gemv(gemv_two_steps, tma_cfg(4, 2, 8), {}, nullptr); }, "zeroed for split-K");
   expect_error([&] { gemv(gemv_two_steps, tma_cfg(4, 3, 8), {}, nullptr); }, "split_k=3 must be in [1, min(64, 2");
-  const DeviceOperand da_blocked = upload(a, ScaleLayout::blocked_128x4);
-  GemvProblem gemv_blocked{128, 512, 1, da_blocked.view, da.view, c.buf.get()};
-  expect_error([&] { gemv(gemv_blocked, tma_cfg(4, 1, 8), {}, nullptr); }, "plain layout");
   // b's int8 copy of K = 2^21 at split_k = 1 (2.6 MB) exceeds any device's shared memory per CTA.
   GemvProblem gemv_long{1, int64_t{1} << 21, 1, da.view, da.view, c.buf.get()};
   expect_error([&] { gemv(gemv_long, tma_cfg(4, 1, 8), {}, nullptr); }, "bytes of shared memory per CTA");

@@ -89,7 +89,7 @@ inline constexpr int kMaxGroups = 64;
 // block and accumulate in fp32.
 // load: how `a` reaches the warps: 16-byte register loads by every lane (any problem), or a
 // shared-memory ring filled by TMA copies `stages` k-steps of `step_k` elements ahead, with `warps`
-// consumer warps (int8 decode only; needs a's scales plain and 16-byte aligned and K % 256 == 0).
+// consumer warps (int8 decode only; needs a's scales 16-byte aligned, either layout, and K % 256 == 0).
 // Built: warps 4 or 8; step_k 512 with 4 or 8 stages, 1024 or 2048 with 2 or 4 stages.
 enum class GemvDecode { int8, mma };
 enum class GemvLoad { registers, tma };

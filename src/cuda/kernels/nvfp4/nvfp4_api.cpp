@@ -205,8 +205,7 @@ size_t workspace_bytes(const DualGemmProblem& p, const TileConfig& c) { return d
 
 bool gemv_tma_supported(const GemvProblem& p, std::string* why) {
   const char* reason = nullptr;
-  if (p.a.layout != ScaleLayout::plain) reason = "needs a's scales in the plain layout (the blocked one has no 32-row box)";
-  else if (p.k % 256 != 0) reason = "needs K % 256 == 0 (16-byte pitches of a's scale rows)";
+  if (p.k % 256 != 0) reason = "needs K % 256 == 0 (16-byte pitches of a's scale rows)";
   else if (!aligned(p.a.scales, 16)) reason = "needs a's scales 16-byte aligned";
   if (reason && why) *why = reason;
   return reason == nullptr;
@@ -229,7 +228,7 @@ void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream
     int device = 0, smem_max = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    const size_t smem = cu::gemv_tma_smem_bytes(p.k, c.split_k, c.stages, c.step_k);
+    const size_t smem = cu::gemv_tma_smem_bytes(p.k, c.split_k, c.stages, c.step_k, p.a.layout != ScaleLayout::plain);
     SWAPFFN_REQUIRE(smem <= static_cast<size_t>(smem_max),
                     op + ": load=tma with " + describe(c) + " needs " + std::to_string(smem) +
                         " bytes of shared memory per CTA (the ring and b of K/split_k), the device allows " +

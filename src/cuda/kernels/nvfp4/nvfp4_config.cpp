@@ -115,8 +115,11 @@ GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
     const int64_t steps = ceil_div(p.k, c.step_k);
     int64_t s = 1;
     while (blocks * s < sm_count && s * 2 <= steps) s *= 2;
-    const size_t budget = std::max(kTmaSmemBudget, cuda::nvfp4::gemv_tma_smem_bytes(0, 1, c.stages, c.step_k) + 16384);
-    while (s < steps && cuda::nvfp4::gemv_tma_smem_bytes(p.k, static_cast<int>(s), c.stages, c.step_k) > budget) ++s;
+    const bool blocked = p.a.layout != ScaleLayout::plain;
+    const size_t budget =
+        std::max(kTmaSmemBudget, cuda::nvfp4::gemv_tma_smem_bytes(0, 1, c.stages, c.step_k, blocked) + 16384);
+    while (s < steps && cuda::nvfp4::gemv_tma_smem_bytes(p.k, static_cast<int>(s), c.stages, c.step_k, blocked) > budget)
+      ++s;
     c.split_k = static_cast<int>(std::min<int64_t>(s, 64));
     return c;
   }

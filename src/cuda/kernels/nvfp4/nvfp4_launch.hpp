@@ -26,13 +26,15 @@ OperandArgs operand_args(const swapffn::nvfp4::Operand& op, int64_t rows, int64_
 inline constexpr int kGemvRowsPerCta = 32;
 
 // GEMV load=tma (sm90_nvfp4_gemv_tma.cu): a ring stage holds step_k (512, 1024 or 2048) k of the
-// CTA's 32 rows; the shared memory a CTA needs: `stages` stages of 32 rows x step_k x 9/16 bytes
-// (data and scales), b of its K range as int8 plus fp32 block scales (1.25 bytes per k), the ring's
+// CTA's 32 rows; the shared memory a CTA needs: `stages` stages of 32 rows x step_k / 2 data bytes
+// plus scales (plain: 32 rows x step_k / 16 bytes; blocked: the row block's step_k / 64 units of
+// 512 bytes), b of its K range as int8 plus fp32 block scales (1.25 bytes per k), the ring's
 // barriers and 128 bytes of alignment slack.
-inline size_t gemv_tma_smem_bytes(int64_t k, int split_k, int stages, int step_k) {
+inline size_t gemv_tma_smem_bytes(int64_t k, int split_k, int stages, int step_k, bool blocked) {
   const int64_t steps = (k + step_k - 1) / step_k;
   const int64_t steps_per_cta = (steps + split_k - 1) / split_k;
-  return 128 + static_cast<size_t>(stages) * kGemvRowsPerCta * (step_k / 2 + step_k / 16) +
+  const size_t scale_bytes = blocked ? static_cast<size_t>(step_k) * 8 : static_cast<size_t>(kGemvRowsPerCta) * (step_k / 16);
+  return 128 + static_cast<size_t>(stages) * (kGemvRowsPerCta * (step_k / 2) + scale_bytes) +
          static_cast<size_t>(steps_per_cta) * (step_k + (step_k / 16) * 4) +
          2 * static_cast<size_t>(stages) * sizeof(uint64_t);
 }
@@ -115,7 +117,7 @@ int tile_threads(swapffn::nvfp4::Tile tile, bool dual);
 int tile_acc_per_thread(swapffn::nvfp4::Tile tile, bool dual);
 
 void launch_gemv(const GemvArgs& args, int warps, bool int8_decode, cudaStream_t stream);
-// `a` with plain scales, K % 256 == 0 and 16-byte aligned scales; shared memory checked by the API,
+// K % 256 == 0 and 16-byte aligned `a` scales, either layout; shared memory checked by the API,
 // which also asks gemv_tma_built whether the (warps, stages, step_k) variant is instantiated.
 bool gemv_tma_built(int warps, int stages, int step_k);
 void launch_gemv_tma(const GemvArgs& args, int warps, int stages, int step_k, cudaStream_t stream);

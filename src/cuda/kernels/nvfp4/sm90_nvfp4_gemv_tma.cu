@@ -15,11 +15,13 @@
 // Consumer thread (col, rg) owns the 32 k-elements col of every step (one 16-byte chunk per row)
 // for rows rg, rg + kRowGroups, ...: a row's 16 columns live in one half-warp, so its sum needs
 // only shuffles, in a fixed order, and split-K partials are added in split order (deterministic).
-// Needs plain scales for `a`, K % 256 == 0 (16-byte row pitches) and 16-byte aligned `a` scales;
+// Needs K % 256 == 0 (16-byte row pitches) and 16-byte aligned `a` scales (plain: a TMA box of
+// 32 rows; blocked 128x4: one bulk copy of the row block's units per stage);
 // the API refuses other problems for this path, and configs whose shared memory does not fit
 // (docs/NVFP4.md, eleventh step).
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -35,7 +37,7 @@ namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
-template <int Warps_, int Stages_, int Width_>
+template <int Warps_, int Stages_, int Width_, bool Blocked_>
 struct GemvTmaCfg {
   static constexpr int kWarps = Warps_;    // consumer warps; one more warp issues the copies
   static constexpr int kStages = Stages_;  // ring stages in flight
@@ -44,9 +46,15 @@ struct GemvTmaCfg {
   static constexpr int kSubK = 512;                   // k elements of a sub-step: 16 columns of 32
   static constexpr int kStepK = kSubK * kWidth;       // k elements per stage
   static constexpr int kRowBytes = kStepK / 2;        // one row of the data box (8-byte elements)
-  static constexpr int kScaleRowBytes = kStepK / 16;  // one row of the scale box
+  static constexpr int kScaleRowBytes = kStepK / 16;  // plain: one row of the scale box
+  static constexpr bool kBlocked = Blocked_;
+  // Blocked scales: a stage takes the whole 512-byte units (128 rows x 4 scale columns) of the
+  // CTA's 128-row block, one bulk copy; the CTA uses its 32 rows' quarter of each unit (the other
+  // quarters belong to the neighbouring CTAs, which read them from L2).
+  static constexpr int kUnits = kStepK / 64;
+  static constexpr int kScaleBytes = kBlocked ? kUnits * 512 : kRows * kScaleRowBytes;
   static constexpr int kDataBytes = kRows * kRowBytes;
-  static constexpr int kStageBytes = kDataBytes + kRows * kScaleRowBytes;
+  static constexpr int kStageBytes = kDataBytes + kScaleBytes;
   static constexpr int kConsumers = kWarps * 32;
   static constexpr int kCols = kSubK / 32;  // consumer columns: 32 k-elements (one 16-byte chunk) each
   static constexpr int kRowGroups = kConsumers / kCols;
@@ -60,7 +68,8 @@ struct GemvTmaCfg {
   static_assert(kRows % kRowGroups == 0 && kRowsPerThread >= 1, "consumer warps split the rows evenly");
   static_assert(kWidth == 1 || kWidth == 2 || kWidth == 4, "data boxes of 256, 512 or 1024 bytes per row");
   static_assert(kStageBytes % 128 == 0, "TMA destinations stay 128-byte aligned");
-  static_assert(kStageBytes == kRows * (kStepK / 2 + kStepK / 16) && kBBytesPerSub * kWidth == kStepK + (kStepK / 16) * 4,
+  static_assert(kStageBytes == kRows * (kStepK / 2) + (kBlocked ? kStepK * 8 : kRows * (kStepK / 16)) &&
+                    kBBytesPerSub * kWidth == kStepK + (kStepK / 16) * 4,
                 "the kernel's shared-memory layout matches gemv_tma_smem_bytes");
   static_assert(kStages >= 2, "the ring needs a stage in flight while one is consumed");
 };
@@ -105,12 +114,22 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
       for (int i = 0; i < count; ++i) {
         const int s = i % Cfg::kStages;
         if (i >= Cfg::kStages) Barrier::wait(&empty[s], ((i / Cfg::kStages) - 1) & 1);
-        TxBarrier::arrive_and_expect_tx(&full[s], Cfg::kStageBytes);  // boxes count in full, zero fill too
         uint8_t* dst = stages + s * Cfg::kStageBytes;
+        if constexpr (Cfg::kBlocked) {
+          // The units of this step that exist (the last step may end past the row block's units).
+          const int64_t unit0 = static_cast<int64_t>(s0 + i) * Cfg::kUnits;
+          const int units = static_cast<int>(std::min<int64_t>(Cfg::kUnits, args.a.rk_blocks - unit0));
+          TxBarrier::arrive_and_expect_tx(&full[s], Cfg::kDataBytes + units * 512);  // data box in full
+          cute::SM90_BULK_COPY_G2S::copy(
+              args.a.scales + batch * args.a.scale_batch + ((row0 / 128) * args.a.rk_blocks + unit0) * 512, &full[s],
+              dst + Cfg::kDataBytes, units * 512);
+        } else {
+          TxBarrier::arrive_and_expect_tx(&full[s], Cfg::kStageBytes);  // boxes count in full, zero fill too
+          cute::SM90_TMA_LOAD_3D::copy(&sfa_map, &full[s], kEvictFirst, dst + Cfg::kDataBytes,
+                                       (s0 + i) * Cfg::kScaleRowBytes, row0, batch);
+        }
         // The data map has 8-byte elements: its x coordinate counts them.
         cute::SM90_TMA_LOAD_3D::copy(&a_map, &full[s], kEvictFirst, dst, (s0 + i) * (Cfg::kRowBytes / 8), row0, batch);
-        cute::SM90_TMA_LOAD_3D::copy(&sfa_map, &full[s], kEvictFirst, dst + Cfg::kDataBytes,
-                                     (s0 + i) * Cfg::kScaleRowBytes, row0, batch);
       }
     }
     __syncwarp();
@@ -154,6 +173,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
     }
 
     float dot[Cfg::kRowsPerThread] = {};
+    // Blocked scales: this CTA's quarter of each 512-byte unit (rows 32 q .. 32 q + 31 of the block).
+    const int quarter = row_block % 4;
     for (int i = 0; i < count; ++i) {
       const int s = i % Cfg::kStages;
       TxBarrier::wait(&full[s], (i / Cfg::kStages) & 1);
@@ -166,12 +187,19 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
         const float2 sbq = *reinterpret_cast<const float2*>(b_scales + (q * Cfg::kCols + col) * 2);
         const uint32_t p[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
         const int chunk = j * Cfg::kCols + col;  // 16-byte chunk of the stage's row
+        // Past K (the last step's tail) the data is zero-filled, but blocked scales there are stale
+        // stage bytes (possibly NaN), so such chunks are skipped.
+        if (static_cast<int64_t>(s0 + i) * Cfg::kStepK + chunk * 32 >= args.k) continue;
 #pragma unroll
         for (int r = 0; r < Cfg::kRowsPerThread; ++r) {
           const int row = rg + r * Cfg::kRowGroups;
           const uint4 w = lds128(st + row * Cfg::kRowBytes + chunk * 16);
-          const float2 sa = gemv::scales_f32(
-              *reinterpret_cast<const unsigned short*>(st + Cfg::kDataBytes + row * Cfg::kScaleRowBytes + chunk * 2));
+          // Scale columns 2 chunk, 2 chunk + 1: plain [row][column]; blocked unit chunk / 2, row
+          // r % 32 at 16 r, the quarter's 4 columns at 4 quarter, these two at 2 (chunk % 2).
+          const int soff = Cfg::kBlocked ? (chunk / 2) * 512 + row * 16 + quarter * 4 + (chunk % 2) * 2
+                                         : row * Cfg::kScaleRowBytes + chunk * 2;
+          const float2 sa =
+              gemv::scales_f32(*reinterpret_cast<const unsigned short*>(st + Cfg::kDataBytes + soff));
           dot[r] = __fmaf_rn(static_cast<float>(gemv::block_dot16(w.x, w.y, p)), sa.x * sbq.x, dot[r]);
           dot[r] = __fmaf_rn(static_cast<float>(gemv::block_dot16(w.z, w.w, p + 4)), sa.y * sbq.y, dot[r]);
         }
@@ -192,16 +220,18 @@ __global__ void __launch_bounds__(Cfg::kThreads) nvfp4_gemv_tma_kernel(const Gem
   gemv::finish_rows(args, row_block, split, batch, v);
 }
 
-template <int Warps, int Stages, int Width>
+template <int Warps, int Stages, int Width, bool Blocked>
 void launch(const GemvArgs& args, cudaStream_t stream) {
-  using Cfg = GemvTmaCfg<Warps, Stages, Width>;
+  using Cfg = GemvTmaCfg<Warps, Stages, Width, Blocked>;
   const int64_t steps = (args.k + Cfg::kStepK - 1) / Cfg::kStepK;
   const int steps_per_cta = static_cast<int>((steps + args.split_k - 1) / args.split_k);
-  const size_t smem = gemv_tma_smem_bytes(args.k, args.split_k, Stages, Cfg::kStepK);
+  const size_t smem = gemv_tma_smem_bytes(args.k, args.split_k, Stages, Cfg::kStepK, Blocked);
   const CUtensorMap a_map = make_tma_3d_u8(args.a.data, args.k / 2, args.m, args.l, args.k / 2, args.a.data_batch,
                                            Cfg::kRowBytes, Cfg::kRows, false, 8);
-  const CUtensorMap sfa_map = make_tma_3d_u8(args.a.scales, args.k / 16, args.m, args.l, args.k / 16,
-                                             args.a.scale_batch, Cfg::kScaleRowBytes, Cfg::kRows, false);
+  // Blocked scales go by bulk copy; the map is then unused (the data map stands in for it).
+  const CUtensorMap sfa_map = Blocked ? a_map
+                                      : make_tma_3d_u8(args.a.scales, args.k / 16, args.m, args.l, args.k / 16,
+                                                       args.a.scale_batch, Cfg::kScaleRowBytes, Cfg::kRows, false);
   auto kernel = nvfp4_gemv_tma_kernel<Cfg>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((args.m + Cfg::kRows - 1) / Cfg::kRows), static_cast<unsigned>(args.split_k),
@@ -210,16 +240,17 @@ void launch(const GemvArgs& args, cudaStream_t stream) {
   SWAPFFN_CHECK_LAUNCH();
 }
 
-// The instantiated (stages, step_k) pairs: up to ~74 KB of ring per CTA (two or three CTAs per
-// SM), plus 4 stages of 2048 (147 KB, one CTA per SM).
-template <int Warps>
-bool launch_warps(const GemvArgs& args, int stages, int step_k, cudaStream_t stream) {
-  if (stages == 4 && step_k == 512) return launch<Warps, 4, 1>(args, stream), true;
-  if (stages == 8 && step_k == 512) return launch<Warps, 8, 1>(args, stream), true;
-  if (stages == 2 && step_k == 1024) return launch<Warps, 2, 2>(args, stream), true;
-  if (stages == 4 && step_k == 1024) return launch<Warps, 4, 2>(args, stream), true;
-  if (stages == 2 && step_k == 2048) return launch<Warps, 2, 4>(args, stream), true;
-  if (stages == 4 && step_k == 2048) return launch<Warps, 4, 4>(args, stream), true;
+// The instantiated (stages, step_k) pairs: up to ~74 KB of ring per CTA with plain scales (two
+// or three CTAs per SM), plus 4 stages of 2048 (147 KB, one CTA per SM); blocked scales add 6 KB
+// per 1024 k of stage.
+template <int Warps, bool Blocked>
+bool launch_ring(const GemvArgs& args, int stages, int step_k, cudaStream_t stream) {
+  if (stages == 4 && step_k == 512) return launch<Warps, 4, 1, Blocked>(args, stream), true;
+  if (stages == 8 && step_k == 512) return launch<Warps, 8, 1, Blocked>(args, stream), true;
+  if (stages == 2 && step_k == 1024) return launch<Warps, 2, 2, Blocked>(args, stream), true;
+  if (stages == 4 && step_k == 1024) return launch<Warps, 4, 2, Blocked>(args, stream), true;
+  if (stages == 2 && step_k == 2048) return launch<Warps, 2, 4, Blocked>(args, stream), true;
+  if (stages == 4 && step_k == 2048) return launch<Warps, 4, 4, Blocked>(args, stream), true;
   return false;
 }
 
@@ -232,9 +263,12 @@ bool gemv_tma_built(int warps, int stages, int step_k) {
 }
 
 void launch_gemv_tma(const GemvArgs& args, int warps, int stages, int step_k, cudaStream_t stream) {
-  const bool launched = warps == 4   ? launch_warps<4>(args, stages, step_k, stream)
-                        : warps == 8 ? launch_warps<8>(args, stages, step_k, stream)
-                                     : false;
+  const bool blocked = args.a.rk_blocks != 0;
+  bool launched = false;
+  if (warps == 4)
+    launched = blocked ? launch_ring<4, true>(args, stages, step_k, stream) : launch_ring<4, false>(args, stages, step_k, stream);
+  else if (warps == 8)
+    launched = blocked ? launch_ring<8, true>(args, stages, step_k, stream) : launch_ring<8, false>(args, stages, step_k, stream);
   if (!launched)
     SWAPFFN_FAIL("NVFP4 GEMV load=tma is not built for warps=" + std::to_string(warps) + " stages=" +
                  std::to_string(stages) + " step_k=" + std::to_string(step_k));
