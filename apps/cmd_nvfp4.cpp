@@ -11,9 +11,9 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 

@@ -139,7 +139,7 @@ TEST_F(Nvfp4Gpu, GemvTmaBitExact) {
   run_gemv(33, 16384, 1, ScaleLayout::plain, tma_cfg(8, 1, 2, 1024), 45);    // 16 steps through 2 stages
   run_gemv(200, 1024, 3, ScaleLayout::plain, tma_cfg(4, 2, 8), 46, nullptr, InputKind::gemm);  // every byte
   run_gemv(200, 4096, 3, ScaleLayout::plain, tma_cfg(8, 1, 4, 2048), 46, nullptr, InputKind::gemm);
-  // The default takes the TMA path where it can (plain scales, K % 256 == 0), else registers.
+  // The default takes the TMA path where it can (K % 256 == 0, either scale layout), else registers.
   GemvProblem probe{1000, 4096, 2, {}, {}, nullptr};
   const GemvConfig chosen = choose_gemv_config(probe, sms_);
   EXPECT_EQ(chosen.load, GemvLoad::tma) << describe(chosen);
@@ -154,6 +154,16 @@ TEST_F(Nvfp4Gpu, GemvTmaBitExact) {
   run_gemv(1000, 4096, 2, ScaleLayout::blocked_128x4, choose_gemv_config(probe, sms_), 49);
   probe = {1000, 4160, 2, {}, {}, nullptr};  // K % 256 != 0
   EXPECT_EQ(choose_gemv_config(probe, sms_).load, GemvLoad::registers);
+  // A K whose b copy does not fit a CTA even at split 64: the default must not be a config that
+  // gemv() refuses, so it takes the register path.
+  probe = {32, int64_t{1} << 26, 1, {}, {}, nullptr};
+  EXPECT_EQ(choose_gemv_config(probe, sms_).load, GemvLoad::registers) << describe(choose_gemv_config(probe, sms_));
+  // One row block and a long K: the split that would fill the SMs exceeds the API's 64; the default
+  // stays within it and runs.
+  probe = {32, int64_t{1} << 18, 1, {}, {}, nullptr};
+  const GemvConfig long_k = choose_gemv_config(probe, sms_);
+  EXPECT_TRUE(long_k.load == GemvLoad::tma && long_k.split_k <= 64) << describe(long_k);
+  run_gemv(32, int64_t{1} << 18, 1, ScaleLayout::plain, long_k, 50);
 }
 
 // a's scales only 4-byte aligned (allowed by the API, not by TMA): the default takes the register

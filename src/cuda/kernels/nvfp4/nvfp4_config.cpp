@@ -100,31 +100,36 @@ int pick_split(int64_t tiles, int64_t ktiles, int sm_count, int per_sm, int64_t 
 // with several waves of CTAs wider steps win (4096x7168x8, 1024 CTAs: 4 x 2048 58.3 us against
 // 60.8 for 2 x 1024; 7168x2048x4, 896 CTAs, one step per CTA: 2 x 2048 19.2 against 20.2), but 4
 // stages only where a CTA has that many steps (4 x 2048 at K = 2048 held 147 KB for one step and
-// took 25.8 us). Split 2 was slower everywhere (the CTAs already fill the SMs).
+// took 25.8 us). Split 2 was slower everywhere (the CTAs already fill the SMs). A K so long that
+// even split 64 (the API's limit) leaves b's copy over that budget takes the register path.
 GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
   GemvConfig c;
   c.decode = GemvDecode::int8;
+  const int64_t blocks = ceil_div(p.m, 32) * p.l;
   if (gemv_tma_supported(p)) {
     constexpr size_t kTmaSmemBudget = 100 * 1024;
-    c.load = GemvLoad::tma;
-    c.warps = 8;
-    const bool many_ctas = ceil_div(p.m, 32) * p.l >= 4 * static_cast<int64_t>(sm_count);
-    c.step_k = many_ctas ? 2048 : 1024;
-    c.stages = many_ctas && ceil_div(p.k, c.step_k) >= 4 ? 4 : 2;
-    const int64_t blocks = ceil_div(p.m, 32) * p.l;
-    const int64_t steps = ceil_div(p.k, c.step_k);
-    int64_t s = 1;
-    while (blocks * s < sm_count && s * 2 <= steps) s *= 2;
+    constexpr int64_t kMaxSplit = 64;
+    const bool many_ctas = blocks >= 4 * static_cast<int64_t>(sm_count);
+    const int step_k = many_ctas ? 2048 : 1024;
+    const int64_t steps = ceil_div(p.k, step_k);
+    const int stages = many_ctas && steps >= 4 ? 4 : 2;
     const bool blocked = p.a.layout != ScaleLayout::plain;
     const size_t budget =
-        std::max(kTmaSmemBudget, cuda::nvfp4::gemv_tma_smem_bytes(0, 1, c.stages, c.step_k, blocked) + 16384);
-    while (s < steps && cuda::nvfp4::gemv_tma_smem_bytes(p.k, static_cast<int>(s), c.stages, c.step_k, blocked) > budget)
-      ++s;
-    c.split_k = static_cast<int>(std::min<int64_t>(s, 64));
-    return c;
+        std::max(kTmaSmemBudget, cuda::nvfp4::gemv_tma_smem_bytes(0, 1, stages, step_k, blocked) + 16384);
+    auto smem = [&](int64_t s) { return cuda::nvfp4::gemv_tma_smem_bytes(p.k, static_cast<int>(s), stages, step_k, blocked); };
+    int64_t s = 1;
+    while (blocks * s < sm_count && s * 2 <= std::min(steps, kMaxSplit)) s *= 2;
+    while (s < std::min(steps, kMaxSplit) && smem(s) > budget) ++s;
+    if (smem(s) <= budget) {
+      c.load = GemvLoad::tma;
+      c.warps = 8;
+      c.step_k = step_k;
+      c.stages = stages;
+      c.split_k = static_cast<int>(s);
+      return c;
+    }
   }
   c.warps = p.k >= 4096 ? 8 : 4;
-  const int64_t blocks = ceil_div(p.m, 32) * p.l;
   const int64_t chunks = ceil_div(p.k, 128);
   int64_t s = 1;
   while (blocks * s < sm_count) s *= 2;
@@ -158,8 +163,8 @@ int ws_split(int64_t tiles, int64_t ktiles, int sm_count) {
 // GEMM launched as its programmatic dependent) it is 9-19% faster again on all three shapes at
 // the same split. `128x128wstc` (the consumer warps convert half of B) was 0-4.5% faster than
 // `wsta` on the three shapes in both runs of commits 4c54ecc and 118aa53 (91.9 vs 96.2, 38.7 vs
-// 39.8, 28.0 vs 28.2 us), so it is the default. Rejected: 128x64 tiles (twice the A dequantization per output; slower at every
-// split); `wsta` only from 64 k-tiles per CTA (before the programmatic launch, the pre-pass and
+// 39.8, 28.0 vs 28.2 us), so it is the default. Rejected: 128x64 tiles (twice the A dequantization
+// per output; slower at every split); `wsta` only from 64 k-tiles per CTA (before the programmatic launch, the pre-pass and
 // the launch gap cancelled the gain on the short-K shapes).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
