@@ -236,13 +236,19 @@ void run_gemm(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 TEST_F(Nvfp4Gpu, GemmBitExact) {
   const Tile tiles[] = {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
                         Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_wst, Tile::m128_n128_wsta,
-                        Tile::m128_n128_wstc};
+                        Tile::m128_n128_wstc, Tile::m128_n128_rs};
   for (ScaleLayout layout : kLayouts)
     for (Tile t : tiles) {
       run_gemm(200, 136, 512, 2, layout, {t, 1}, 31);  // M, N not tile multiples
       run_gemm(128, 256, 256, 1, layout, {t, 1}, 32);  // smallest K
       run_gemm(130, 131, 768, 1, layout, {t, 3}, 33);  // odd N (scalar stores), split-K 3
     }
+  // The register-operand tile: three activation tiles, several weight tiles, K long enough for the
+  // stage ring to wrap many times, with and without split-K, two batches.
+  for (ScaleLayout layout : kLayouts) {
+    run_gemm(300, 520, 4096, 2, layout, {Tile::m128_n128_rs, 1}, 36);
+    run_gemm(256, 384, 8192, 1, layout, {Tile::m128_n128_rs, 5}, 37);
+  }
   GemmProblem probe{128, 1024, 2048, 1, {}, {}, nullptr};
   run_gemm(128, 1024, 2048, 1, ScaleLayout::blocked_128x4, choose_gemm_config(probe, sms_), 34);
   // The default dequantizes A once and has the consumers convert half of B (wstc), here with a
@@ -270,13 +276,15 @@ TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
   run_gemm(256, 1024, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_wsta, 1}, 101, nullptr, &ws);  // no split-K
   run_gemm(256, 1024, 4096, 1, ScaleLayout::plain, {Tile::m128_n128_wstc, 3}, 103, nullptr, &ws);
   run_gemm(256, 1024, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws, 4}, 102, nullptr, &ws);
+  run_gemm(256, 1024, 2048, 2, ScaleLayout::plain, {Tile::m128_n128_rs, 4}, 104, nullptr, &ws);  // fp16 A, other order
+  run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wsta, 2}, 105, nullptr, &ws);
 }
 
 // The TMA tiles need 16-byte aligned scales, the API only 4-byte: with scales 4 bytes off they fall
 // back to the register-load tiles, with the same results.
 TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
   const int64_t m = 130, n = 200, k = 512;
-  for (Tile tile : {Tile::m128_n128_wst, Tile::m128_n128_wsta, Tile::m128_n128_wstc})
+  for (Tile tile : {Tile::m128_n128_wst, Tile::m128_n128_wsta, Tile::m128_n128_wstc, Tile::m128_n128_rs})
   for (ScaleLayout layout : kLayouts) {
     const HostOperand a = make_operand(InputKind::gemm, m, k, 1, 101), b = make_operand(InputKind::gemm, n, k, 1, 102);
     const auto ref = reference_gemm(a, b);
@@ -308,6 +316,16 @@ TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
   b.scales[70 * (512 / 16) + 14] = 0xFF;
   for (ScaleLayout layout : kLayouts)
     run_gemm(64, 72, 512, 1, layout, {Tile::m128_n128_wstc, 1}, 42, nullptr, nullptr, &b);
+  // `rs`: NaN weight scales in both 64-k halves of a stage, in rows of both consumer warpgroups and
+  // both fragment rows (r, r + 8), and a NaN activation scale through the fragment-order fp16 copy.
+  HostOperand w = make_operand(InputKind::gemm, 200, 512, 1, 44);
+  w.scales[3 * (512 / 16) + 2] = 0x7F;     // row 3, stage 0, half 0
+  w.scales[75 * (512 / 16) + 13] = 0xFF;   // row 75 (r + 8 of warpgroup 1), stage 1, half 1
+  w.scales[150 * (512 / 16) + 31] = 0x7F;  // second weight tile, last block
+  for (ScaleLayout layout : kLayouts) {
+    run_gemm(64, 200, 512, 1, layout, {Tile::m128_n128_rs, 1}, 45, nullptr, nullptr, &w);
+    run_gemm(64, 72, 256, 1, layout, {Tile::m128_n128_rs, 1}, 41, &a);
+  }
 }
 
 // ---------------- dual GEMM ----------------

@@ -76,7 +76,8 @@ bool make_tma_operands(const GemmArgs& args, int nb, int tile_m, int tile_n, Tma
 // The tiles whose workspace holds an fp16 copy of A, written by the pre-pass (nvfp4_predequant_a.cu).
 inline bool dequantizes_a_once(swapffn::nvfp4::Tile t) {
   using swapffn::nvfp4::Tile;
-  return t == Tile::m128_n128_wsta || t == Tile::m128_n64_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n64_wstc;
+  return t == Tile::m128_n128_wsta || t == Tile::m128_n64_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n64_wstc ||
+         t == Tile::m128_n128_rs;
 }
 
 // The TMA tiles' launch preparation: for `*_wst` / `*_wsta` tiles, the operands' tensor maps (and
@@ -85,10 +86,12 @@ inline bool dequantizes_a_once(swapffn::nvfp4::Tile t) {
 void prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, swapffn::nvfp4::Tile& tile,
                       swapffn::nvfp4::Tile fallback, TmaOperands& maps, cudaStream_t stream);
 
-// `*_wsta` tiles: bytes of the fp16 copy of A, the pre-pass that writes it to args.a16 (stream
-// ordered before the GEMM), and its tensor map (tile_m rows x 128 bytes, 128-byte swizzle).
+// `*_wsta` and `*_rs` tiles: bytes of the fp16 copy of A, the pre-pass that writes it to args.a16
+// (stream ordered before the GEMM) in the k order the tile reads (nvfp4_predequant_a.cu), and its
+// tensor map (tile_m rows x 128 bytes, 128-byte swizzle).
+enum class A16Order { stage, fragment };
 size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l);
-void launch_predequant_a(const GemmArgs& args, cudaStream_t stream);
+void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stream);
 CUtensorMap make_tma_a16(const GemmArgs& args, int tile_m);
 
 struct GroupArgs {

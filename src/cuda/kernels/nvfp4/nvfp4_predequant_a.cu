@@ -6,10 +6,16 @@
 // (docs/NVFP4.md). Converting A once here halves the per-CTA dequant work; the GEMM's TMA then
 // copies each k-tile's A box straight into the fp16 stage.
 //
-// Output layout: [L][M][K] fp16 with the k columns of every 64-wide k-tile in the stage's permuted
-// order (raw 16-byte chunk q of the k-tile, elements 32q..32q+31, lands in 16-byte fp16 chunks
-// q, q+2, q+4, q+6; nvfp4_tile_mainloop.cuh), so a 128-byte-swizzled TMA box of it is
-// byte-for-byte what the dequant warps would have written. The values are exact (nvfp4_dequant.cuh).
+// Output layout: [L][M][K] fp16, each 64-wide k block's 128 bytes in a permuted k order (the values
+// are exact, nvfp4_dequant.cuh):
+// - A16Order::stage (`*_wsta`, `*_wstc`): the stage's order (raw 16-byte chunk q of the k-tile,
+//   elements 32q..32q+31, lands in 16-byte fp16 chunks q, q+2, q+4, q+6; nvfp4_tile_mainloop.cuh),
+//   so a 128-byte-swizzled TMA box of it is byte-for-byte what the dequant warps would have written;
+// - A16Order::fragment (`*_rs`, nvfp4_rs_mainloop.cuh): the order in which the weights' register
+//   fragments hold k. Raw chunk t (0..3) of a 128-k step, elements 32t..32t+31, feeds the 64-k blocks
+//   h = 0, 1 with its words (2h, 2h + 1); dequant8's pair s of word 2h + u sits at k16 step s,
+//   columns 8u + 2t, 8u + 2t + 1 of block h (bytes 32 s + 16 u + 4 t), exactly where the wgmma finds
+//   the weight thread t's fragment pair of the same k.
 #include <cuda_fp16.h>
 
 #include "cuda/cuda_check.hpp"
@@ -24,6 +30,7 @@ namespace {
 
 // One thread per 16-byte raw chunk (32 elements, two scales): a warp reads 512 contiguous bytes of
 // a row and writes 2 KB of fp16, each k-tile's 128 bytes by the chunk pair of that k-tile.
+template <A16Order kOrder>
 __global__ void __launch_bounds__(256) predequant_a_kernel(const OperandArgs a, int64_t m, int64_t k, int64_t l,
                                                            uint8_t* out) {
   // The GEMM that reads `out` is launched as a programmatic dependent: it may start its prologue
@@ -45,10 +52,20 @@ __global__ void __launch_bounds__(256) predequant_a_kernel(const OperandArgs a, 
     const uint32_t two_scales = *reinterpret_cast<const uint16_t*>(a.scales + b * a.scale_batch + soff);
     uint32_t h[16];
     dequant32(raw, two_scales, h);
-    uint8_t* row = out + ((b * m + r) * k + kt * 64) * 2;
+    if constexpr (kOrder == A16Order::stage) {
+      uint8_t* row = out + ((b * m + r) * k + kt * 64) * 2;
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
-      *reinterpret_cast<uint4*>(row + (q + 2 * c) * 16) = make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
+      for (int c = 0; c < 4; ++c)
+        *reinterpret_cast<uint4*>(row + (q + 2 * c) * 16) = make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
+    } else {
+      const int t = static_cast<int>(chunk % 4);
+      uint8_t* step = out + ((b * m + r) * k + (chunk / 4) * 128) * 2;
+#pragma unroll
+      for (int w = 0; w < 4; ++w)  // word w = 2 h + u of the chunk
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          *reinterpret_cast<uint32_t*>(step + (w / 2) * 128 + 32 * s + 16 * (w % 2) + 4 * t) = h[4 * w + s];
+    }
   }
 }
 
@@ -56,10 +73,13 @@ __global__ void __launch_bounds__(256) predequant_a_kernel(const OperandArgs a, 
 
 size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l) { return static_cast<size_t>(l * m * k * 2); }
 
-void launch_predequant_a(const GemmArgs& args, cudaStream_t stream) {
+void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stream) {
   const int64_t threads = args.l * args.m * (args.k / 32);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, 4096));
-  predequant_a_kernel<<<blocks, 256, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
+  if (order == A16Order::stage)
+    predequant_a_kernel<A16Order::stage><<<blocks, 256, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
+  else
+    predequant_a_kernel<A16Order::fragment><<<blocks, 256, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
   SWAPFFN_CHECK_LAUNCH();
 }
 

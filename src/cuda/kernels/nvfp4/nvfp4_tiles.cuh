@@ -8,6 +8,7 @@
 #pragma once
 #include <type_traits>
 
+#include "cuda/kernels/nvfp4/nvfp4_rs_mainloop.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_tile_mainloop.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_ws_mainloop.cuh"
 #include "swapffn/error.hpp"
@@ -58,12 +59,18 @@ using DualM128N64WsTmaA = WsCfg<64, 2, 5, 1, false, 1, true, true, 2>;
 // `*_wstc`: as `*_wsta`, the consumer warps converting the odd k-tiles of every round.
 using GemmM128N128WsTmaC = WsCfg<128, 1, 5, 1, false, 1, true, true, 2, true>;
 using DualM128N64WsTmaC = WsCfg<64, 2, 5, 1, false, 1, true, true, 2, true>;
+// Register-operand tile (nvfp4_rs_mainloop.cuh): 4 stages of 128 k (42 KB each: activation boxes
+// 32 KB, weights 8 KB, scales 2 KB) keep 512 k of weights in flight per SM, more than the DRAM
+// latency needs at the MMA rate; a fifth stage would fit but leaves no room for a larger tile later.
+using GemmM128N128Rs = RsCfg<4>;
+static_assert(GemmM128N128Rs::BM == 128 && GemmM128N128Rs::BN == 128, "tile enum and config disagree");
 static_assert(GemmM128N128Ws::BM == 128 && GemmM128N128Ws::BN == 128, "tile enum and config disagree");
 static_assert(DualM128N64Ws::BM == 128 && DualM128N64Ws::BN == 64, "tile enum and config disagree");
 
 // Which mainloop a tile runs: mma.sync, wgmma with the shared producer, warp-specialised, or
 // warp-specialised with TMA loads (whose kernels take the operands' tensor maps as a parameter).
-enum class Path { mma_sync, wgmma, ws, wst };
+// rs: the register-operand tile (weights converted into wgmma's register fragment, operands swapped).
+enum class Path { mma_sync, wgmma, ws, wst, rs };
 template <Path P>
 using PathTag = std::integral_constant<Path, P>;
 
@@ -86,17 +93,23 @@ template <class Cfg>
 struct AccOf<Cfg, Path::wst> {
   using type = typename WsMainloop<Cfg>::Acc;
 };
+template <class Cfg>
+struct AccOf<Cfg, Path::rs> {
+  using type = typename RsMainloop<Cfg>::Acc;
+};
 template <class Cfg, Path P>
 using Acc = typename AccOf<Cfg, P>::type;
 
 // The kernels' tensor-map parameter: the operands' maps for the TMA path, empty otherwise.
 template <Path P>
-using TmaParam = std::conditional_t<P == Path::wst, TmaOperands, NoTma>;
+using TmaParam = std::conditional_t<P == Path::wst || P == Path::rs, TmaOperands, NoTma>;
 
 template <class Cfg, Path P>
 __device__ __forceinline__ bool run_mainloop(uint8_t* smem, const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count,
                                              Acc<Cfg, P>& acc, const TmaParam<P>& tma, int batch) {
-  if constexpr (P == Path::wst) {
+  if constexpr (P == Path::rs) {
+    return RsMainloop<Cfg>(smem).run(src, tma, batch, kt0, count, acc);
+  } else if constexpr (P == Path::wst) {
     return WsMainloop<Cfg>(smem).run_tma(src, tma, batch, kt0, count, acc);
   } else if constexpr (P == Path::ws) {
     return WsMainloop<Cfg>(smem).run(src, kt0, count, acc);
@@ -123,6 +136,7 @@ void dispatch_gemm_tile(Tile tile, F&& f) {
     case Tile::m128_n128_wst: f(GemmM128N128WsTma{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n128_wsta: f(GemmM128N128WsTmaA{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n128_wstc: f(GemmM128N128WsTmaC{}, PathTag<Path::wst>{}); return;
+    case Tile::m128_n128_rs: f(GemmM128N128Rs{}, PathTag<Path::rs>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }

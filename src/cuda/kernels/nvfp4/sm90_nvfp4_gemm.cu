@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
   __half* c = static_cast<__half*>(args.c) + batch * args.m * args.n;
   const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
-  if constexpr (P != Path::mma_sync) store_tile_wg<Cfg::BN>(c, args.m, args.n, row0, col0, [&](int r) { return acc[0][r]; });
+  if constexpr (P == Path::rs) store_tile_rs<Cfg>(c, args.m, args.n, row0, col0, acc);
+  else if constexpr (P != Path::mma_sync) store_tile_wg<Cfg::BN>(c, args.m, args.n, row0, col0, [&](int r) { return acc[0][r]; });
   else store_tile<Cfg>(c, args.m, args.n, row0, col0, [&](int mt, int nt, int i) { return acc[0][mt][nt][i]; });
 }
 
@@ -83,15 +84,26 @@ int tile_acc_per_thread(Tile tile, bool dual) {
 
 void prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, Tile& tile, Tile fallback, TmaOperands& maps,
                       cudaStream_t stream) {
-  const bool pre_a = dequantizes_a_once(tile);
+  const bool pre_a = dequantizes_a_once(tile), rs = tile == Tile::m128_n128_rs;
   if (tile != Tile::m128_n128_wst && tile != Tile::m128_n64_wst && !pre_a) return;
-  if (!make_tma_operands(args, nb, 128, tile_n, maps)) {
+  if (rs) {
+    // The weights' raw rows in unswizzled 64-byte (128-k) boxes; plain scales in 16-byte boxes,
+    // of which a stage uses the first 8 (nvfp4_rs_mainloop.cuh).
+    const OperandArgs& b = args.b[0];
+    if (reinterpret_cast<uintptr_t>(b.scales) % 16 != 0) {
+      tile = fallback;
+      return;
+    }
+    maps.data[1] = make_tma_3d_u8(b.data, args.k / 2, args.n, args.l, args.k / 2, b.data_batch, 64, tile_n, false);
+    if (b.rk_blocks == 0)
+      maps.scales[1] = make_tma_3d_u8(b.scales, args.k / 16, args.n, args.l, args.k / 16, b.scale_batch, 16, tile_n, false);
+  } else if (!make_tma_operands(args, nb, 128, tile_n, maps)) {
     tile = fallback;
     return;
   }
   if (pre_a) {
     maps.data[0] = make_tma_a16(args, 128);  // encoded (and refused, if it must be) before anything launches
-    launch_predequant_a(args, stream);
+    launch_predequant_a(args, rs ? A16Order::fragment : A16Order::stage, stream);
   }
 }
 
@@ -105,7 +117,7 @@ void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
                     static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
                     static_cast<unsigned>(args.l * args.split_k));
-    if constexpr (decltype(path)::value == Path::wst)
+    if constexpr (decltype(path)::value == Path::wst || decltype(path)::value == Path::rs)
       launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
     else
       kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});

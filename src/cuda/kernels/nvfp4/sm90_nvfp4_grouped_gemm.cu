@@ -43,8 +43,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_
 void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream) {
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
-    // The TMA tile is refused by the API (its tensor maps are per operand, up to 128 here).
-    if constexpr (decltype(path)::value == Path::wst) {
+    // The TMA tiles are refused by the API (their tensor maps are per operand, up to 128 here).
+    if constexpr (decltype(path)::value == Path::wst || decltype(path)::value == Path::rs) {
       SWAPFFN_FAIL(std::string("NVFP4 grouped GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
     } else {
       auto kernel = nvfp4_grouped_gemm_kernel<Cfg, decltype(path)::value>;
