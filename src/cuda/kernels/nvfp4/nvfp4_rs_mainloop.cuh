@@ -13,8 +13,9 @@
 //
 // Roles: one producer thread (warpgroup 2) copies each stage by TMA: the activations' two 64-k
 // boxes (128-byte swizzle), the weight rows' 64 raw bytes (128 k, unswizzled: a warp's 16-byte
-// reads of 8 rows x 64 bytes are conflict-free), their scales (plain: a 16-byte box per row, of
-// which this stage uses the first 8; blocked: the stage's two 512-byte units). Consumer
+// reads of 8 rows x 64 bytes are conflict-free), their scales (plain: a 16-byte box per row from
+// the even stage of the pair, 16-byte aligned, of which this stage uses its 8; blocked: the
+// stage's two 512-byte units). Consumer
 // warpgroups 0 and 1 own 64 weight rows each. Thread (g = lane / 4, t = lane % 4) of warp w owns
 // rows r = 16 w + g and r + 8 and, per 128-k stage, raw bytes 16 t .. 16 t + 15 of each (scale
 // blocks 2 t and 2 t + 1): 64-k half h of the stage uses the row's words 2 h, 2 h + 1 and scale
@@ -97,7 +98,7 @@ struct RsMainloop {
       if (threadIdx.x == Cfg::kConsumerThreads) produce(src, tma, batch, kt0, count);
       return false;
     }
-    if (count > 0) consume(src[1].rk_blocks != 0, count, acc);
+    if (count > 0) consume(src[1].rk_blocks != 0, kt0, count, acc);
     return true;
   }
 
@@ -116,7 +117,7 @@ struct RsMainloop {
       if (blocked)
         cute::SM90_BULK_COPY_G2S::copy(w.scales + ((w.row0 / 128) * w.rk_blocks + 2 * kt) * 512, &full_[s], sdst, 2 * 512);
       else
-        cute::SM90_TMA_LOAD_3D::copy(&tma.scales[1], &full_[s], 0, sdst, kt * (Cfg::BK / 16), wrow0, batch);
+        cute::SM90_TMA_LOAD_3D::copy(&tma.scales[1], &full_[s], 0, sdst, (kt & ~1) * (Cfg::BK / 16), wrow0, batch);
     };
     auto copy_activations = [&](int t) {
       const int s = t % Cfg::kStages, kt = kt0 + t;
@@ -140,7 +141,7 @@ struct RsMainloop {
 
   using Frag = uint32_t[4][4];  // [k16 step][fragment register]
 
-  __device__ void consume(bool blocked, int count, Acc& acc) const {
+  __device__ void consume(bool blocked, int kt0, int count, Acc& acc) const {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = warp * 16 + g, r1 = r0 + 8;  // weight rows of the tile (warp w of warpgroup wg: 64 wg + 16 (w % 4))
@@ -148,15 +149,19 @@ struct RsMainloop {
       return blocked ? (t >> 1) * 512 + (r % 32) * 16 + (r / 32) * 4 + 2 * (t & 1) : r * 16 + 2 * t;
     };
     const int so0 = scale_off(r0), so1 = scale_off(r1);
+    // Plain scales: the 16-byte box starts at an even stage (16-byte aligned), this stage's 8 bytes
+    // are its first or second half.
+    auto stage_scale_off = [&](int i) { return blocked ? 0 : ((kt0 + i) & 1) * 8; };
 
     uint4 raw0, raw1;
     __half2 sc0, sc1;  // {block 2t, block 2t + 1} scales x 64 of rows r0, r1
-    auto load = [&](int s) {
+    auto load = [&](int s, int i) {
       const uint8_t* st = stages_ + s * Cfg::kStageBytes;
       raw0 = *reinterpret_cast<const uint4*>(st + Cfg::kActBytes + r0 * 64 + 16 * t);
       raw1 = *reinterpret_cast<const uint4*>(st + Cfg::kActBytes + r1 * 64 + 16 * t);
-      sc0 = scales_x64(*reinterpret_cast<const uint16_t*>(st + Cfg::kActBytes + Cfg::kWeightBytes + so0));
-      sc1 = scales_x64(*reinterpret_cast<const uint16_t*>(st + Cfg::kActBytes + Cfg::kWeightBytes + so1));
+      const uint8_t* sc = st + Cfg::kActBytes + Cfg::kWeightBytes + stage_scale_off(i);
+      sc0 = scales_x64(*reinterpret_cast<const uint16_t*>(sc + so0));
+      sc1 = scales_x64(*reinterpret_cast<const uint16_t*>(sc + so1));
     };
     auto convert = [&](Frag& f, int h) {
       uint32_t p[4][4];  // [row r0 u0, r1 u0, r0 u1, r1 u1][step]
@@ -189,7 +194,7 @@ struct RsMainloop {
     int s = 0, prev = 0;
     uint32_t phase = 0;
     cutlass::arch::ClusterTransactionBarrier::wait(&full_[0], 0);
-    load(0);
+    load(0, 0);
     convert(f0, 0);
     for (int i = 0; i < count; ++i) {
       mma(f0, s, 0);
@@ -205,7 +210,7 @@ struct RsMainloop {
       }
       if (i + 1 < count) {
         cutlass::arch::ClusterTransactionBarrier::wait(&full_[s], phase);
-        load(s);
+        load(s, i + 1);
       }
       wgmma_wait<1>();  // this stage's first half has completed: f0 is free
       pin(f0);

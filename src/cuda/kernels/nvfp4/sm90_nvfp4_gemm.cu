@@ -87,8 +87,8 @@ void prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, Tile& tile, Tile
   const bool pre_a = dequantizes_a_once(tile), rs = tile == Tile::m128_n128_rs;
   if (tile != Tile::m128_n128_wst && tile != Tile::m128_n64_wst && !pre_a) return;
   if (rs) {
-    // The weights' raw rows in unswizzled 64-byte (128-k) boxes; plain scales in 16-byte boxes,
-    // of which a stage uses the first 8 (nvfp4_rs_mainloop.cuh).
+    // The weights' raw rows in unswizzled 64-byte (128-k) boxes; plain scales in 16-byte boxes
+    // (two stages' worth) (nvfp4_rs_mainloop.cuh).
     const OperandArgs& b = args.b[0];
     if (reinterpret_cast<uintptr_t>(b.scales) % 16 != 0) {
       tile = fallback;
