@@ -251,11 +251,11 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
   }
   GemmProblem probe{128, 1024, 2048, 1, {}, {}, nullptr};
   run_gemm(128, 1024, 2048, 1, ScaleLayout::blocked_128x4, choose_gemm_config(probe, sms_), 34);
-  // The default dequantizes A once and has the consumers convert half of B (wstc), here with a
+  // The default dequantizes A once and converts B into the MMA warps' registers (rs), here with a
   // long K per CTA.
   GemmProblem long_k{128, 256, 16384, 1, {}, {}, nullptr};
   const TileConfig long_cfg = choose_gemm_config(long_k, sms_);
-  EXPECT_EQ(long_cfg.tile, Tile::m128_n128_wstc) << describe(long_cfg);
+  EXPECT_EQ(long_cfg.tile, Tile::m128_n128_rs) << describe(long_cfg);
   run_gemm(128, 256, 16384, 1, ScaleLayout::plain, long_cfg, 35);
 }
 
@@ -472,6 +472,10 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wst, 1}, nullptr); }, "tile 128x128wst is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wsta, 1}, nullptr); }, "tile 128x128wsta is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wstc, 1}, nullptr); }, "tile 128x128wstc is not built");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1}, nullptr); }, "tile 128x128rs is not built");
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n128_rs, 1}, {}, nullptr); }, "tile 128x128rs is not built");
+  // The rs tile's k-tiles are 128 wide: K = 512 has 4, so split 5 is refused.
+  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 5}, {}, nullptr); }, "min(64, 4 k-tiles)");
   // Nothing was launched: the output still holds the poison.
   for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
 }

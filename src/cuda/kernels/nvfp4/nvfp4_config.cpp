@@ -145,11 +145,12 @@ namespace {
 // while the tiles fit in one wave, the best split is the largest that still fits in one wave
 // (a second, partial wave costs a whole extra CTA time: GEMM 128x7168x16384 split 2 148 us, split
 // 3 199 us); beyond one wave, pick_split rounds up to whole waves (dual 512x3072x7168: split 2,
-// 200 us against 234 us unsplit). Capped at 4 so the fixed-order reduction stays small.
-int ws_split(int64_t tiles, int64_t ktiles, int sm_count) {
-  if (tiles >= sm_count) return std::min(4, pick_split(tiles, ktiles, sm_count, 1, 16));
+// 200 us against 234 us unsplit). Capped at 4 so the fixed-order reduction stays small. A split
+// keeps at least `min_ktiles` 64-k tiles per CTA.
+int ws_split(int64_t tiles, int64_t ktiles, int sm_count, int64_t min_ktiles = 16) {
+  if (tiles >= sm_count) return std::min(4, pick_split(tiles, ktiles, sm_count, 1, min_ktiles));
   int s = 1;
-  while (s < 4 && tiles * (s + 1) <= sm_count && ktiles / (s + 1) >= 16) ++s;
+  while (s < 4 && tiles * (s + 1) <= sm_count && ktiles / (s + 1) >= min_ktiles) ++s;
   return s;
 }
 
@@ -167,6 +168,12 @@ int ws_split(int64_t tiles, int64_t ktiles, int sm_count) {
 // 39.8, 28.0 vs 28.2 us), so it is the default. Rejected: 128x64 tiles (twice the A dequantization
 // per output; slower at every split); `wsta` only from 64 k-tiles per CTA (before the programmatic launch, the pre-pass and
 // the launch gap cancelled the gain on the short-K shapes).
+// Seventh session: the register-operand tile `128x128rs` (B converted straight into wgmma's
+// register fragment, operands swapped) beat `wstc` on all three shapes at their best splits
+// (H100, commit 6986437: 75.9 vs 93.5, 35.2 vs 39.2, 23.6 vs 28.0 us), so it is the default when
+// the scales allow TMA (else the launcher runs `128x128ws`). Its split keeps >= 1536 k per CTA:
+// at K = 2048 split 2 took 25.8 us against 23.6 unsplit, while 128x4096x7168 wants split 4
+// (1792 k per CTA: 35.2 us, split 3 37.0).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
   if (p.m <= 64) {
@@ -175,8 +182,8 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
     return c;
   }
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128) * p.l;
-  c.split_k = ws_split(tiles, p.k / 64, sm_count);
-  c.tile = Tile::m128_n128_wstc;
+  c.split_k = ws_split(tiles, p.k / 64, sm_count, 24);
+  c.tile = Tile::m128_n128_rs;
   return c;
 }
 
