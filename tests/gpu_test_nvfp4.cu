@@ -236,7 +236,7 @@ void run_gemm(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 TEST_F(Nvfp4Gpu, GemmBitExact) {
   const Tile tiles[] = {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
                         Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_wst, Tile::m128_n128_wsta,
-                        Tile::m128_n128_wstc, Tile::m128_n128_rs};
+                        Tile::m128_n128_wstc, Tile::m128_n128_rs, Tile::m128_n256_rs};
   for (ScaleLayout layout : kLayouts)
     for (Tile t : tiles) {
       run_gemm(200, 136, 512, 2, layout, {t, 1}, 31);  // M, N not tile multiples
@@ -245,10 +245,13 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
     }
   // The register-operand tile: three activation tiles, several weight tiles, K long enough for the
   // stage ring to wrap many times, with and without split-K, two batches.
-  for (ScaleLayout layout : kLayouts) {
-    run_gemm(300, 520, 4096, 2, layout, {Tile::m128_n128_rs, 1}, 36);
-    run_gemm(256, 384, 8192, 1, layout, {Tile::m128_n128_rs, 5}, 37);
-  }
+  // 128x256rs: N = 520 and 384 end in a tile whose second 128-row block is past the operand (its
+  // blocked scales are not copied).
+  for (ScaleLayout layout : kLayouts)
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs}) {
+      run_gemm(300, 520, 4096, 2, layout, {t, 1}, 36);
+      run_gemm(256, 384, 8192, 1, layout, {t, 5}, 37);
+    }
   GemmProblem probe{128, 1024, 2048, 1, {}, {}, nullptr};
   run_gemm(128, 1024, 2048, 1, ScaleLayout::blocked_128x4, choose_gemm_config(probe, sms_), 34);
   // The default dequantizes A once and converts B into the MMA warps' registers (rs), here with a
@@ -284,7 +287,8 @@ TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
 // back to the register-load tiles, with the same results.
 TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
   const int64_t m = 130, n = 200, k = 512;
-  for (Tile tile : {Tile::m128_n128_wst, Tile::m128_n128_wsta, Tile::m128_n128_wstc, Tile::m128_n128_rs})
+  for (Tile tile : {Tile::m128_n128_wst, Tile::m128_n128_wsta, Tile::m128_n128_wstc, Tile::m128_n128_rs,
+                    Tile::m128_n256_rs})
   for (ScaleLayout layout : kLayouts) {
     const HostOperand a = make_operand(InputKind::gemm, m, k, 1, 101), b = make_operand(InputKind::gemm, n, k, 1, 102);
     const auto ref = reference_gemm(a, b);
@@ -322,10 +326,11 @@ TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
   w.scales[3 * (512 / 16) + 2] = 0x7F;     // row 3, stage 0, half 0
   w.scales[75 * (512 / 16) + 13] = 0xFF;   // row 75 (r + 8 of warpgroup 1), stage 1, half 1
   w.scales[150 * (512 / 16) + 31] = 0x7F;  // second weight tile, last block
-  for (ScaleLayout layout : kLayouts) {
-    run_gemm(64, 200, 512, 1, layout, {Tile::m128_n128_rs, 1}, 45, nullptr, nullptr, &w);
-    run_gemm(64, 72, 256, 1, layout, {Tile::m128_n128_rs, 1}, 41, &a);
-  }
+  for (ScaleLayout layout : kLayouts)
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs}) {
+      run_gemm(64, 200, 512, 1, layout, {t, 1}, 45, nullptr, nullptr, &w);
+      run_gemm(64, 72, 256, 1, layout, {t, 1}, 41, &a);
+    }
 }
 
 // ---------------- dual GEMM ----------------
@@ -351,11 +356,18 @@ void run_dual(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   for (ScaleLayout layout : kLayouts)
     for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr,
-                   Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc}) {
+                   Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc,
+                   Tile::m128_n128_rs}) {
       run_dual(160, 200, 512, 2, layout, {t, 1}, 51);
       run_dual(64, 64, 256, 1, layout, {t, 1}, 52);
       run_dual(130, 96, 1024, 1, layout, {t, 4}, 53);
     }
+  // The register-operand tile (B1 and B2 as the two slabs of each warpgroup): several tiles both
+  // ways, the stage ring wrapping many times, split-K, two batches.
+  for (ScaleLayout layout : kLayouts) {
+    run_dual(300, 264, 4096, 2, layout, {Tile::m128_n128_rs, 1}, 54);
+    run_dual(256, 384, 8192, 1, layout, {Tile::m128_n128_rs, 3}, 55);
+  }
 }
 
 TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {
@@ -385,6 +397,9 @@ TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {
   EXPECT_EQ(pre_a, second);
   run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wstc, 3}, 61, &second);  // who converts
   EXPECT_EQ(pre_a, second);                                                                         // changes nothing
+  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 3}, 61, &first);
+  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 3}, 61, &second);
+  EXPECT_EQ(first, second);
 }
 
 // ---------------- grouped GEMM ----------------
@@ -473,7 +488,8 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wsta, 1}, nullptr); }, "tile 128x128wsta is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wstc, 1}, nullptr); }, "tile 128x128wstc is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1}, nullptr); }, "tile 128x128rs is not built");
-  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n128_rs, 1}, {}, nullptr); }, "tile 128x128rs is not built");
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1}, nullptr); }, "tile 128x256rs is not built");
   // The rs tile's k-tiles are 128 wide: K = 512 has 4, so split 5 is refused.
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 5}, {}, nullptr); }, "min(64, 4 k-tiles)");
   // Nothing was launched: the output still holds the poison.

@@ -107,13 +107,15 @@ void check_split(const std::string& op, int split, int64_t ktiles) {
 bool gemm_tile_ok(Tile t) {
   return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma ||
          t == Tile::m128_n128_ws || t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_wst ||
-         t == Tile::m128_n128_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n128_rs;
+         t == Tile::m128_n128_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n128_rs || t == Tile::m128_n256_rs;
 }
 bool dual_tile_ok(Tile t) {
   return t == Tile::m128_n64 || t == Tile::m64_n64 || t == Tile::m128_n64_wgmma || t == Tile::m128_n64_ws ||
          t == Tile::m128_n64_wsr || t == Tile::m128_n64_ws2 || t == Tile::m128_n64_wst || t == Tile::m128_n64_wsta ||
-         t == Tile::m128_n64_wstc;
+         t == Tile::m128_n64_wstc || t == Tile::m128_n128_rs;
 }
+// K per k-tile of a tile kernel (split-K counts these): 128 for the register-operand tiles' stages.
+int64_t tile_k(Tile t) { return cu::is_rs_tile(t) ? 128 : 64; }
 
 cu::SplitWorkspace gemv_ws(const GemvProblem& p, const GemvConfig& c) {
   return split_workspace("nvfp4 gemv", ceil_div(p.m, cu::kGemvRowsPerCta) * p.l, c.split_k, cu::kGemvRowsPerCta);
@@ -252,8 +254,8 @@ void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream
 void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 gemm";
-  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128wst, 128x128wsta, 128x128wstc, 128x128rs)");
-  check_split(op, c.split_k, p.k / (c.tile == Tile::m128_n128_rs ? 128 : 64));
+  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128wst, 128x128wsta, 128x128wstc, 128x128rs, 128x256rs)");
+  check_split(op, c.split_k, p.k / tile_k(c.tile));
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b[0] = cu::operand_args(p.b, p.n, p.k);
@@ -270,8 +272,8 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
 void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 dual_gemm_swiglu";
-  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws, 128x64wsr, 128x64ws2, 128x64wst, 128x64wsta, 128x64wstc)");
-  check_split(op, c.split_k, p.k / 64);
+  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws, 128x64wsr, 128x64ws2, 128x64wst, 128x64wsta, 128x64wstc, 128x128rs)");
+  check_split(op, c.split_k, p.k / tile_k(c.tile));
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b[0] = cu::operand_args(p.b1, p.n, p.k);

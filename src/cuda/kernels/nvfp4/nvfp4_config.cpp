@@ -36,12 +36,14 @@ const char* to_string(Tile t) {
     case Tile::m128_n128_wstc: return "128x128wstc";
     case Tile::m128_n64_wstc: return "128x64wstc";
     case Tile::m128_n128_rs: return "128x128rs";
+    case Tile::m128_n256_rs: return "128x256rs";
   }
   return "?";
 }
 
 int tile_m(Tile t) { return (t == Tile::m64_n128 || t == Tile::m64_n64) ? 64 : 128; }
 int tile_n(Tile t) {
+  if (t == Tile::m128_n256_rs) return 256;
   return (t == Tile::m128_n128 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma || t == Tile::m128_n128_ws ||
           t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_wst ||
           t == Tile::m128_n128_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n128_rs)

@@ -59,11 +59,17 @@ using DualM128N64WsTmaA = WsCfg<64, 2, 5, 1, false, 1, true, true, 2>;
 // `*_wstc`: as `*_wsta`, the consumer warps converting the odd k-tiles of every round.
 using GemmM128N128WsTmaC = WsCfg<128, 1, 5, 1, false, 1, true, true, 2, true>;
 using DualM128N64WsTmaC = WsCfg<64, 2, 5, 1, false, 1, true, true, 2, true>;
-// Register-operand tile (nvfp4_rs_mainloop.cuh): 4 stages of 128 k (42 KB each: activation boxes
-// 32 KB, weights 8 KB, scales 2 KB) keep 512 k of weights in flight per SM, more than the DRAM
-// latency needs at the MMA rate; a fifth stage would fit but leaves no room for a larger tile later.
-using GemmM128N128Rs = RsCfg<4>;
+// Register-operand tiles (nvfp4_rs_mainloop.cuh): 4 stages of 128 k (activation boxes 32 KB,
+// weights 64 bytes and scales 16 per weight row: 42 KB for 128 rows, 52 KB for 256) keep 512 k of
+// weights in flight per SM, more than the DRAM latency needs at the MMA rate. 256 weight rows
+// (two slabs per consumer warpgroup) halve the activation bytes each MMA needs from L2 and
+// shared memory; the dual GEMM's 128 rows of B1 and of B2 are the same two slabs.
+using GemmM128N128Rs = RsCfg<4, 128, 1>;
+using GemmM128N256Rs = RsCfg<4, 256, 1>;
+using DualM128N128Rs = RsCfg<4, 128, 2>;
 static_assert(GemmM128N128Rs::BM == 128 && GemmM128N128Rs::BN == 128, "tile enum and config disagree");
+static_assert(GemmM128N256Rs::BM == 128 && GemmM128N256Rs::BN == 256, "tile enum and config disagree");
+static_assert(DualM128N128Rs::BM == 128 && DualM128N128Rs::BN == 128, "tile enum and config disagree");
 static_assert(GemmM128N128Ws::BM == 128 && GemmM128N128Ws::BN == 128, "tile enum and config disagree");
 static_assert(DualM128N64Ws::BM == 128 && DualM128N64Ws::BN == 64, "tile enum and config disagree");
 
@@ -137,6 +143,7 @@ void dispatch_gemm_tile(Tile tile, F&& f) {
     case Tile::m128_n128_wsta: f(GemmM128N128WsTmaA{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n128_wstc: f(GemmM128N128WsTmaC{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n128_rs: f(GemmM128N128Rs{}, PathTag<Path::rs>{}); return;
+    case Tile::m128_n256_rs: f(GemmM128N256Rs{}, PathTag<Path::rs>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }
@@ -153,6 +160,7 @@ void dispatch_dual_tile(Tile tile, F&& f) {
     case Tile::m128_n64_wst: f(DualM128N64WsTma{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n64_wsta: f(DualM128N64WsTmaA{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n64_wstc: f(DualM128N64WsTmaC{}, PathTag<Path::wst>{}); return;
+    case Tile::m128_n128_rs: f(DualM128N128Rs{}, PathTag<Path::rs>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 dual GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }

@@ -58,6 +58,16 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
 }
 
+// Warp-specialised register split: a warpgroup lowers or raises its per-thread register limit.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 // Keeps `r` in its register up to this point (the register operand of an in-flight wgmma must not
 // be reused by the compiler before the wgmma has completed).
 __device__ __forceinline__ void pin_register(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }

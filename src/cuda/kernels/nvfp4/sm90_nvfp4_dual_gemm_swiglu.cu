@@ -50,7 +50,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
   __half* c = static_cast<__half*>(args.c) + batch * args.m * args.n;
   const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
-  if constexpr (P != Path::mma_sync)
+  if constexpr (P == Path::rs)
+    store_slab_rs(c, args.m, args.n, row0, slab_col_rs<Cfg>(col0, 0), [&](int r) { return swiglu(acc[0][r], acc[1][r]); });
+  else if constexpr (P != Path::mma_sync)
     store_tile_wg<Cfg::BN>(c, args.m, args.n, row0, col0, [&](int r) { return swiglu(acc[0][r], acc[1][r]); });
   else
     store_tile<Cfg>(c, args.m, args.n, row0, col0,
@@ -69,7 +71,7 @@ void launch_dual_gemm_swiglu(const GemmArgs& args, Tile tile, cudaStream_t strea
     const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
                     static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
                     static_cast<unsigned>(args.l * args.split_k));
-    if constexpr (decltype(path)::value == Path::wst)
+    if constexpr (decltype(path)::value == Path::wst || decltype(path)::value == Path::rs)
       launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
     else
       kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});

@@ -46,9 +46,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
   __half* c = static_cast<__half*>(args.c) + batch * args.m * args.n;
   const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
-  if constexpr (P == Path::rs) store_tile_rs<Cfg>(c, args.m, args.n, row0, col0, acc);
-  else if constexpr (P != Path::mma_sync) store_tile_wg<Cfg::BN>(c, args.m, args.n, row0, col0, [&](int r) { return acc[0][r]; });
-  else store_tile<Cfg>(c, args.m, args.n, row0, col0, [&](int mt, int nt, int i) { return acc[0][mt][nt][i]; });
+  if constexpr (P == Path::rs) {
+#pragma unroll
+    for (int j = 0; j < Cfg::kSlabs; ++j)
+      store_slab_rs(c, args.m, args.n, row0, slab_col_rs<Cfg>(col0, j), [&](int r) { return acc[j][r]; });
+  } else if constexpr (P != Path::mma_sync) {
+    store_tile_wg<Cfg::BN>(c, args.m, args.n, row0, col0, [&](int r) { return acc[0][r]; });
+  } else {
+    store_tile<Cfg>(c, args.m, args.n, row0, col0, [&](int mt, int nt, int i) { return acc[0][mt][nt][i]; });
+  }
 }
 
 }  // namespace
@@ -84,19 +90,23 @@ int tile_acc_per_thread(Tile tile, bool dual) {
 
 void prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, Tile& tile, Tile fallback, TmaOperands& maps,
                       cudaStream_t stream) {
-  const bool pre_a = dequantizes_a_once(tile), rs = tile == Tile::m128_n128_rs;
+  const bool pre_a = dequantizes_a_once(tile), rs = is_rs_tile(tile);
   if (tile != Tile::m128_n128_wst && tile != Tile::m128_n64_wst && !pre_a) return;
   if (rs) {
-    // The weights' raw rows in unswizzled 64-byte (128-k) boxes; plain scales in 16-byte boxes
-    // (two stages' worth) (nvfp4_rs_mainloop.cuh).
-    const OperandArgs& b = args.b[0];
-    if (reinterpret_cast<uintptr_t>(b.scales) % 16 != 0) {
-      tile = fallback;
-      return;
+    // The weights' raw rows in unswizzled 64-byte (128-k) boxes of the tile's weight rows; plain
+    // scales in 16-byte boxes (two stages' worth) (nvfp4_rs_mainloop.cuh).
+    const uint32_t rows = static_cast<uint32_t>(swapffn::nvfp4::tile_n(tile));
+    for (int o = 1; o <= nb; ++o)
+      if (reinterpret_cast<uintptr_t>(args.b[o - 1].scales) % 16 != 0) {
+        tile = fallback;
+        return;
+      }
+    for (int o = 1; o <= nb; ++o) {
+      const OperandArgs& b = args.b[o - 1];
+      maps.data[o] = make_tma_3d_u8(b.data, args.k / 2, args.n, args.l, args.k / 2, b.data_batch, 64, rows, false);
+      if (b.rk_blocks == 0)
+        maps.scales[o] = make_tma_3d_u8(b.scales, args.k / 16, args.n, args.l, args.k / 16, b.scale_batch, 16, rows, false);
     }
-    maps.data[1] = make_tma_3d_u8(b.data, args.k / 2, args.n, args.l, args.k / 2, b.data_batch, 64, tile_n, false);
-    if (b.rk_blocks == 0)
-      maps.scales[1] = make_tma_3d_u8(b.scales, args.k / 16, args.n, args.l, args.k / 16, b.scale_batch, 16, tile_n, false);
   } else if (!make_tma_operands(args, nb, 128, tile_n, maps)) {
     tile = fallback;
     return;
