@@ -368,6 +368,15 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
     run_dual(300, 264, 4096, 2, layout, {Tile::m128_n128_rs, 1}, 54);
     run_dual(256, 384, 8192, 1, layout, {Tile::m128_n128_rs, 3}, 55);
   }
+  // The default takes the rs tile where its 128x128 tiles fill at least half the SMs unsplit.
+  const DualGemmProblem wide{512, 4096, 7168, 1, {}, {}, {}, nullptr}, narrow{256, 3072, 4096, 1, {}, {}, {}, nullptr};
+  EXPECT_EQ(choose_dual_config(wide, 132).tile, Tile::m128_n128_rs);
+  EXPECT_EQ(choose_dual_config(narrow, 132).tile, Tile::m128_n64_wsta);
+  const int64_t n_fill = 128 * ((sms_ + 7) / 8);  // 4 x n_fill / 128 >= sms_ / 2 tiles at M = 512
+  const DualGemmProblem fill{512, n_fill, 1024, 1, {}, {}, {}, nullptr};
+  const TileConfig fill_cfg = choose_dual_config(fill, sms_);
+  EXPECT_EQ(fill_cfg.tile, Tile::m128_n128_rs) << describe(fill_cfg);
+  run_dual(512, n_fill, 1024, 1, ScaleLayout::blocked_128x4, fill_cfg, 56);
 }
 
 TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {

@@ -193,8 +193,20 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
 // work of a 128x128 GEMM tile). The warp-specialised TMA tile `128x64wst` was fastest on all four
 // shapes, 11-14% ahead of the register-load `128x64ws` at the same split; `128x64wsta` (A
 // dequantized once, only B1/B2 per CTA) is 13-20% ahead of `wst` on all four.
+// Seventh session: the register-operand tile `128x128rs` (each consumer warpgroup converts 64 rows
+// of B1 and of B2 into wgmma's register operand; 128 x 128 of both products per CTA) wins where
+// its tiles fill at least half the SMs without split-K (H100, commit 6f8249a: 512x4096x7168, 128
+// tiles, 101.3 vs 157.0 us; 512x3072x7168, 96 tiles, 97.9 vs 147.0) and not below (256x4096x7168,
+// 64 tiles: 80.9 at split 2 vs 80.5; 256x3072x4096, 48 tiles: 59.3 vs 50.8; its split CTAs run
+// slower per k-tile than unsplit ones, docs/NVFP4.md).
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   TileConfig c;
+  const int64_t rs_tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128) * p.l;
+  if (p.m > 64 && 2 * rs_tiles > sm_count) {
+    c.tile = Tile::m128_n128_rs;
+    c.split_k = ws_split(rs_tiles, p.k / 64, sm_count, 24);
+    return c;
+  }
   c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_wsta;
   const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, 64) * p.l;
   c.split_k = c.tile == Tile::m128_n64_wsta ? ws_split(tiles, p.k / 64, sm_count) : 1;
