@@ -22,11 +22,11 @@
 // (scale blocks 2 t and 2 t + 1): 64-k half h of the stage uses the row's words 2 h, 2 h + 1 and
 // scale block 2 t + h, and dequant8's pair s of word 2 h + u is the fragment register of k16 step
 // s, columns 8 u + 2 t and 8 u + 2 t + 1, where the pre-pass put the activations of the same k.
-// A stage is 2 kSlabs units (half, slab) of 4 wgmma; fragments are double-buffered per unit: a
-// unit is converted while the previous unit's wgmma run, once the unit before that has completed
-// (wgmma.wait_group 1), and its registers are pinned until then. A stage is released (one arrival
-// per consumer warp) once all its units' wgmma have completed; its raw bytes were read into
-// registers a unit earlier.
+// A stage is 2 kSlabs units (half, slab) of 4 wgmma; fragments rotate through kFragBufs buffers: a
+// unit is converted while the kFragBufs - 1 units before it are queued on the tensor pipe, once
+// the unit before those has completed, and its registers are pinned until then. A
+// stage is released (one arrival per consumer warp) once all its units' wgmma have completed; its
+// raw bytes were read into registers a unit earlier.
 #pragma once
 #include <cuda_fp16.h>
 
@@ -62,6 +62,9 @@ struct RsCfg {
   static constexpr int kWRows = BN * NB_;             // weight rows in a stage, operand o at rows o * BN
   static constexpr int kSlabs = kWRows / 128;         // 64-row wgmma slabs per consumer warpgroup
   static constexpr int kAcc = 64 * kSlabs;            // fp32 accumulators per consumer thread
+  // Fragment buffers a consumer thread rotates through (16 registers each): 3 with one slab; with
+  // two slabs (128 accumulators) a third buffer makes ptxas serialise the wgmma (C7512), so 2.
+  static constexpr int kFragBufs = kSlabs == 1 ? 3 : 2;
   static constexpr int kSplitUnit = 1;                // split-K boundaries on whole stages
   static constexpr int kActBytes = 2 * BM * 128;      // two 64-k boxes of fp16 activations
   static constexpr int kWeightBytes = kWRows * 64;    // 128 k of e2m1 per weight row
@@ -242,38 +245,49 @@ struct RsMainloop {
         for (int i = 0; i < 4; ++i) pin_register(f[st][i]);
     };
 
-    Frag f[2];
+    // kBufs = 3: after issuing unit n a warp waits only for unit n - 2, so units n - 1 and n stay
+    // queued on the tensor pipe while it converts unit n + 1 (docs/NVFP4.md, fifteenth step); with 2
+    // it waits for unit n - 1. Stages are unrolled by kBufs so that buffer indices are compile-time.
+    constexpr int kBufs = Cfg::kFragBufs;
+    Frag f[kBufs];
     int s = 0, prev = 0;
     uint32_t phase = 0;
     cutlass::arch::ClusterTransactionBarrier::wait(&full_[0], 0);
     load(0, 0);
     convert(f[0], 0);
-    for (int i = 0; i < count; ++i) {
+    for (int i0 = 0; i0 < count; i0 += kBufs) {
 #pragma unroll
-      for (int u = 0; u < kUnits; ++u) {
-        mma(f[u % 2], s, u);
-        const bool last = u == kUnits - 1;
-        if (last) {
-          prev = s;
-          if (++s == Cfg::kStages) {
-            s = 0;
-            phase ^= 1;
+      for (int di = 0; di < kBufs; ++di) {
+        const int i = i0 + di;
+        if (i >= count) break;
+#pragma unroll
+        for (int u = 0; u < kUnits; ++u) {
+          const int b = (di * kUnits + u) % kBufs, next = (b + 1) % kBufs;  // unit i * kUnits + u's buffer
+          mma(f[b], s, u);
+          const bool last = u == kUnits - 1;
+          if (last) {
+            prev = s;
+            if (++s == Cfg::kStages) {
+              s = 0;
+              phase ^= 1;
+            }
+            if (i + 1 < count) {
+              cutlass::arch::ClusterTransactionBarrier::wait(&full_[s], phase);
+              load(s, i + 1);
+            }
           }
-          if (i + 1 < count) {
-            cutlass::arch::ClusterTransactionBarrier::wait(&full_[s], phase);
-            load(s, i + 1);
-          }
+          wgmma_wait<kBufs - 1>();  // unit n + 1 - kBufs has completed: its buffer, the next unit's, is free
+          pin(f[next]);
+          // The previous stage's last unit is unit u - 1 at u = 0, complete from u = 1 on.
+          if (u == 1 && i > 0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[prev]);
+          if (!last) convert(f[next], u + 1);
+          else if (i + 1 < count) convert(f[next], 0);
         }
-        wgmma_wait<1>();  // unit u - 1 has completed: its fragment buffer (and at u = 0 its stage) is free
-        pin(f[(u + 1) % 2]);
-        if (u == 0 && i > 0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[prev]);
-        if (!last) convert(f[(u + 1) % 2], u + 1);
-        else if (i + 1 < count) convert(f[(u + 1) % 2], 0);
       }
     }
     wgmma_wait<0>();
-    pin(f[0]);
-    pin(f[1]);
+#pragma unroll
+    for (int b = 0; b < kBufs; ++b) pin(f[b]);
   }
 };
 
