@@ -260,6 +260,7 @@ struct RsMainloop {
       for (int di = 0; di < kBufs; ++di) {
         const int i = i0 + di;
         if (i >= count) break;
+        const int done = prev;  // the previous stage (prev moves on at this stage's last unit)
 #pragma unroll
         for (int u = 0; u < kUnits; ++u) {
           const int b = (di * kUnits + u) % kBufs, next = (b + 1) % kBufs;  // unit i * kUnits + u's buffer
@@ -279,7 +280,7 @@ struct RsMainloop {
           wgmma_wait<kBufs - 1>();  // unit n + 1 - kBufs has completed: its buffer, the next unit's, is free
           pin(f[next]);
           // The previous stage's last unit is unit u - 1 at u = 0, complete from u = 1 on.
-          if (u == 1 && i > 0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[prev]);
+          if (u == 1 && i > 0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[done]);
           if (!last) convert(f[next], u + 1);
           else if (i + 1 < count) convert(f[next], 0);
         }
