@@ -62,9 +62,11 @@ struct RsCfg {
   static constexpr int kWRows = BN * NB_;             // weight rows in a stage, operand o at rows o * BN
   static constexpr int kSlabs = kWRows / 128;         // 64-row wgmma slabs per consumer warpgroup
   static constexpr int kAcc = 64 * kSlabs;            // fp32 accumulators per consumer thread
-  // Fragment buffers a consumer thread rotates through (16 registers each): 3 with one slab; with
-  // two slabs (128 accumulators) a third buffer makes ptxas serialise the wgmma (C7512), so 2.
-  static constexpr int kFragBufs = kSlabs == 1 ? 3 : 2;
+  // Fragment buffers a consumer thread rotates through (16 registers each). 2: with one slab a third
+  // buffer (waiting for unit n - 2 instead of n - 1 before converting unit n + 1) measured 2-5%
+  // slower on the GEMM shapes (H100, commit a2771d5; docs/NVFP4.md, fifteenth step), and with two
+  // slabs (128 accumulators) it makes ptxas serialise the wgmma (C7512).
+  static constexpr int kFragBufs = 2;
   static constexpr int kSplitUnit = 1;                // split-K boundaries on whole stages
   static constexpr int kActBytes = 2 * BM * 128;      // two 64-k boxes of fp16 activations
   static constexpr int kWeightBytes = kWRows * 64;    // 128 k of e2m1 per weight row
@@ -245,9 +247,8 @@ struct RsMainloop {
         for (int i = 0; i < 4; ++i) pin_register(f[st][i]);
     };
 
-    // kBufs = 3: after issuing unit n a warp waits only for unit n - 2, so units n - 1 and n stay
-    // queued on the tensor pipe while it converts unit n + 1 (docs/NVFP4.md, fifteenth step); with 2
-    // it waits for unit n - 1. Stages are unrolled by kBufs so that buffer indices are compile-time.
+    // After issuing unit n a warp waits for unit n + 1 - kBufs, whose buffer unit n + 1 takes.
+    // Stages are unrolled by kBufs so that buffer indices are compile-time constants.
     constexpr int kBufs = Cfg::kFragBufs;
     Frag f[kBufs];
     int s = 0, prev = 0;
