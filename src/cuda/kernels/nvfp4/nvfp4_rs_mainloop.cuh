@@ -63,9 +63,10 @@ struct RsCfg {
   static constexpr int kSlabs = kWRows / 128;         // 64-row wgmma slabs per consumer warpgroup
   static constexpr int kAcc = 64 * kSlabs;            // fp32 accumulators per consumer thread
   // Fragment buffers a consumer thread rotates through (16 registers each). 2: with one slab a third
-  // buffer (waiting for unit n - 2 instead of n - 1 before converting unit n + 1) measured 2-5%
-  // slower on the GEMM shapes (H100, commit a2771d5; docs/NVFP4.md, fifteenth step), and with two
-  // slabs (128 accumulators) it makes ptxas serialise the wgmma (C7512).
+  // buffer (waiting for unit n - 2 instead of n - 1 before converting unit n + 1) gained nothing on
+  // the GEMM shapes (H100, commit a2771d5: 70.0 / 34.0 / 22.4 us against 66.8-69.2 / 33.4-33.7 /
+  // 21.5-22.1 with two; docs/NVFP4.md, fifteenth step), and with two slabs (128 accumulators) it
+  // makes ptxas serialise the wgmma (C7512).
   static constexpr int kFragBufs = 2;
   static constexpr int kSplitUnit = 1;                // split-K boundaries on whole stages
   static constexpr int kActBytes = 2 * BM * 128;      // two 64-k boxes of fp16 activations
