@@ -59,13 +59,13 @@ using DualM128N64WsTmaA = WsCfg<64, 2, 5, 1, false, 1, true, true, 2>;
 // `*_wstc`: as `*_wsta`, the consumer warps converting the odd k-tiles of every round.
 using GemmM128N128WsTmaC = WsCfg<128, 1, 5, 1, false, 1, true, true, 2, true>;
 using DualM128N64WsTmaC = WsCfg<64, 2, 5, 1, false, 1, true, true, 2, true>;
-// Register-operand tiles (nvfp4_rs_mainloop.cuh): stages of 128 k (activation boxes 32 KB,
-// weights 64 bytes and scales 16 per weight row: 42 KB for 128 rows, 52 KB for 256). 128 rows
-// take 5 stages (210 KB): with 4, the consumers' wait for the next stage's data held 13% of the
-// stall samples (docs/NVFP4.md, sixteenth step); 52 KB stages fit only 4. 256 weight rows
+// Register-operand tiles (nvfp4_rs_mainloop.cuh): 4 stages of 128 k (activation boxes 32 KB,
+// weights 64 bytes and scales 16 per weight row: 42 KB for 128 rows, 52 KB for 256) keep 512 k of
+// weights in flight per SM. A fifth stage for 128 rows (210 KB) measured no gain (68.7 / 34.6 /
+// 22.3 us against 67-70 / 33.4-34.0 / 21.5-22.2 with 4; docs/NVFP4.md, sixteenth step). 256 weight rows
 // (two slabs per consumer warpgroup) halve the activation bytes each MMA needs from L2 and
 // shared memory; the dual GEMM's 128 rows of B1 and of B2 are the same two slabs.
-using GemmM128N128Rs = RsCfg<5, 128, 1>;
+using GemmM128N128Rs = RsCfg<4, 128, 1>;
 using GemmM128N256Rs = RsCfg<4, 256, 1>;
 using DualM128N128Rs = RsCfg<4, 128, 2>;
 static_assert(GemmM128N128Rs::BM == 128 && GemmM128N128Rs::BN == 128, "tile enum and config disagree");
