@@ -302,6 +302,13 @@ TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
     gemm(p, cfg, {ws.get(), ws.bytes()}, nullptr);
     const std::string what = "gemm " + describe(cfg) + ", scales 4 bytes off, " + to_string(layout);
     EXPECT_EQ(exact_mismatches(c.get(), ref, what), 0) << what;
+    // The same with B's scales 4 bytes off (the operand the rs tiles copy by TMA).
+    DeviceBuffer shifted_b;
+    const Operand bv = with_scales_4_bytes_off(db, shifted_b);
+    Out cb(m * n);
+    GemmProblem pb{m, n, k, 1, da.view, bv, cb.buf.get()};
+    gemm(pb, cfg, {ws.get(), ws.bytes()}, nullptr);
+    EXPECT_EQ(exact_mismatches(cb.get(), ref, what + " (b)"), 0) << what << " (b)";
   }
 }
 
@@ -335,19 +342,23 @@ TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
 
 // ---------------- dual GEMM ----------------
 
+// layouts: the scale layout of a, b1, b2 (all `layout` unless given).
 void run_dual(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, const TileConfig& cfg, uint64_t seed,
-              std::vector<uint16_t>* out = nullptr) {
+              std::vector<uint16_t>* out = nullptr, const ScaleLayout* layouts = nullptr) {
   const HostOperand a = make_operand(InputKind::dual, m, k, l, seed);
   const HostOperand b1 = make_operand(InputKind::dual, n, k, l, seed + 1);
   const HostOperand b2 = make_operand(InputKind::dual, n, k, l, seed + 2);
   const auto ref = reference_dual_gemm_swiglu(a, b1, b2);
-  const DeviceOperand da = upload(a, layout), d1 = upload(b1, layout), d2 = upload(b2, layout);
+  const ScaleLayout la = layouts ? layouts[0] : layout, l1 = layouts ? layouts[1] : layout,
+                    l2 = layouts ? layouts[2] : layout;
+  const DeviceOperand da = upload(a, la), d1 = upload(b1, l1), d2 = upload(b2, l2);
   Out c(m * n * l);
   DualGemmProblem p{m, n, k, l, da.view, d1.view, d2.view, c.buf.get()};
   DeviceBuffer ws = make_workspace(workspace_bytes(p, cfg));
   dual_gemm_swiglu(p, cfg, {ws.get(), ws.bytes()}, nullptr);
   const std::string what = "dual M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k) +
-                           " L=" + std::to_string(l) + " " + to_string(layout) + " " + describe(cfg);
+                           " L=" + std::to_string(l) + " " + to_string(la) + "/" + to_string(l1) + "/" + to_string(l2) +
+                           " " + describe(cfg);
   const auto got = c.get();
   EXPECT_EQ(tolerance_mismatches(got, ref, what), 0) << what;
   if (out) *out = got;
@@ -377,6 +388,15 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   const TileConfig fill_cfg = choose_dual_config(fill, sms_);
   EXPECT_EQ(fill_cfg.tile, Tile::m128_n128_rs) << describe(fill_cfg);
   run_dual(512, n_fill, 1024, 1, ScaleLayout::blocked_128x4, fill_cfg, 56);
+  // Each operand has its own scale layout: B1 and B2 differ (the rs tile's two slabs read them
+  // with different offsets; plain scales also by stage parity).
+  const ScaleLayout mixed[2][3] = {{ScaleLayout::plain, ScaleLayout::blocked_128x4, ScaleLayout::plain},
+                                   {ScaleLayout::blocked_128x4, ScaleLayout::plain, ScaleLayout::blocked_128x4}};
+  for (const auto& ls : mixed)
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_wsta, Tile::m128_n64_ws}) {
+      run_dual(200, 264, 1024, 1, ScaleLayout::plain, {t, 1}, 57, nullptr, ls);
+      run_dual(130, 136, 1536, 2, ScaleLayout::plain, {t, 3}, 58, nullptr, ls);
+    }
 }
 
 TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {

@@ -122,7 +122,12 @@ struct RsMainloop {
       return false;
     }
     setmaxnreg_inc<Cfg::kConsumerRegs>();
-    if (count > 0) consume(src[1].rk_blocks != 0, kt0, count, acc);
+    if (count > 0) {
+      uint32_t blocked = 0;  // bit o: weight operand o's scales are blocked (each has its own layout)
+#pragma unroll
+      for (int o = 0; o < Cfg::kNB; ++o) blocked |= (src[1 + o].rk_blocks != 0 ? 1u : 0u) << o;
+      consume(blocked, kt0, count, acc);
+    }
     return true;
   }
 
@@ -185,38 +190,37 @@ struct RsMainloop {
 
   using Frag = uint32_t[4][4];  // [k16 step][fragment register]
 
-  __device__ void consume(bool blocked, int kt0, int count, Acc& acc) const {
+  __device__ void consume(uint32_t blocked, int kt0, int count, Acc& acc) const {
     constexpr int kS = Cfg::kSlabs, kUnits = 2 * kS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
-    // Stage rows of this thread: slab j, fragment row rr (r and r + 8).
-    int row[kS][2], so[kS][2];
-#pragma unroll
-    for (int j = 0; j < kS; ++j)
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int r = Cfg::slab_row(wg, j) + (warp & 3) * 16 + g + 8 * rr;
-        row[j][rr] = r;
-        // Each 128-row block's scales take 2048 bytes of the stage in both layouts (blocked: its
-        // two 512-byte units first).
-        so[j][rr] = blocked ? (r / 128) * 2048 + (t >> 1) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + 2 * (t & 1)
-                            : r * 16 + 2 * t;
-      }
-    // Plain scales: the 16-byte box starts at an even stage (16-byte aligned), this stage's 8 bytes
-    // are its first or second half.
-    auto stage_scale_off = [&](int i) { return blocked ? 0 : ((kt0 + i) & 1) * 8; };
+    // Stage row of this thread in slab j, fragment row rr (r and r + 8), and the offset of its two
+    // scale bytes in the stage's scale region (slab j's operand has its own layout). Each 128-row
+    // block's scales take 2048 bytes in both layouts (blocked: its two 512-byte units first).
+    // Recomputed per stage: holding them costs the two-slab tiles registers they do not have.
+    const int rbase = (warp & 3) * 16 + g;
+    auto stage_row = [&](int j, int rr) { return Cfg::slab_row(wg, j) + rbase + 8 * rr; };
+    auto scale_off = [&](int j, int rr, int half) {
+      const int r = stage_row(j, rr);
+      return ((blocked >> (Cfg::kNB == 1 ? 0 : j)) & 1) == 0
+                 ? r * 16 + 2 * t + half
+                 : (r / 128) * 2048 + (t >> 1) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + 2 * (t & 1);
+    };
 
     uint4 raw[kS][2];
     __half2 sc[kS][2];  // {block 2t, block 2t + 1} scales x 64
     auto load = [&](int s, int i) {
       const uint8_t* st = stages_ + s * Cfg::kStageBytes;
-      const uint8_t* scales = st + Cfg::kActBytes + Cfg::kWeightBytes + stage_scale_off(i);
+      const uint8_t* scales = st + Cfg::kActBytes + Cfg::kWeightBytes;
+      // Plain scales: the 16-byte box starts at an even stage (16-byte aligned), this stage's 8
+      // bytes are its first or second half.
+      const int half = ((kt0 + i) & 1) * 8;
 #pragma unroll
       for (int j = 0; j < kS; ++j)
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
-          raw[j][rr] = *reinterpret_cast<const uint4*>(st + Cfg::kActBytes + row[j][rr] * 64 + 16 * t);
-          sc[j][rr] = scales_x64(*reinterpret_cast<const uint16_t*>(scales + so[j][rr]));
+          raw[j][rr] = *reinterpret_cast<const uint4*>(st + Cfg::kActBytes + stage_row(j, rr) * 64 + 16 * t);
+          sc[j][rr] = scales_x64(*reinterpret_cast<const uint16_t*>(scales + scale_off(j, rr, half)));
         }
     };
     // Unit u of a stage: half u / kS, slab u % kS.
