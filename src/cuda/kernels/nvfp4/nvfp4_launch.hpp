@@ -83,11 +83,12 @@ inline bool is_rs_tile(swapffn::nvfp4::Tile t) {
   return t == swapffn::nvfp4::Tile::m128_n128_rs || t == swapffn::nvfp4::Tile::m128_n256_rs;
 }
 
-// The TMA tiles' launch preparation: for `*_wst` / `*_wsta` tiles, the operands' tensor maps (and
-// for `*_wsta` A's fp16 map and the pre-pass into args.a16); `tile` becomes `fallback` when scales
-// are only 4-byte aligned (TMA needs 16); nothing is done for other tiles.
-void prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, swapffn::nvfp4::Tile& tile,
-                      swapffn::nvfp4::Tile fallback, TmaOperands& maps, cudaStream_t stream);
+// The TMA tiles' launch preparation: for `*_wst` / `*_wsta` / `*_rs` tiles, the operands' tensor
+// maps with boxes of the tile's B rows (and for the tiles that dequantize A once, A's fp16 map and
+// the pre-pass into args.a16); `tile` becomes `fallback` when scales the tile copies by TMA are
+// only 4-byte aligned (TMA needs 16); nothing is done for other tiles.
+void prepare_tma_tile(const GemmArgs& args, int nb, swapffn::nvfp4::Tile& tile, swapffn::nvfp4::Tile fallback,
+                      TmaOperands& maps, cudaStream_t stream);
 
 // `*_wsta` and `*_rs` tiles: bytes of the fp16 copy of A, the pre-pass that writes it to args.a16
 // (stream ordered before the GEMM) in the k order the tile reads (nvfp4_predequant_a.cu), and its

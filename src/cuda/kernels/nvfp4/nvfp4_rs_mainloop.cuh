@@ -1,5 +1,5 @@
-// Register-operand mainloop for the NVFP4 GEMM (the `*_rs` tile): the weights are converted by the
-// warps that multiply them, straight into wgmma's register fragment.
+// Register-operand mainloop for the NVFP4 GEMM and dual GEMM (the `*_rs` tiles): the weights are
+// converted by the warps that multiply them, straight into wgmma's register fragment.
 //
 // Why: the other tiles convert B into an fp16 tile in shared memory that the wgmma then read back,
 // so every 64-k tile costs ~84 KB of shared-memory traffic (converted B and A written and read,
@@ -22,11 +22,12 @@
 // (scale blocks 2 t and 2 t + 1): 64-k half h of the stage uses the row's words 2 h, 2 h + 1 and
 // scale block 2 t + h, and dequant8's pair s of word 2 h + u is the fragment register of k16 step
 // s, columns 8 u + 2 t and 8 u + 2 t + 1, where the pre-pass put the activations of the same k.
-// A stage is 2 kSlabs units (half, slab) of 4 wgmma; fragments rotate through kFragBufs buffers: a
-// unit is converted while the kFragBufs - 1 units before it are queued on the tensor pipe, once
-// the unit before those has completed, and its registers are pinned until then. A
-// stage is released (one arrival per consumer warp) once all its units' wgmma have completed; its
-// raw bytes were read into registers a unit earlier.
+// A stage is 2 kSlabs units (half, slab) of 4 wgmma; fragments are double-buffered: a unit is
+// converted while the unit before it is queued on the tensor pipe, once the unit before that has
+// completed (wgmma.wait_group 1), and its registers are pinned until then. A stage is released
+// (one arrival per consumer warp) once all its units' wgmma have completed; its raw bytes were
+// read into registers a unit earlier. (A third buffer gained nothing: docs/NVFP4.md, fifteenth
+// step; with two slabs it also makes ptxas serialise the wgmma, C7512.)
 #pragma once
 #include <cuda_fp16.h>
 
@@ -62,12 +63,6 @@ struct RsCfg {
   static constexpr int kWRows = BN * NB_;             // weight rows in a stage, operand o at rows o * BN
   static constexpr int kSlabs = kWRows / 128;         // 64-row wgmma slabs per consumer warpgroup
   static constexpr int kAcc = 64 * kSlabs;            // fp32 accumulators per consumer thread
-  // Fragment buffers a consumer thread rotates through (16 registers each). 2: with one slab a third
-  // buffer (waiting for unit n - 2 instead of n - 1 before converting unit n + 1) gained nothing on
-  // the GEMM shapes (H100, commit a2771d5: 70.0 / 34.0 / 22.4 us against 66.8-69.2 / 33.4-33.7 /
-  // 21.5-22.1 with two; docs/NVFP4.md, fifteenth step), and with two slabs (128 accumulators) it
-  // makes ptxas serialise the wgmma (C7512).
-  static constexpr int kFragBufs = 2;
   static constexpr int kSplitUnit = 1;                // split-K boundaries on whole stages
   static constexpr int kActBytes = 2 * BM * 128;      // two 64-k boxes of fp16 activations
   static constexpr int kWeightBytes = kWRows * 64;    // 128 k of e2m1 per weight row
@@ -252,49 +247,43 @@ struct RsMainloop {
         for (int i = 0; i < 4; ++i) pin_register(f[st][i]);
     };
 
-    // After issuing unit n a warp waits for unit n + 1 - kBufs, whose buffer unit n + 1 takes.
-    // Stages are unrolled by kBufs so that buffer indices are compile-time constants.
-    constexpr int kBufs = Cfg::kFragBufs;
-    Frag f[kBufs];
+    // Unit u of every stage uses buffer u % 2 (a stage has an even number of units), so buffer
+    // indices are compile-time constants.
+    static_assert(kUnits % 2 == 0, "units alternate between the two fragment buffers across stages");
+    Frag f[2];
     int s = 0, prev = 0;
     uint32_t phase = 0;
     cutlass::arch::ClusterTransactionBarrier::wait(&full_[0], 0);
     load(0, 0);
     convert(f[0], 0);
-    for (int i0 = 0; i0 < count; i0 += kBufs) {
+    for (int i = 0; i < count; ++i) {
+      const int done = prev;  // the previous stage (prev moves on at this stage's last unit)
 #pragma unroll
-      for (int di = 0; di < kBufs; ++di) {
-        const int i = i0 + di;
-        if (i >= count) break;
-        const int done = prev;  // the previous stage (prev moves on at this stage's last unit)
-#pragma unroll
-        for (int u = 0; u < kUnits; ++u) {
-          const int b = (di * kUnits + u) % kBufs, next = (b + 1) % kBufs;  // unit i * kUnits + u's buffer
-          mma(f[b], s, u);
-          const bool last = u == kUnits - 1;
-          if (last) {
-            prev = s;
-            if (++s == Cfg::kStages) {
-              s = 0;
-              phase ^= 1;
-            }
-            if (i + 1 < count) {
-              cutlass::arch::ClusterTransactionBarrier::wait(&full_[s], phase);
-              load(s, i + 1);
-            }
+      for (int u = 0; u < kUnits; ++u) {
+        mma(f[u % 2], s, u);
+        const bool last = u == kUnits - 1;
+        if (last) {
+          prev = s;
+          if (++s == Cfg::kStages) {
+            s = 0;
+            phase ^= 1;
           }
-          wgmma_wait<kBufs - 1>();  // unit n + 1 - kBufs has completed: its buffer, the next unit's, is free
-          pin(f[next]);
-          // The previous stage's last unit is unit u - 1 at u = 0, complete from u = 1 on.
-          if (u == 1 && i > 0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[done]);
-          if (!last) convert(f[next], u + 1);
-          else if (i + 1 < count) convert(f[next], 0);
+          if (i + 1 < count) {
+            cutlass::arch::ClusterTransactionBarrier::wait(&full_[s], phase);
+            load(s, i + 1);
+          }
         }
+        wgmma_wait<1>();  // unit u - 1 has completed: its buffer, the next unit's, is free
+        pin(f[(u + 1) % 2]);
+        // The previous stage's last unit is unit u - 1 at u = 0, complete from u = 1 on.
+        if (u == 1 && i > 0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[done]);
+        if (!last) convert(f[(u + 1) % 2], u + 1);
+        else if (i + 1 < count) convert(f[(u + 1) % 2], 0);
       }
     }
     wgmma_wait<0>();
-#pragma unroll
-    for (int b = 0; b < kBufs; ++b) pin(f[b]);
+    pin(f[0]);
+    pin(f[1]);
   }
 };
 

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
 void launch_dual_gemm_swiglu(const GemmArgs& args, Tile tile, cudaStream_t stream) {
   TmaOperands maps{};
-  prepare_tma_tile(args, 2, 64, tile, Tile::m128_n64_ws, maps, stream);
+  prepare_tma_tile(args, 2, tile, Tile::m128_n64_ws, maps, stream);
   dispatch_dual_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
     auto kernel = nvfp4_dual_gemm_swiglu_kernel<Cfg, decltype(path)::value>;

@@ -88,14 +88,13 @@ int tile_acc_per_thread(Tile tile, bool dual) {
   return n;
 }
 
-void prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, Tile& tile, Tile fallback, TmaOperands& maps,
-                      cudaStream_t stream) {
+void prepare_tma_tile(const GemmArgs& args, int nb, Tile& tile, Tile fallback, TmaOperands& maps, cudaStream_t stream) {
   const bool pre_a = dequantizes_a_once(tile), rs = is_rs_tile(tile);
   if (tile != Tile::m128_n128_wst && tile != Tile::m128_n64_wst && !pre_a) return;
+  const uint32_t rows = static_cast<uint32_t>(swapffn::nvfp4::tile_n(tile));  // B rows per box
   if (rs) {
     // The weights' raw rows in unswizzled 64-byte (128-k) boxes of the tile's weight rows; plain
     // scales in 16-byte boxes (two stages' worth) (nvfp4_rs_mainloop.cuh).
-    const uint32_t rows = static_cast<uint32_t>(swapffn::nvfp4::tile_n(tile));
     for (int o = 1; o <= nb; ++o)
       if (reinterpret_cast<uintptr_t>(args.b[o - 1].scales) % 16 != 0) {
         tile = fallback;
@@ -107,7 +106,7 @@ void prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, Tile& tile, Tile
       if (b.rk_blocks == 0)
         maps.scales[o] = make_tma_3d_u8(b.scales, args.k / 16, args.n, args.l, args.k / 16, b.scale_batch, 16, rows, false);
     }
-  } else if (!make_tma_operands(args, nb, 128, tile_n, maps)) {
+  } else if (!make_tma_operands(args, nb, 128, static_cast<int>(rows), maps)) {
     tile = fallback;
     return;
   }
@@ -119,7 +118,7 @@ void prepare_tma_tile(const GemmArgs& args, int nb, int tile_n, Tile& tile, Tile
 
 void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
   TmaOperands maps{};
-  prepare_tma_tile(args, 1, 128, tile, Tile::m128_n128_ws, maps, stream);
+  prepare_tma_tile(args, 1, tile, Tile::m128_n128_ws, maps, stream);
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
     auto kernel = nvfp4_gemm_kernel<Cfg, decltype(path)::value>;
