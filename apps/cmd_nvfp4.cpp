@@ -143,13 +143,17 @@ bool run_check(uint64_t seed) {
         cs.back().fill(0x55);
         p.groups.push_back(GemmProblem{ms[g], n, k, 1, das.back().view, dbs.back().view, cs.back().get()});
       }
-      const TileConfig cfg = choose_grouped_config(p, sms);
-      grouped_gemm(p, cfg, nullptr);
       const auto ref = reference_grouped_gemm(as, bs);
-      for (size_t g = 0; g < ms.size(); ++g)
-        ok &= report("grouped group " + std::to_string(g) + " m=" + std::to_string(ms[g]) + " N=256 K=512" + lay + " " +
-                         describe(cfg),
-                     fetch(cs[g], ms[g] * n), ref[g], true);
+      for (TileConfig cfg : {choose_grouped_config(p, sms), TileConfig{Tile::m128_n128_wgmma, 1},
+                             TileConfig{Tile::m128_n128_rs, 1}}) {
+        for (auto& c : cs) c.fill(0x55);
+        DeviceBuffer ws = make_workspace(workspace_bytes(p, cfg));
+        grouped_gemm(p, cfg, {ws.get(), ws.bytes()}, nullptr);
+        for (size_t g = 0; g < ms.size(); ++g)
+          ok &= report("grouped group " + std::to_string(g) + " m=" + std::to_string(ms[g]) + " N=256 K=512" + lay + " " +
+                           describe(cfg),
+                       fetch(cs[g], ms[g] * n), ref[g], true);
+      }
     }
   }
   return ok;
@@ -453,13 +457,17 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
   }
   std::vector<TileConfig> cands{choose_grouped_config(p, sms), {Tile::m128_n128, 1}, {Tile::m128_n64, 1}, {Tile::m64_n128, 1},
                                 {Tile::m128_n128_wgmma, 1}, {Tile::m128_n128_ws, 1},
-                                {Tile::m128_n128_wsr, 1}, {Tile::m128_n128_ws2, 1}};
-  const auto [best, bi] = search<TileConfig>(timer, cands, [&](const TileConfig& cfg) { grouped_gemm(p, cfg, nullptr); }, &r.default_us);
+                                {Tile::m128_n128_wsr, 1}, {Tile::m128_n128_ws2, 1}, {Tile::m128_n128_rs, 1}};
+  size_t ws_bytes = 0;
+  for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
+  DeviceBuffer ws = make_workspace(ws_bytes);
+  const Workspace w{ws.get(), ws.bytes()};
+  const auto [best, bi] = search<TileConfig>(timer, cands, [&](const TileConfig& cfg) { grouped_gemm(p, cfg, w, nullptr); }, &r.default_us);
   r.us = best;
   r.config = describe(cands[bi]);
   r.default_config = describe(cands[0]);
   for (auto& c : cs) c.fill(0x55);
-  grouped_gemm(p, cands[bi], nullptr);
+  grouped_gemm(p, cands[bi], w, nullptr);
   for (size_t g = 0; g < ms.size(); ++g) {
     a16.emplace_back(ms[g] * k * 2);
     b16.emplace_back(n * k * 2);

@@ -433,37 +433,64 @@ TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {
 
 // ---------------- grouped GEMM ----------------
 
+// Group g's scales are in layouts[g % layouts.size()]; with b_scales_4_off every group's B scales
+// sit 4 bytes off 16-byte alignment (the rs tile then falls back).
 void run_grouped(const std::vector<int64_t>& ms, const std::vector<int64_t>& ns, const std::vector<int64_t>& ks,
-                 ScaleLayout layout, const TileConfig& cfg, uint64_t seed) {
+                 const std::vector<ScaleLayout>& layouts, const TileConfig& cfg, uint64_t seed,
+                 bool b_scales_4_off = false, std::vector<std::vector<uint16_t>>* out = nullptr) {
   std::vector<HostOperand> as, bs;
   std::vector<DeviceOperand> das, dbs;
+  std::vector<DeviceBuffer> shifted(ms.size());
   std::vector<Out> cs;
   GroupedGemmProblem p;
   for (size_t g = 0; g < ms.size(); ++g) {
+    const ScaleLayout layout = layouts[g % layouts.size()];
     as.push_back(make_operand(InputKind::grouped, ms[g], ks[g], 1, seed + 2 * g));
     bs.push_back(make_operand(InputKind::grouped, ns[g], ks[g], 1, seed + 2 * g + 1));
     das.push_back(upload(as.back(), layout));
     dbs.push_back(upload(bs.back(), layout));
     cs.emplace_back(ms[g] * ns[g]);
   }
-  for (size_t g = 0; g < ms.size(); ++g)
-    p.groups.push_back(GemmProblem{ms[g], ns[g], ks[g], 1, das[g].view, dbs[g].view, cs[g].buf.get()});
-  grouped_gemm(p, cfg, nullptr);
+  for (size_t g = 0; g < ms.size(); ++g) {
+    const Operand b = b_scales_4_off ? with_scales_4_bytes_off(dbs[g], shifted[g]) : dbs[g].view;
+    p.groups.push_back(GemmProblem{ms[g], ns[g], ks[g], 1, das[g].view, b, cs[g].buf.get()});
+  }
+  DeviceBuffer ws = make_workspace(workspace_bytes(p, cfg));
+  grouped_gemm(p, cfg, {ws.get(), ws.bytes()}, nullptr);
   const auto ref = reference_grouped_gemm(as, bs);
   for (size_t g = 0; g < ms.size(); ++g) {
     const std::string what = "grouped group " + std::to_string(g) + " m=" + std::to_string(ms[g]) + " " +
-                             to_string(layout) + " " + describe(cfg);
+                             to_string(layouts[g % layouts.size()]) + " " + describe(cfg) +
+                             (b_scales_4_off ? ", B scales 4 bytes off" : "");
     EXPECT_EQ(exact_mismatches(cs[g].get(), ref[g], what), 0) << what;
+    if (out) out->push_back(cs[g].get());
   }
 }
 
 TEST_F(Nvfp4Gpu, GroupedGemmBitExact) {
   for (ScaleLayout layout : kLayouts)
     for (Tile t : {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
-                   Tile::m128_n128_wsr, Tile::m128_n128_ws2}) {
-      run_grouped({40, 76, 168, 1}, {136, 136, 136, 136}, {512, 512, 512, 512}, layout, {t, 1}, 71);
-      run_grouped({130, 64}, {64, 200}, {256, 768}, layout, {t, 1}, 72);  // per-group n and k
+                   Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_rs}) {
+      run_grouped({40, 76, 168, 1}, {136, 136, 136, 136}, {512, 512, 512, 512}, {layout}, {t, 1}, 71);
+      run_grouped({130, 64}, {64, 200}, {256, 768}, {layout}, {t, 1}, 72);  // per-group n and k
     }
+}
+
+// The rs tile: long K (several rounds of its 4-stage ring), groups in different scale layouts
+// (each group's weights carry their own), a group whose N ends inside a 128-row block, one CTA
+// per group and many; B scales only 4-byte aligned (the fallback tile, same bits); determinism;
+// the default config's choice.
+TEST_F(Nvfp4Gpu, GroupedGemmRsTile) {
+  const TileConfig rs{Tile::m128_n128_rs, 1};
+  const std::vector<ScaleLayout> mixed{ScaleLayout::plain, ScaleLayout::blocked_128x4};
+  std::vector<std::vector<uint16_t>> first, second;
+  run_grouped({72, 200, 128, 9}, {328, 256, 100, 136}, {2048, 1024, 3072, 256}, mixed, rs, 81, false, &first);
+  run_grouped({72, 200, 128, 9}, {328, 256, 100, 136}, {2048, 1024, 3072, 256}, mixed, rs, 81, false, &second);
+  EXPECT_EQ(first, second);
+  run_grouped({72, 200}, {328, 256}, {2048, 1024}, mixed, rs, 82, true);
+  GroupedGemmProblem p;
+  for (int64_t m : {80, 176, 128, 72}) p.groups.push_back(GemmProblem{m, 4096, 7168, 1, {}, {}, nullptr});
+  EXPECT_EQ(choose_grouped_config(p, 132).tile, Tile::m128_n128_rs);
 }
 
 // ---------------- refusals ----------------
@@ -510,15 +537,15 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   GroupedGemmProblem grouped;
   grouped.groups.push_back(ok);
   grouped.groups.push_back(bad_k);
-  expect_error([&] { grouped_gemm(grouped, {Tile::m128_n128, 1}, nullptr); }, "group 1");
+  expect_error([&] { grouped_gemm(grouped, {Tile::m128_n128, 1}, {}, nullptr); }, "group 1");
   GroupedGemmProblem grouped_ok;
   grouped_ok.groups.push_back(ok);
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wst, 1}, nullptr); }, "tile 128x128wst is not built");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wsta, 1}, nullptr); }, "tile 128x128wsta is not built");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wstc, 1}, nullptr); }, "tile 128x128wstc is not built");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1}, nullptr); }, "tile 128x128rs is not built");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wst, 1}, {}, nullptr); }, "tile 128x128wst is not built");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wsta, 1}, {}, nullptr); }, "tile 128x128wsta is not built");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wstc, 1}, {}, nullptr); }, "tile 128x128wstc is not built");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1}, {}, nullptr); }, "131072 for the fp16 copy of A");
   expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1}, nullptr); }, "tile 128x256rs is not built");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
   // The rs tile's k-tiles are 128 wide: K = 512 has 4, so split 5 is refused.
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 5}, {}, nullptr); }, "min(64, 4 k-tiles)");
   // Nothing was launched: the output still holds the poison.

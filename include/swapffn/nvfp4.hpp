@@ -111,7 +111,7 @@ struct GemvConfig {
 // *_wst with TMA copies into that raw ring (GEMM and dual GEMM only); *_wsta as *_wst with A
 // dequantized once by a pre-pass into the workspace (only B is dequantized per CTA); *_wstc as
 // *_wsta with the consumer warps converting half of B's k-tiles in the shadow of their MMAs;
-// *_rs (GEMM: 128x128, 128x256; dual GEMM: 128x128 of each product) with A dequantized once and
+// *_rs (GEMM: 128x128, 128x256; dual GEMM: 128x128 of each product; grouped: 128x128) with A dequantized once and
 // B converted by the MMA warps straight into wgmma's register operand (operands swapped), so no
 // converted tile goes through shared memory.
 enum class Tile {
@@ -141,7 +141,8 @@ TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count);
 
 // Split-K needs a workspace for fp32 partials and per-tile arrival counters (a fixed 64 KiB
 // counter header, then the partials; at most 16384 output tiles per split-K launch), and the
-// *_wsta tiles need room after them for an fp16 copy of A (L x M x K x 2 bytes). It must be
+// tiles that dequantize A once (*_wsta, *_wstc, *_rs) need room after them for an fp16 copy of A
+// (L x M x K x 2 bytes; grouped `128x128rs`: every group's, each rounded up to 256). It must be
 // zeroed (cudaMemset) once when allocated; the kernels leave the counters at zero again, so one
 // workspace of the largest size needed serves any number of launches, of any problems and configs,
 // on one stream. Size 0 means none is needed.
@@ -153,12 +154,13 @@ struct Workspace {
 size_t workspace_bytes(const GemvProblem& p, const GemvConfig& c);
 size_t workspace_bytes(const GemmProblem& p, const TileConfig& c);
 size_t workspace_bytes(const DualGemmProblem& p, const TileConfig& c);
+size_t workspace_bytes(const GroupedGemmProblem& p, const TileConfig& c);
 
 // ---- entry points (asynchronous on `stream`) ----
 void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream);
 void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream);
 void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream);
-void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Stream stream);
+void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream);
 
 // Validation alone (what the entry points run first); throws swapffn::Error.
 void validate(const GemvProblem& p);

@@ -148,6 +148,22 @@ cu::SplitWorkspace dual_ws(const DualGemmProblem& p, const TileConfig& c) {
   return dual_tile_ok(c.tile) ? tile_ws("nvfp4 dual_gemm_swiglu", c, true, p.m, p.n, p.k, p.l) : cu::SplitWorkspace{};
 }
 
+bool grouped_tile_ok(Tile t) {
+  return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma ||
+         t == Tile::m128_n128_ws || t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_rs;
+}
+// Bytes of group g's fp16 activations in the grouped workspace, rounded up to 256 (each group's
+// part stays 256-byte aligned for its tensor map).
+size_t group_a16_bytes(const GemmProblem& g) { return (cu::predequant_a_bytes(g.m, g.k, 1) + 255) / 256 * 256; }
+// `128x128rs`: every group's fp16 activations after the counter header (as add_a16 does).
+cu::SplitWorkspace grouped_ws(const GroupedGemmProblem& p, const TileConfig& c) {
+  cu::SplitWorkspace w;
+  if (c.tile != Tile::m128_n128_rs) return w;
+  w.counter_bytes = kMaxSplitTiles * sizeof(int);
+  for (const GemmProblem& g : p.groups) w.a16_bytes += group_a16_bytes(g);
+  return w;
+}
+
 }  // namespace
 
 void validate(const GemvProblem& p) {
@@ -204,6 +220,7 @@ void validate(const GroupedGemmProblem& p) {
 size_t workspace_bytes(const GemvProblem& p, const GemvConfig& c) { return gemv_ws(p, c).total(); }
 size_t workspace_bytes(const GemmProblem& p, const TileConfig& c) { return gemm_ws(p, c).total(); }
 size_t workspace_bytes(const DualGemmProblem& p, const TileConfig& c) { return dual_ws(p, c).total(); }
+size_t workspace_bytes(const GroupedGemmProblem& p, const TileConfig& c) { return grouped_ws(p, c).total(); }
 
 bool gemv_tma_supported(const GemvProblem& p, std::string* why) {
   const char* reason = nullptr;
@@ -288,12 +305,12 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
   cu::launch_dual_gemm_swiglu(a, c.tile, stream);
 }
 
-void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Stream stream) {
+void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 grouped_gemm";
-  // The TMA tile needs tensor maps per operand, more than the kernel parameters can hold for 64 groups.
-  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile) && c.tile != Tile::m128_n128_wst && !cu::dequantizes_a_once(c.tile),
-                  op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2)");
+  // The other TMA tiles need tensor maps per operand and no grouped kernel carries them.
+  SWAPFFN_REQUIRE(grouped_tile_ok(c.tile),
+                  op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128rs)");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
   cu::GroupedArgs a;
   a.groups = static_cast<int>(p.groups.size());
@@ -313,6 +330,13 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Stream strea
     SWAPFFN_REQUIRE(tiles < (int64_t{1} << 31), op + ": more than 2^31 output tiles");
   }
   a.total_tiles = static_cast<int>(tiles);
+  cu::GemmArgs wa;  // the workspace's parts (only a16 is used here)
+  attach(op, grouped_ws(p, c), ws, wa);
+  size_t off = 0;
+  for (int i = 0; wa.a16 != nullptr && i < a.groups; ++i) {
+    a.g[i].a16 = wa.a16 + off;
+    off += group_a16_bytes(p.groups[i]);
+  }
   cu::launch_grouped_gemm(a, c.tile, stream);
 }
 

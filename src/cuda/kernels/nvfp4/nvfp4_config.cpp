@@ -214,17 +214,17 @@ TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
 }
 
 // Grouped: 128x128 tiles even with m_i well below 128 (the padding rows cost MMA work, which is
-// not the bottleneck). The shared-producer wgmma tile stays the default: with 300-700 short CTAs
-// its two CTAs per SM overlap one CTA's pipeline fill and epilogue with the other's mainloop,
-// which the one-CTA-per-SM warp-specialised tile cannot (measured 6-22% slower on the four
-// shapes; a persistent tile scheduler would be needed). 64-row mma.sync tiles only when the
-// groups are tiny.
+// not the bottleneck). The register-operand tile (`128x128rs`, one CTA per SM, every copy by TMA
+// from the group's maps) is the default: PREDICTED faster than the shared-producer wgmma tile,
+// whose two CTAs per SM overlap fill and drain but convert both operands per CTA (the one-CTA
+// warp-specialised tiles measured 6-22% slower than it on the four shapes). 64-row mma.sync tiles
+// only when the groups are tiny.
 TileConfig choose_grouped_config(const GroupedGemmProblem& p, int /*sm_count*/) {
   int64_t sum_m = 0;
   for (const auto& g : p.groups) sum_m += g.m;
   const int64_t groups = std::max<size_t>(p.groups.size(), 1);
   TileConfig c;
-  c.tile = sum_m / groups <= 48 ? Tile::m64_n128 : Tile::m128_n128_wgmma;
+  c.tile = sum_m / groups <= 48 ? Tile::m64_n128 : Tile::m128_n128_rs;
   c.split_k = 1;
   return c;
 }

@@ -96,11 +96,12 @@ void prepare_tma_tile(const GemmArgs& args, int nb, swapffn::nvfp4::Tile& tile, 
 enum class A16Order { stage, fragment };
 size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l);
 void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stream);
-CUtensorMap make_tma_a16(const GemmArgs& args, int tile_m);
+CUtensorMap make_tma_a16(uint8_t* a16, int64_t m, int64_t k, int64_t l, int tile_m);
 
 struct GroupArgs {
   OperandArgs a, b;
   void* c = nullptr;
+  uint8_t* a16 = nullptr;  // `128x128rs`: this group's fp16 activations in the workspace
   int m = 0, n = 0, k = 0;
   int tiles_m = 0, tile_begin = 0;  // this group's CTAs are [tile_begin, tile_begin + tiles)
 };
@@ -110,6 +111,22 @@ struct GroupedArgs {
   int groups = 0;
   int total_tiles = 0;
 };
+
+// The grouped GEMM's `128x128rs` tile: each group's tensor maps (its fp16 activations, weight
+// bytes and plain weight scales; nvfp4_rs_mainloop.cuh), a second kernel parameter beside
+// GroupedArgs. Both fit the 32 KB kernel-parameter limit (sm_70+, CUDA 12.1+) at 64 groups.
+struct GroupMaps {
+  CUtensorMap act, data, scales;
+};
+struct GroupedRsMaps {
+  GroupMaps g[swapffn::nvfp4::kMaxGroups];
+};
+static_assert(sizeof(GroupedArgs) + sizeof(GroupedRsMaps) + 64 <= 32764,
+              "the grouped rs kernel's parameters exceed the 32764-byte kernel-parameter limit");
+
+// The grouped GEMM's pre-pass: every group's activations into its a16, in A16Order::fragment, in
+// one launch (the grouped kernel is its programmatic dependent).
+void launch_predequant_a_grouped(const GroupedArgs& args, cudaStream_t stream);
 
 // Workspace split into per-tile arrival counters, fp32 partials, then the fp16 copy of A of the
 // `*_wsta` tiles (each part 256-byte aligned).

@@ -11,12 +11,15 @@
 // - A16Order::stage (`*_wsta`, `*_wstc`): the stage's order (raw 16-byte chunk q of the k-tile,
 //   elements 32q..32q+31, lands in 16-byte fp16 chunks q, q+2, q+4, q+6; nvfp4_tile_mainloop.cuh),
 //   so a 128-byte-swizzled TMA box of it is byte-for-byte what the dequant warps would have written;
-// - A16Order::fragment (`*_rs`, nvfp4_rs_mainloop.cuh): the order in which the weights' register
+// - A16Order::fragment (`*_rs`, nvfp4_rs_mainloop.cuh; the grouped GEMM's pre-pass writes each
+//   group's activations in this order into the group's part of the workspace): the order in which the weights' register
 //   fragments hold k. Raw chunk t (0..3) of a 128-k step, elements 32t..32t+31, feeds the 64-k blocks
 //   h = 0, 1 with its words (2h, 2h + 1); dequant8's pair s of word 2h + u sits at k16 step s,
 //   columns 8u + 2t, 8u + 2t + 1 of block h (bytes 32 s + 16 u + 4 t), exactly where the wgmma finds
 //   the weight thread t's fragment pair of the same k.
 #include <cuda_fp16.h>
+
+#include <algorithm>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_dequant.cuh"
@@ -28,45 +31,61 @@ namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
-// One thread per 16-byte raw chunk (32 elements, two scales): a warp reads 512 contiguous bytes of
-// a row and writes 2 KB of fp16, each k-tile's 128 bytes by the chunk pair of that k-tile.
+// Chunk i (16 raw bytes: 32 elements, two scales) of an (m, k, l) operand, into `out` ([l][m][k]
+// fp16 in kOrder's k order). Consecutive threads take consecutive chunks: a warp reads 512
+// contiguous bytes of a row and writes 2 KB of fp16, each k-tile's 128 bytes by the chunk pair of
+// that k-tile.
+template <A16Order kOrder>
+__device__ __forceinline__ void predequant_chunk(const OperandArgs& a, int64_t m, int64_t k, int64_t i, uint8_t* out) {
+  const int64_t chunks_per_row = k / 32;
+  const int64_t b = i / (m * chunks_per_row), rem = i % (m * chunks_per_row);
+  const int64_t r = rem / chunks_per_row, chunk = rem % chunks_per_row;
+  const int64_t kt = chunk / 2;
+  const int q = static_cast<int>(chunk % 2);
+  const uint4 raw = *reinterpret_cast<const uint4*>(a.data + b * a.data_batch + r * (k / 2) + chunk * 16);
+  const int64_t j = chunk * 2;  // first of the chunk's two scale columns (j % 4 == 2q)
+  const int64_t soff = a.rk_blocks == 0
+                           ? r * (k / 16) + j
+                           : (r / 128) * a.rk_blocks * 512 + (j / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (j % 4);
+  const uint32_t two_scales = *reinterpret_cast<const uint16_t*>(a.scales + b * a.scale_batch + soff);
+  uint32_t h[16];
+  dequant32(raw, two_scales, h);
+  if constexpr (kOrder == A16Order::stage) {
+    uint8_t* row = out + ((b * m + r) * k + kt * 64) * 2;
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      *reinterpret_cast<uint4*>(row + (q + 2 * c) * 16) = make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
+  } else {
+    const int t = static_cast<int>(chunk % 4);
+    uint8_t* step = out + ((b * m + r) * k + (chunk / 4) * 128) * 2;
+#pragma unroll
+    for (int w = 0; w < 4; ++w)  // word w = 2 h + u of the chunk
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        *reinterpret_cast<uint32_t*>(step + (w / 2) * 128 + 32 * s + 16 * (w % 2) + 4 * t) = h[4 * w + s];
+  }
+}
+
 template <A16Order kOrder>
 __global__ void __launch_bounds__(256) predequant_a_kernel(const OperandArgs a, int64_t m, int64_t k, int64_t l,
                                                            uint8_t* out) {
   // The GEMM that reads `out` is launched as a programmatic dependent: it may start its prologue
   // and first B copies now, and waits (griddepcontrol.wait) before its first copy of A.
   pdl_launch_dependents();
-  const int64_t chunks_per_row = k / 32;
-  const int64_t total = l * m * chunks_per_row;
+  const int64_t total = l * m * (k / 32);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t b = i / (m * chunks_per_row), rem = i % (m * chunks_per_row);
-    const int64_t r = rem / chunks_per_row, chunk = rem % chunks_per_row;
-    const int64_t kt = chunk / 2;
-    const int q = static_cast<int>(chunk % 2);
-    const uint4 raw = *reinterpret_cast<const uint4*>(a.data + b * a.data_batch + r * (k / 2) + chunk * 16);
-    const int64_t j = chunk * 2;  // first of the chunk's two scale columns (j % 4 == 2q)
-    const int64_t soff = a.rk_blocks == 0
-                             ? r * (k / 16) + j
-                             : (r / 128) * a.rk_blocks * 512 + (j / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (j % 4);
-    const uint32_t two_scales = *reinterpret_cast<const uint16_t*>(a.scales + b * a.scale_batch + soff);
-    uint32_t h[16];
-    dequant32(raw, two_scales, h);
-    if constexpr (kOrder == A16Order::stage) {
-      uint8_t* row = out + ((b * m + r) * k + kt * 64) * 2;
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        *reinterpret_cast<uint4*>(row + (q + 2 * c) * 16) = make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
-    } else {
-      const int t = static_cast<int>(chunk % 4);
-      uint8_t* step = out + ((b * m + r) * k + (chunk / 4) * 128) * 2;
-#pragma unroll
-      for (int w = 0; w < 4; ++w)  // word w = 2 h + u of the chunk
-#pragma unroll
-        for (int s = 0; s < 4; ++s)
-          *reinterpret_cast<uint32_t*>(step + (w / 2) * 128 + 32 * s + 16 * (w % 2) + 4 * t) = h[4 * w + s];
-    }
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    predequant_chunk<kOrder>(a, m, k, i, out);
+}
+
+// The grouped GEMM's pre-pass: grid row y converts group y's activations into its g.a16.
+__global__ void __launch_bounds__(256) predequant_a_grouped_kernel(const __grid_constant__ GroupedArgs args) {
+  pdl_launch_dependents();
+  const GroupArgs& g = args.g[blockIdx.y];
+  const int64_t total = static_cast<int64_t>(g.m) * (g.k / 32);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    predequant_chunk<A16Order::fragment>(g.a, g.m, g.k, i, g.a16);
 }
 
 }  // namespace
@@ -83,9 +102,17 @@ void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stre
   SWAPFFN_CHECK_LAUNCH();
 }
 
-CUtensorMap make_tma_a16(const GemmArgs& args, int tile_m) {
-  const uint64_t row_bytes = static_cast<uint64_t>(args.k) * 2;
-  return make_tma_3d_u8(args.a16, row_bytes, args.m, args.l, row_bytes, row_bytes * args.m, 128, tile_m, true);
+void launch_predequant_a_grouped(const GroupedArgs& args, cudaStream_t stream) {
+  int64_t most = 0;
+  for (int g = 0; g < args.groups; ++g) most = std::max<int64_t>(most, static_cast<int64_t>(args.g[g].m) * (args.g[g].k / 32));
+  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((most + 255) / 256, 1, 4096 / args.groups));
+  predequant_a_grouped_kernel<<<dim3(blocks, static_cast<unsigned>(args.groups)), 256, 0, stream>>>(args);
+  SWAPFFN_CHECK_LAUNCH();
+}
+
+CUtensorMap make_tma_a16(uint8_t* a16, int64_t m, int64_t k, int64_t l, int tile_m) {
+  const uint64_t row_bytes = static_cast<uint64_t>(k) * 2;
+  return make_tma_3d_u8(a16, row_bytes, m, l, row_bytes, row_bytes * m, 128, tile_m, true);
 }
 
 }  // namespace swapffn::cuda::nvfp4

@@ -82,6 +82,18 @@ struct RsCfg {
   __device__ static constexpr int slab_row(int wg, int j) { return NB_ == 1 ? wg * (BN / 2) + j * 64 : j * BN + wg * 64; }
 };
 
+// The tensor maps an rs CTA copies from, in the kernel parameter (__grid_constant__): the
+// activations' fp16 copy, and weight operand o's bytes and plain scales. Two sources: the GEMM's
+// TmaOperands (operand 0 is the activations) and the maps of a grouped GEMM's group. They are
+// reached through these overloads rather than a struct of pointers: building such a struct cost
+// the two-slab consumers registers they do not have (ptxas C7600).
+__device__ __forceinline__ const CUtensorMap* act_map(const TmaOperands& t) { return &t.data[0]; }
+__device__ __forceinline__ const CUtensorMap* weight_map(const TmaOperands& t, int o) { return &t.data[1 + o]; }
+__device__ __forceinline__ const CUtensorMap* scale_map(const TmaOperands& t, int o) { return &t.scales[1 + o]; }
+__device__ __forceinline__ const CUtensorMap* act_map(const GroupMaps& g) { return &g.act; }
+__device__ __forceinline__ const CUtensorMap* weight_map(const GroupMaps& g, int) { return &g.data; }
+__device__ __forceinline__ const CUtensorMap* scale_map(const GroupMaps& g, int) { return &g.scales; }
+
 template <class Cfg>
 struct RsMainloop {
   using Acc = float[Cfg::kSlabs][64];
@@ -96,12 +108,13 @@ struct RsMainloop {
         empty_(full_ + Cfg::kStages) {}
 
   // Runs stages [kt0, kt0 + count) of 128 k. src[0]: the activations (row0 = first row of the
-  // tile; their fp16 copy is tma.data[0]), src[1 + o]: weight operand o (tma.data[1 + o], plain
-  // scales tma.scales[1 + o]). Returns true in consumer threads, whose `acc` (zeroed by the
+  // tile; their fp16 copy is act_map(maps)), src[1 + o]: weight operand o (weight_map(maps, o),
+  // plain scales scale_map(maps, o)). Returns true in consumer threads, whose `acc` (zeroed by the
   // caller) then holds the slabs' sums in wgmma's accumulator layout with weight rows as rows; the
   // producer warpgroup returns false and must leave. All threads must call it (it starts with a CTA
   // barrier).
-  __device__ bool run(const TileSrc (&src)[1 + Cfg::kNB], const TmaOperands& tma, int batch, int kt0, int count,
+  template <class Maps>
+  __device__ bool run(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count,
                       Acc& acc) const {
     if (threadIdx.x == 0) {
       for (int s = 0; s < Cfg::kStages; ++s) {
@@ -113,7 +126,7 @@ struct RsMainloop {
     __syncthreads();
     if (threadIdx.x >= Cfg::kConsumerThreads) {
       setmaxnreg_dec<Cfg::kProducerRegs>();
-      if (threadIdx.x == Cfg::kConsumerThreads) produce(src, tma, batch, kt0, count);
+      if (threadIdx.x == Cfg::kConsumerThreads) produce(src, maps, batch, kt0, count);
       return false;
     }
     setmaxnreg_inc<Cfg::kConsumerRegs>();
@@ -127,7 +140,8 @@ struct RsMainloop {
   }
 
  private:
-  __device__ void produce(const TileSrc (&src)[1 + Cfg::kNB], const TmaOperands& tma, int batch, int kt0,
+  template <class Maps>
+  __device__ void produce(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0,
                           int count) const {
     // Blocked scales: one bulk copy of the stage's two 512-byte units per 128-row block that
     // exists (a block past the operand's last row block is not in memory; its rows are never stored).
@@ -149,11 +163,11 @@ struct RsMainloop {
       for (int o = 0; o < Cfg::kNB; ++o) {
         const TileSrc& w = src[1 + o];
         const int wrow0 = static_cast<int>(w.row0);
-        cute::SM90_TMA_LOAD_3D::copy(&tma.data[1 + o], &full_[s], 0, st + Cfg::kActBytes + o * Cfg::BN * 64,
+        cute::SM90_TMA_LOAD_3D::copy(weight_map(maps, o), &full_[s], 0, st + Cfg::kActBytes + o * Cfg::BN * 64,
                                      kt * (Cfg::BK / 2), wrow0, batch);
         uint8_t* sdst = st + Cfg::kActBytes + Cfg::kWeightBytes + o * Cfg::BN * 16;
         if (w.rk_blocks == 0) {
-          cute::SM90_TMA_LOAD_3D::copy(&tma.scales[1 + o], &full_[s], 0, sdst, (kt & ~1) * (Cfg::BK / 16), wrow0, batch);
+          cute::SM90_TMA_LOAD_3D::copy(scale_map(maps, o), &full_[s], 0, sdst, (kt & ~1) * (Cfg::BK / 16), wrow0, batch);
         } else {
 #pragma unroll
           for (int blk = 0; blk < Cfg::BN / 128; ++blk)
@@ -168,7 +182,7 @@ struct RsMainloop {
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        cute::SM90_TMA_LOAD_3D::copy(&tma.data[0], &full_[s], 0, st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
+        cute::SM90_TMA_LOAD_3D::copy(act_map(maps), &full_[s], 0, st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
     };
     // The first stages' weights go out before waiting for the pre-pass that writes the activations
     // (this grid is its programmatic dependent).

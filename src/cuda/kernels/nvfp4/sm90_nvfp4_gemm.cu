@@ -111,7 +111,7 @@ void prepare_tma_tile(const GemmArgs& args, int nb, Tile& tile, Tile fallback, T
     return;
   }
   if (pre_a) {
-    maps.data[0] = make_tma_a16(args, 128);  // encoded (and refused, if it must be) before anything launches
+    maps.data[0] = make_tma_a16(args.a16, args.m, args.k, args.l, 128);  // encoded (and refused, if it must be) before anything launches
     launch_predequant_a(args, rs ? A16Order::fragment : A16Order::stage, stream);
   }
 }

@@ -6,22 +6,32 @@
 // tile indices (G <= 64, passed by value in the kernel parameters, so no setup copy is needed).
 // Within a group the m tiles of one n tile are adjacent in launch order, so they run together and
 // the group's B tile is read from HBM once and re-read from L2.
+//
+// The `128x128rs` tile runs the GEMM's register-operand mainloop (nvfp4_rs_mainloop.cuh) on the
+// CTA's group: one pre-pass launch converts every group's activations into the workspace, and a
+// second kernel parameter carries each group's three tensor maps.
 #include <cuda_fp16.h>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
+#include "cuda/launch.hpp"
+#include "cuda/tma.hpp"
 
 namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
+__device__ __forceinline__ int group_of(const GroupedArgs& args) {
+  int g = 0;
+  while (g + 1 < args.groups && static_cast<int>(blockIdx.x) >= args.g[g + 1].tile_begin) ++g;
+  return g;
+}
+
 template <class Cfg, Path P>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_gemm_kernel(const __grid_constant__ GroupedArgs args) {
   extern __shared__ __align__(128) uint8_t smem[];
-  int g = 0;
-  while (g + 1 < args.groups && static_cast<int>(blockIdx.x) >= args.g[g + 1].tile_begin) ++g;
-  const GroupArgs& p = args.g[g];
+  const GroupArgs& p = args.g[group_of(args)];
   const int local = static_cast<int>(blockIdx.x) - p.tile_begin;
   const int m_tile = local % p.tiles_m, n_tile = local / p.tiles_m;
   TileSrc src[2];
@@ -38,12 +48,59 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_
     store_tile<Cfg>(c, p.m, p.n, row0, col0, [&](int mt, int nt, int i) { return acc[0][mt][nt][i]; });
 }
 
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    nvfp4_grouped_gemm_rs_kernel(const __grid_constant__ GroupedArgs args, const __grid_constant__ GroupedRsMaps maps) {
+  static_assert(Cfg::kNB == 1 && Cfg::kSlabs == 1, "the grouped GEMM runs the one-slab GEMM tile");
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int g = group_of(args);
+  const GroupArgs& p = args.g[g];
+  const int local = static_cast<int>(blockIdx.x) - p.tile_begin;
+  const int m_tile = local % p.tiles_m, n_tile = local / p.tiles_m;
+  const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
+  TileSrc src[2];
+  src[0] = {nullptr, nullptr, p.m, row0, p.k, 0};  // the activations come from maps.g[g].act
+  src[1] = {p.b.data, p.b.scales, p.n, col0, p.k, p.b.rk_blocks};
+  typename RsMainloop<Cfg>::Acc acc = {};
+  if (!RsMainloop<Cfg>(smem).run(src, maps.g[g], 0, 0, p.k / Cfg::BK, acc)) return;
+  store_slab_rs(static_cast<__half*>(p.c), p.m, p.n, row0, slab_col_rs<Cfg>(col0, 0), [&](int r) { return acc[0][r]; });
+}
+
+// The rs tile's maps, or false when a group's weight scales are only 4-byte aligned (TMA and bulk
+// copies need 16; the API allows 4).
+bool make_group_maps(const GroupedArgs& args, GroupedRsMaps& maps) {
+  for (int i = 0; i < args.groups; ++i)
+    if (reinterpret_cast<uintptr_t>(args.g[i].b.scales) % 16 != 0) return false;
+  for (int i = 0; i < args.groups; ++i) {
+    const GroupArgs& g = args.g[i];
+    const uint32_t rows = static_cast<uint32_t>(GemmM128N128Rs::BN);
+    maps.g[i].act = make_tma_a16(g.a16, g.m, g.k, 1, GemmM128N128Rs::BM);
+    maps.g[i].data = make_tma_3d_u8(g.b.data, g.k / 2, g.n, 1, g.k / 2, g.b.data_batch, 64, rows, false);
+    if (g.b.rk_blocks == 0)
+      maps.g[i].scales = make_tma_3d_u8(g.b.scales, g.k / 16, g.n, 1, g.k / 16, g.b.scale_batch, 16, rows, false);
+  }
+  return true;
+}
+
 }  // namespace
 
 void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream) {
+  if (tile == Tile::m128_n128_rs) {
+    GroupedRsMaps maps{};
+    if (make_group_maps(args, maps)) {
+      using Cfg = GemmM128N128Rs;
+      launch_predequant_a_grouped(args, stream);
+      launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<Cfg>, dim3(static_cast<unsigned>(args.total_tiles)),
+                       dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, true, args, maps);
+      SWAPFFN_CHECK_LAUNCH();
+      return;
+    }
+    // The fallback tiles the groups the same way (128 x 128), so args' tile indices still hold.
+    tile = Tile::m128_n128_wgmma;
+  }
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
-    // The TMA tiles are refused by the API (their tensor maps are per operand, up to 128 here).
+    // The other TMA tiles are refused by the API.
     if constexpr (decltype(path)::value == Path::wst || decltype(path)::value == Path::rs) {
       SWAPFFN_FAIL(std::string("NVFP4 grouped GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
     } else {
