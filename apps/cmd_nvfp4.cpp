@@ -118,7 +118,7 @@ bool run_check(uint64_t seed) {
                              TileConfig{Tile::m128_n64_ws, 3}, TileConfig{Tile::m128_n64_wsr, 3},
                              TileConfig{Tile::m128_n64_ws2, 3}, TileConfig{Tile::m128_n64_wst, 3},
                              TileConfig{Tile::m128_n64_wsta, 3}, TileConfig{Tile::m128_n64_wstc, 3},
-                             TileConfig{Tile::m128_n128_rs, 3}}) {
+                             TileConfig{Tile::m128_n128_rs, 3}, TileConfig{Tile::m128_n64_rs, 3}}) {
         DeviceBuffer c(m * n * 2);
         c.fill(0x55);
         p.c = c.get();
@@ -403,7 +403,7 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   DualGemmProblem p{m, n, k, 1, da.view, d1.view, d2.view, c.get()};
   std::vector<TileConfig> cands{choose_dual_config(p, sms)};
   for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr,
-                 Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc, Tile::m128_n128_rs})
+                 Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc, Tile::m128_n128_rs, Tile::m128_n64_rs})
     for (int s : {1, 2, 3, 4})
       cands.push_back({t, s});
   size_t ws_bytes = 0;

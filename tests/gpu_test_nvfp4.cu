@@ -368,7 +368,7 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   for (ScaleLayout layout : kLayouts)
     for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr,
                    Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc,
-                   Tile::m128_n128_rs}) {
+                   Tile::m128_n128_rs, Tile::m128_n64_rs}) {
       run_dual(160, 200, 512, 2, layout, {t, 1}, 51);
       run_dual(64, 64, 256, 1, layout, {t, 1}, 52);
       run_dual(130, 96, 1024, 1, layout, {t, 4}, 53);
@@ -378,6 +378,11 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   for (ScaleLayout layout : kLayouts) {
     run_dual(300, 264, 4096, 2, layout, {Tile::m128_n128_rs, 1}, 54);
     run_dual(256, 384, 8192, 1, layout, {Tile::m128_n128_rs, 3}, 55);
+    // 64 rows of each product (one operand per warpgroup, half of each exchanged for the epilogue;
+    // blocked scales from the second half of a 128-row block on odd column tiles): N ends inside
+    // a tile, odd tiles, split-K.
+    run_dual(300, 232, 4096, 2, layout, {Tile::m128_n64_rs, 1}, 59);
+    run_dual(256, 328, 8192, 1, layout, {Tile::m128_n64_rs, 3}, 60);
   }
   // The default takes the rs tile where its 128x128 tiles fill at least half the SMs unsplit.
   const DualGemmProblem wide{512, 4096, 7168, 1, {}, {}, {}, nullptr}, narrow{256, 3072, 4096, 1, {}, {}, {}, nullptr};
@@ -393,7 +398,7 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   const ScaleLayout mixed[2][3] = {{ScaleLayout::plain, ScaleLayout::blocked_128x4, ScaleLayout::plain},
                                    {ScaleLayout::blocked_128x4, ScaleLayout::plain, ScaleLayout::blocked_128x4}};
   for (const auto& ls : mixed)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_wsta, Tile::m128_n64_ws}) {
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs, Tile::m128_n64_wsta, Tile::m128_n64_ws}) {
       run_dual(200, 264, 1024, 1, ScaleLayout::plain, {t, 1}, 57, nullptr, ls);
       run_dual(130, 136, 1536, 2, ScaleLayout::plain, {t, 3}, 58, nullptr, ls);
     }
@@ -428,6 +433,9 @@ TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {
   EXPECT_EQ(pre_a, second);                                                                         // changes nothing
   run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 3}, 61, &first);
   run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 3}, 61, &second);
+  EXPECT_EQ(first, second);
+  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_rs, 3}, 61, &first);
+  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_rs, 3}, 61, &second);
   EXPECT_EQ(first, second);
 }
 
@@ -546,6 +554,8 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1}, {}, nullptr); }, "131072 for the fp16 copy of A");
   expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
+  expect_error([&] { gemm(ok, {Tile::m128_n64_rs, 1}, {}, nullptr); }, "tile 128x64rs is not built");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n64_rs, 1}, {}, nullptr); }, "tile 128x64rs is not built");
   // The rs tile's k-tiles are 128 wide: K = 512 has 4, so split 5 is refused.
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 5}, {}, nullptr); }, "min(64, 4 k-tiles)");
   // Nothing was launched: the output still holds the poison.

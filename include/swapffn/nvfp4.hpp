@@ -111,13 +111,13 @@ struct GemvConfig {
 // *_wst with TMA copies into that raw ring (GEMM and dual GEMM only); *_wsta as *_wst with A
 // dequantized once by a pre-pass into the workspace (only B is dequantized per CTA); *_wstc as
 // *_wsta with the consumer warps converting half of B's k-tiles in the shadow of their MMAs;
-// *_rs (GEMM: 128x128, 128x256; dual GEMM: 128x128 of each product; grouped: 128x128) with A dequantized once and
+// *_rs (GEMM: 128x128, 128x256; dual GEMM: 128x128 or 128x64 of each product; grouped: 128x128) with A dequantized once and
 // B converted by the MMA warps straight into wgmma's register operand (operands swapped), so no
 // converted tile goes through shared memory.
 enum class Tile {
   m128_n128, m128_n64, m64_n128, m64_n64, m128_n128_wgmma, m128_n64_wgmma, m128_n128_ws, m128_n64_ws,
   m128_n128_wsr, m128_n64_wsr, m128_n128_ws2, m128_n64_ws2, m128_n128_wst, m128_n64_wst, m128_n128_wsta,
-  m128_n64_wsta, m128_n128_wstc, m128_n64_wstc, m128_n128_rs, m128_n256_rs
+  m128_n64_wsta, m128_n128_wstc, m128_n64_wstc, m128_n128_rs, m128_n256_rs, m128_n64_rs
 };
 const char* to_string(Tile t);
 int tile_m(Tile t);

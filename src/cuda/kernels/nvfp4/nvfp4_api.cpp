@@ -112,7 +112,7 @@ bool gemm_tile_ok(Tile t) {
 bool dual_tile_ok(Tile t) {
   return t == Tile::m128_n64 || t == Tile::m64_n64 || t == Tile::m128_n64_wgmma || t == Tile::m128_n64_ws ||
          t == Tile::m128_n64_wsr || t == Tile::m128_n64_ws2 || t == Tile::m128_n64_wst || t == Tile::m128_n64_wsta ||
-         t == Tile::m128_n64_wstc || t == Tile::m128_n128_rs;
+         t == Tile::m128_n64_wstc || t == Tile::m128_n128_rs || t == Tile::m128_n64_rs;
 }
 // K per k-tile of a tile kernel (split-K counts these): 128 for the register-operand tiles' stages.
 int64_t tile_k(Tile t) { return cu::is_rs_tile(t) ? 128 : 64; }
@@ -289,7 +289,7 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
 void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 dual_gemm_swiglu";
-  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws, 128x64wsr, 128x64ws2, 128x64wst, 128x64wsta, 128x64wstc, 128x128rs)");
+  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws, 128x64wsr, 128x64ws2, 128x64wst, 128x64wsta, 128x64wstc, 128x128rs, 128x64rs)");
   check_split(op, c.split_k, p.k / tile_k(c.tile));
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);

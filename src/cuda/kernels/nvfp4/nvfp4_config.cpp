@@ -37,6 +37,7 @@ const char* to_string(Tile t) {
     case Tile::m128_n64_wstc: return "128x64wstc";
     case Tile::m128_n128_rs: return "128x128rs";
     case Tile::m128_n256_rs: return "128x256rs";
+    case Tile::m128_n64_rs: return "128x64rs";
   }
   return "?";
 }

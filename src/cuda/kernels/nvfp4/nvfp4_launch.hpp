@@ -77,10 +77,11 @@ bool make_tma_operands(const GemmArgs& args, int nb, int tile_m, int tile_n, Tma
 inline bool dequantizes_a_once(swapffn::nvfp4::Tile t) {
   using swapffn::nvfp4::Tile;
   return t == Tile::m128_n128_wsta || t == Tile::m128_n64_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n64_wstc ||
-         t == Tile::m128_n128_rs || t == Tile::m128_n256_rs;
+         t == Tile::m128_n128_rs || t == Tile::m128_n256_rs || t == Tile::m128_n64_rs;
 }
 inline bool is_rs_tile(swapffn::nvfp4::Tile t) {
-  return t == swapffn::nvfp4::Tile::m128_n128_rs || t == swapffn::nvfp4::Tile::m128_n256_rs;
+  using swapffn::nvfp4::Tile;
+  return t == Tile::m128_n128_rs || t == Tile::m128_n256_rs || t == Tile::m128_n64_rs;
 }
 
 // The TMA tiles' launch preparation: for `*_wst` / `*_wsta` / `*_rs` tiles, the operands' tensor

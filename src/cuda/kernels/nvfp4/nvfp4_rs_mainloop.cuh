@@ -73,13 +73,17 @@ struct RsCfg {
   static_assert(kSmemAlloc <= 227 * 1024, "shared memory per CTA");
   static_assert(kStageBytes % 1024 == 0 && (BM * 128) % 1024 == 0,
                 "stages and activation boxes stay 1024-byte aligned for the 128-byte swizzle");
-  static_assert((NB_ == 1 && (BN == 128 || BN == 256)) || (NB_ == 2 && BN == 128),
-                "GEMM: 1 or 2 slabs of 64 weight rows per consumer warpgroup; dual GEMM: one slab of each operand");
+  static_assert((NB_ == 1 && (BN == 128 || BN == 256)) || (NB_ == 2 && (BN == 128 || BN == 64)),
+                "GEMM: 1 or 2 slabs of 64 weight rows per consumer warpgroup; dual GEMM: one slab of each "
+                "operand (BN = 128) or one operand per warpgroup (BN = 64)");
+  static constexpr int kScaleBlocks = (BN + 127) / 128;  // 128-row blocks of blocked scales per operand
   static_assert(BN <= 256, "a TMA box has at most 256 rows");
   static_assert(BM == 128, "the register-operand wgmma is m64n128k16");
 
-  // First stage row of slab j of consumer warpgroup wg.
+  // First stage row of slab j of consumer warpgroup wg (operand o's rows are o * BN .. o * BN + BN - 1),
+  // and the weight operand it belongs to.
   __device__ static constexpr int slab_row(int wg, int j) { return NB_ == 1 ? wg * (BN / 2) + j * 64 : j * BN + wg * 64; }
+  __device__ static constexpr int slab_operand(int wg, int j) { return slab_row(wg, j) / BN; }
 };
 
 // The tensor maps an rs CTA copies from, in the kernel parameter (__grid_constant__): the
@@ -134,7 +138,9 @@ struct RsMainloop {
       uint32_t blocked = 0;  // bit o: weight operand o's scales are blocked (each has its own layout)
 #pragma unroll
       for (int o = 0; o < Cfg::kNB; ++o) blocked |= (src[1 + o].rk_blocks != 0 ? 1u : 0u) << o;
-      consume(blocked, kt0, count, acc);
+      // Blocked scales of a 64-row tile: its rows' offset in their 128-row block (0 for wider tiles).
+      const int block_row0 = Cfg::BN % 128 == 0 ? 0 : static_cast<int>(src[1].row0 % 128);
+      consume(blocked, block_row0, kt0, count, acc);
     }
     return true;
   }
@@ -144,15 +150,16 @@ struct RsMainloop {
   __device__ void produce(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0,
                           int count) const {
     // Blocked scales: one bulk copy of the stage's two 512-byte units per 128-row block that
-    // exists (a block past the operand's last row block is not in memory; its rows are never stored).
+    // exists (a block past the operand's last row block is not in memory; its rows are never stored);
+    // a 64-row tile copies its block's units whole and reads its half of them.
     uint32_t bytes = Cfg::kActBytes + Cfg::kWeightBytes;
 #pragma unroll
     for (int o = 0; o < Cfg::kNB; ++o) {
       const TileSrc& w = src[1 + o];
+      if (w.rk_blocks == 0) bytes += Cfg::BN * 16;
 #pragma unroll
-      for (int blk = 0; blk < Cfg::BN / 128; ++blk)
-        if (w.rk_blocks == 0) bytes += 128 * 16;
-        else if (w.row0 + blk * 128 < w.rows) bytes += 2 * 512;
+      for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk)
+        if (w.rk_blocks != 0 && w.row0 + blk * 128 < w.rows) bytes += 2 * 512;
     }
     const int arow0 = static_cast<int>(src[0].row0);
     auto copy_weights = [&](int t) {
@@ -170,7 +177,7 @@ struct RsMainloop {
           cute::SM90_TMA_LOAD_3D::copy(scale_map(maps, o), &full_[s], 0, sdst, (kt & ~1) * (Cfg::BK / 16), wrow0, batch);
         } else {
 #pragma unroll
-          for (int blk = 0; blk < Cfg::BN / 128; ++blk)
+          for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk)
             if (w.row0 + blk * 128 < w.rows)
               cute::SM90_BULK_COPY_G2S::copy(w.scales + ((w.row0 / 128 + blk) * w.rk_blocks + 2 * kt) * 512, &full_[s],
                                              sdst + blk * 2048, 2 * 512);
@@ -199,21 +206,22 @@ struct RsMainloop {
 
   using Frag = uint32_t[4][4];  // [k16 step][fragment register]
 
-  __device__ void consume(uint32_t blocked, int kt0, int count, Acc& acc) const {
+  __device__ void consume(uint32_t blocked, int block_row0, int kt0, int count, Acc& acc) const {
     constexpr int kS = Cfg::kSlabs, kUnits = 2 * kS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
     // Stage row of this thread in slab j, fragment row rr (r and r + 8), and the offset of its two
-    // scale bytes in the stage's scale region (slab j's operand has its own layout). Each 128-row
-    // block's scales take 2048 bytes in both layouts (blocked: its two 512-byte units first).
+    // scale bytes in the stage's scale region (slab j's operand o has its own layout; its region
+    // starts at o * BN * 16). Each 128-row block's scales take 2048 bytes in both layouts (blocked:
+    // its two 512-byte units first; a 64-row tile's region holds just its block's two units).
     // Recomputed per stage: holding them costs the two-slab tiles registers they do not have.
     const int rbase = (warp & 3) * 16 + g;
     auto stage_row = [&](int j, int rr) { return Cfg::slab_row(wg, j) + rbase + 8 * rr; };
     auto scale_off = [&](int j, int rr, int half) {
-      const int r = stage_row(j, rr);
-      return ((blocked >> (Cfg::kNB == 1 ? 0 : j)) & 1) == 0
-                 ? r * 16 + 2 * t + half
-                 : (r / 128) * 2048 + (t >> 1) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + 2 * (t & 1);
+      const int r = stage_row(j, rr), o = Cfg::slab_operand(wg, j);
+      if (((blocked >> o) & 1) == 0) return r * 16 + 2 * t + half;
+      const int rb = r - o * Cfg::BN + block_row0;  // row in the operand's copied blocks
+      return o * Cfg::BN * 16 + (rb / 128) * 2048 + (t >> 1) * 512 + (rb % 32) * 16 + ((rb % 128) / 32) * 4 + 2 * (t & 1);
     };
 
     uint4 raw[kS][2];
@@ -303,12 +311,14 @@ struct RsMainloop {
 
 // Stores one slab of the tile as fp16 into row-major c (M x N): accumulator row = weight row =
 // column of c (this thread's first one is `col`, the second col + 8), accumulator column =
-// activation row = row of c; value(r) is accumulator r. Skips rows >= m and columns >= n.
-template <class Value>
+// activation row = row of c; value(r) is accumulator r, for r = 4 j + (0..3), J0 <= j < J1 (the
+// whole slab by default). Skips rows >= m and columns >= n.
+template <int J0 = 0, int J1 = 16, class Value>
 __device__ void store_slab_rs(__half* c, int64_t m, int64_t n, int64_t row0, int64_t col, Value value) {
+  static_assert(0 <= J0 && J0 < J1 && J1 <= 16, "a slab has 16 groups of 4 accumulators per thread");
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = J0; j < J1; ++j)
 #pragma unroll
     for (int p = 0; p < 2; ++p) {
       const int64_t row = row0 + 8 * j + 2 * (lane & 3) + p;

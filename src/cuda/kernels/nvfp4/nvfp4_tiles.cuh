@@ -68,9 +68,13 @@ using DualM128N64WsTmaC = WsCfg<64, 2, 5, 1, false, 1, true, true, 2, true>;
 using GemmM128N128Rs = RsCfg<4, 128, 1>;
 using GemmM128N256Rs = RsCfg<4, 256, 1>;
 using DualM128N128Rs = RsCfg<4, 128, 2>;
+// 64 rows of B1 (consumer warpgroup 0) and of B2 (warpgroup 1): twice the dual tiles of
+// `128x128rs`, for the M = 256 shapes whose 128-row tiles would need split-K to fill the SMs.
+using DualM128N64Rs = RsCfg<4, 64, 2>;
 static_assert(GemmM128N128Rs::BM == 128 && GemmM128N128Rs::BN == 128, "tile enum and config disagree");
 static_assert(GemmM128N256Rs::BM == 128 && GemmM128N256Rs::BN == 256, "tile enum and config disagree");
 static_assert(DualM128N128Rs::BM == 128 && DualM128N128Rs::BN == 128, "tile enum and config disagree");
+static_assert(DualM128N64Rs::BM == 128 && DualM128N64Rs::BN == 64, "tile enum and config disagree");
 static_assert(GemmM128N128Ws::BM == 128 && GemmM128N128Ws::BN == 128, "tile enum and config disagree");
 static_assert(DualM128N64Ws::BM == 128 && DualM128N64Ws::BN == 64, "tile enum and config disagree");
 
@@ -162,6 +166,7 @@ void dispatch_dual_tile(Tile tile, F&& f) {
     case Tile::m128_n64_wsta: f(DualM128N64WsTmaA{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n64_wstc: f(DualM128N64WsTmaC{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n128_rs: f(DualM128N128Rs{}, PathTag<Path::rs>{}); return;
+    case Tile::m128_n64_rs: f(DualM128N64Rs{}, PathTag<Path::rs>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 dual GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }

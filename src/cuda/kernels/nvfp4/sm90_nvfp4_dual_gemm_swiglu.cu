@@ -3,7 +3,8 @@
 //
 // Why it exists: the two products share A, so one CTA computes the same (m, n) tile of both from a
 // single dequantized A tile (the tile mainloop with two B operands) and applies the SwiGLU in
-// registers; neither product ever goes to memory. Split-K, when chosen, reduces both partial
+// registers; neither product ever goes to memory (`128x64rs` exchanges half of each product's
+// accumulators between its warpgroups through shared memory). Split-K, when chosen, reduces both partial
 // products in a fixed order before the epilogue, so the result stays deterministic.
 #include <cuda_fp16.h>
 
@@ -17,6 +18,25 @@ namespace swapffn::cuda::nvfp4 {
 namespace {
 
 __device__ __forceinline__ float swiglu(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+// The 64-row rs tile (`128x64rs`): consumer warpgroup 0 holds B1's accumulators, warpgroup 1 B2's
+// at the same positions. Each hands the other the half that the other stores (warpgroup 0 stores
+// accumulators 0..31, warpgroup 1 32..63) through the drained stages' shared memory, so each
+// stores half of the tile. Called by the 256 consumer threads.
+template <class Cfg>
+__device__ void store_swiglu_exchanged(uint8_t* smem, __half* c, int64_t m, int64_t n, int64_t row0, int64_t col,
+                                       const float (&acc)[64]) {
+  static_assert(Cfg::kConsumerThreads == 256 && Cfg::kSlabs == 1, "one slab per consumer warpgroup");
+  float* xchg = reinterpret_cast<float*>(smem);  // [32][256]: a thread's handed-over half, thread-minor
+  const int wg = threadIdx.x >> 7, other = threadIdx.x ^ 128;
+#pragma unroll
+  for (int r = 0; r < 32; ++r) xchg[r * 256 + threadIdx.x] = wg == 0 ? acc[32 + r] : acc[r];
+  acc_threads_sync<256>();
+  if (wg == 0)
+    store_slab_rs<0, 8>(c, m, n, row0, col, [&](int r) { return swiglu(acc[r], xchg[r * 256 + other]); });
+  else
+    store_slab_rs<8, 16>(c, m, n, row0, col, [&](int r) { return swiglu(xchg[(r - 32) * 256 + other], acc[r]); });
+}
 
 template <class Cfg, Path P>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
@@ -50,7 +70,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
   __half* c = static_cast<__half*>(args.c) + batch * args.m * args.n;
   const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
-  if constexpr (P == Path::rs)
+  if constexpr (P == Path::rs && Cfg::BN == 64)
+    store_swiglu_exchanged<Cfg>(smem, c, args.m, args.n, row0, slab_col_rs<Cfg>(col0, 0), acc[0]);
+  else if constexpr (P == Path::rs)
     store_slab_rs(c, args.m, args.n, row0, slab_col_rs<Cfg>(col0, 0), [&](int r) { return swiglu(acc[0][r], acc[1][r]); });
   else if constexpr (P != Path::mma_sync)
     store_tile_wg<Cfg::BN>(c, args.m, args.n, row0, col0, [&](int r) { return swiglu(acc[0][r], acc[1][r]); });
