@@ -384,10 +384,16 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
     run_dual(300, 232, 4096, 2, layout, {Tile::m128_n64_rs, 1}, 59);
     run_dual(256, 328, 8192, 1, layout, {Tile::m128_n64_rs, 3}, 60);
   }
-  // The default takes the rs tile where its 128x128 tiles fill at least half the SMs unsplit.
+  // The default takes the 128x128 rs tile where its tiles fill at least half the SMs unsplit, the
+  // 128x64 one below (split-K when its tiles are few and K is long).
   const DualGemmProblem wide{512, 4096, 7168, 1, {}, {}, {}, nullptr}, narrow{256, 3072, 4096, 1, {}, {}, {}, nullptr};
   EXPECT_EQ(choose_dual_config(wide, 132).tile, Tile::m128_n128_rs);
-  EXPECT_EQ(choose_dual_config(narrow, 132).tile, Tile::m128_n64_wsta);
+  EXPECT_EQ(choose_dual_config(narrow, 132).tile, Tile::m128_n64_rs);
+  const DualGemmProblem few{256, 512, 4096, 1, {}, {}, {}, nullptr};
+  const TileConfig few_cfg = choose_dual_config(few, sms_);
+  EXPECT_EQ(few_cfg.tile, Tile::m128_n64_rs) << describe(few_cfg);
+  EXPECT_GT(few_cfg.split_k, 1) << describe(few_cfg);
+  run_dual(256, 512, 4096, 1, ScaleLayout::plain, few_cfg, 62);
   const int64_t n_fill = 128 * ((sms_ + 7) / 8);  // 4 x n_fill / 128 >= sms_ / 2 tiles at M = 512
   const DualGemmProblem fill{512, n_fill, 1024, 1, {}, {}, {}, nullptr};
   const TileConfig fill_cfg = choose_dual_config(fill, sms_);

@@ -200,17 +200,22 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
 // tiles, 101.3 vs 157.0 us; 512x3072x7168, 96 tiles, 97.9 vs 147.0) and not below (256x4096x7168,
 // 64 tiles: 80.9 at split 2 vs 80.5; 256x3072x4096, 48 tiles: 59.3 vs 50.8; its split CTAs run
 // slower per k-tile than unsplit ones, docs/NVFP4.md).
+// Eighth session: below that, `128x64rs` (64 rows of each product, one operand per consumer
+// warpgroup) gives twice the tiles and beats everything else unsplit (H100, commit 8470354:
+// 256x4096x7168, 128 tiles, 58.7 us against 82.2 for `128x128rs` split 2 and 82.4 for `wsta`;
+// 256x3072x4096, 96 tiles, 36.9 against 58.6 and 51.2); at M = 512 its 192-256 tiles take two
+// waves (106.2 / 108.8 against 97.5 / 97.6 for `128x128rs`). Its split follows the same rule.
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   TileConfig c;
   const int64_t rs_tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128) * p.l;
-  if (p.m > 64 && 2 * rs_tiles > sm_count) {
-    c.tile = Tile::m128_n128_rs;
-    c.split_k = ws_split(rs_tiles, p.k / 64, sm_count, 24);
+  if (p.m <= 64) {
+    c.tile = Tile::m64_n64;
+    c.split_k = 1;
     return c;
   }
-  c.tile = p.m <= 64 ? Tile::m64_n64 : Tile::m128_n64_wsta;
-  const int64_t tiles = ceil_div(p.m, tile_m(c.tile)) * ceil_div(p.n, 64) * p.l;
-  c.split_k = c.tile == Tile::m128_n64_wsta ? ws_split(tiles, p.k / 64, sm_count) : 1;
+  c.tile = 2 * rs_tiles > sm_count ? Tile::m128_n128_rs : Tile::m128_n64_rs;
+  const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, tile_n(c.tile)) * p.l;
+  c.split_k = ws_split(tiles, p.k / 64, sm_count, 24);
   return c;
 }
 
