@@ -359,21 +359,28 @@ __device__ bool splitk_reduce(float* flat, float* partials, int* counter, int sp
   acc_threads_sync<kThreads>();
   if (!is_last) return false;
   __threadfence();
+  // Split by split, up to 8 float4 groups' loads issued together (one L2 round trip per split
+  // and chunk of groups; with the splits innermost every group waited for the previous group's
+  // sums: kVec x nsplit trips). Every value is still summed in split order 0..nsplit-1.
+  constexpr int kChunk = kVec < 8 ? kVec : 8;  // 32 registers of loads in flight (more spill the 128-register tiles)
+  static_assert(kVec % kChunk == 0, "whole chunks of float4 groups");
   const float4* all = reinterpret_cast<const float4*>(partials);
 #pragma unroll
-  for (int v = 0; v < kVec; ++v) {
-    float4 sum = __ldcg(all + v * kThreads + threadIdx.x);
-    for (int s = 1; s < nsplit; ++s) {
-      const float4 p = __ldcg(all + (static_cast<int64_t>(s) * kVec + v) * kThreads + threadIdx.x);
-      sum.x += p.x;
-      sum.y += p.y;
-      sum.z += p.z;
-      sum.w += p.w;
+  for (int c0 = 0; c0 < kVec; c0 += kChunk) {
+    for (int s = 0; s < nsplit; ++s) {
+      float4 p[kChunk];
+#pragma unroll
+      for (int v = 0; v < kChunk; ++v)
+        p[v] = __ldcg(all + (static_cast<int64_t>(s) * kVec + c0 + v) * kThreads + threadIdx.x);
+#pragma unroll
+      for (int v = 0; v < kChunk; ++v) {
+        float* f = flat + 4 * (c0 + v);
+        f[0] = s == 0 ? p[v].x : f[0] + p[v].x;
+        f[1] = s == 0 ? p[v].y : f[1] + p[v].y;
+        f[2] = s == 0 ? p[v].z : f[2] + p[v].z;
+        f[3] = s == 0 ? p[v].w : f[3] + p[v].w;
+      }
     }
-    flat[4 * v] = sum.x;
-    flat[4 * v + 1] = sum.y;
-    flat[4 * v + 2] = sum.z;
-    flat[4 * v + 3] = sum.w;
   }
   if (threadIdx.x == 0) *counter = 0;
   return true;
