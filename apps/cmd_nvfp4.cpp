@@ -98,7 +98,8 @@ bool run_check(uint64_t seed) {
                              TileConfig{Tile::m128_n128_ws, 3}, TileConfig{Tile::m128_n128_wsr, 3},
                              TileConfig{Tile::m128_n128_ws2, 3}, TileConfig{Tile::m128_n128_wst, 3},
                              TileConfig{Tile::m128_n128_wsta, 3}, TileConfig{Tile::m128_n128_wstc, 3},
-                             TileConfig{Tile::m128_n128_rs, 3}, TileConfig{Tile::m128_n256_rs, 3}}) {
+                             TileConfig{Tile::m128_n128_rs, 3}, TileConfig{Tile::m128_n256_rs, 3},
+                             TileConfig{Tile::m128_n64_rs, 3}}) {
         DeviceBuffer c(m * n * 2);
         c.fill(0x55);
         p.c = c.get();
@@ -366,7 +367,7 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   std::vector<TileConfig> cands{choose_gemm_config(p, sms)};
   for (Tile t : {Tile::m128_n128, Tile::m128_n64, Tile::m128_n128_wgmma, Tile::m128_n128_ws, Tile::m128_n128_wsr,
                  Tile::m128_n128_ws2, Tile::m128_n128_wst, Tile::m128_n128_wsta, Tile::m128_n128_wstc,
-                 Tile::m128_n128_rs, Tile::m128_n256_rs})
+                 Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs})
     for (int s : {1, 2, 3, 4, 6})
       if (s <= k / 64 / 8) cands.push_back({t, s});
   size_t ws_bytes = 0;

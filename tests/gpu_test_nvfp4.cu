@@ -236,7 +236,7 @@ void run_gemm(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 TEST_F(Nvfp4Gpu, GemmBitExact) {
   const Tile tiles[] = {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
                         Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_wst, Tile::m128_n128_wsta,
-                        Tile::m128_n128_wstc, Tile::m128_n128_rs, Tile::m128_n256_rs};
+                        Tile::m128_n128_wstc, Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs};
   for (ScaleLayout layout : kLayouts)
     for (Tile t : tiles) {
       run_gemm(200, 136, 512, 2, layout, {t, 1}, 31);  // M, N not tile multiples
@@ -246,9 +246,11 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
   // The register-operand tile: three activation tiles, several weight tiles, K long enough for the
   // stage ring to wrap many times, with and without split-K, two batches.
   // 128x256rs: N = 520 and 384 end in a tile whose second 128-row block is past the operand (its
-  // blocked scales are not copied).
+  // blocked scales are not copied). 128x64rs (K split between the warpgroups, odd and even stages):
+  // odd tiles read the second half of a 128-row block's blocked scales; split 5 leaves CTAs with
+  // an odd number of stages.
   for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs}) {
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs}) {
       run_gemm(300, 520, 4096, 2, layout, {t, 1}, 36);
       run_gemm(256, 384, 8192, 1, layout, {t, 5}, 37);
     }
@@ -288,7 +290,7 @@ TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
 TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
   const int64_t m = 130, n = 200, k = 512;
   for (Tile tile : {Tile::m128_n128_wst, Tile::m128_n128_wsta, Tile::m128_n128_wstc, Tile::m128_n128_rs,
-                    Tile::m128_n256_rs})
+                    Tile::m128_n256_rs, Tile::m128_n64_rs})
   for (ScaleLayout layout : kLayouts) {
     const HostOperand a = make_operand(InputKind::gemm, m, k, 1, 101), b = make_operand(InputKind::gemm, n, k, 1, 102);
     const auto ref = reference_gemm(a, b);
@@ -334,7 +336,7 @@ TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
   w.scales[75 * (512 / 16) + 13] = 0xFF;   // row 75 (r + 8 of warpgroup 1), stage 1, half 1
   w.scales[150 * (512 / 16) + 31] = 0x7F;  // second weight tile, last block
   for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs}) {
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs}) {
       run_gemm(64, 200, 512, 1, layout, {t, 1}, 45, nullptr, nullptr, &w);
       run_gemm(64, 72, 256, 1, layout, {t, 1}, 41, &a);
     }
@@ -560,7 +562,6 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1}, {}, nullptr); }, "131072 for the fp16 copy of A");
   expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
-  expect_error([&] { gemm(ok, {Tile::m128_n64_rs, 1}, {}, nullptr); }, "tile 128x64rs is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n64_rs, 1}, {}, nullptr); }, "tile 128x64rs is not built");
   // The rs tile's k-tiles are 128 wide: K = 512 has 4, so split 5 is refused.
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 5}, {}, nullptr); }, "min(64, 4 k-tiles)");

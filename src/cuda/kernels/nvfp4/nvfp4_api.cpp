@@ -107,7 +107,8 @@ void check_split(const std::string& op, int split, int64_t ktiles) {
 bool gemm_tile_ok(Tile t) {
   return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma ||
          t == Tile::m128_n128_ws || t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_wst ||
-         t == Tile::m128_n128_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n128_rs || t == Tile::m128_n256_rs;
+         t == Tile::m128_n128_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n128_rs || t == Tile::m128_n256_rs ||
+         t == Tile::m128_n64_rs;
 }
 bool dual_tile_ok(Tile t) {
   return t == Tile::m128_n64 || t == Tile::m64_n64 || t == Tile::m128_n64_wgmma || t == Tile::m128_n64_ws ||
@@ -271,7 +272,7 @@ void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream
 void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 gemm";
-  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128wst, 128x128wsta, 128x128wstc, 128x128rs, 128x256rs)");
+  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128wst, 128x128wsta, 128x128wstc, 128x128rs, 128x256rs, 128x64rs)");
   check_split(op, c.split_k, p.k / tile_k(c.tile));
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);

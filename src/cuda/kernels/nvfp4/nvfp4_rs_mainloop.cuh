@@ -45,11 +45,14 @@ namespace swapffn::cuda::nvfp4 {
 
 // BM activation rows (problem M: wgmma's N); BN weight rows per weight operand (problem N), NB
 // weight operands (1: GEMM; 2: dual GEMM, B1 and B2); BK = 128 k per stage (two 64-k halves).
-template <int Stages_, int BN_, int NB_>
+// WgStride 2: the two consumer warpgroups split the tile's K, warpgroup w taking stages w, w + 2,
+// ... of the same 64 weight rows (the GEMM's `128x64rs`); their partial sums are added at the end.
+template <int Stages_, int BN_, int NB_, int WgStride_ = 1>
 struct RsCfg {
   static constexpr int BM = 128, BN = BN_, BK = 128;
   static constexpr int kNB = NB_;
   static constexpr int kStages = Stages_;
+  static constexpr int kWgStride = WgStride_;
   static constexpr bool kPreA = true;  // the activations come from the pre-pass (launched as a PDL dependent)
   static constexpr int kConsumerThreads = 256;
   // + the producer warpgroup. ptxas allocates registers per warpgroup in wgmma kernels (a 288-thread
@@ -61,8 +64,10 @@ struct RsCfg {
   static constexpr int kAccThreads = kConsumerThreads;
   static constexpr int kMinBlocks = 1;
   static constexpr int kWRows = BN * NB_;             // weight rows in a stage, operand o at rows o * BN
-  static constexpr int kSlabs = kWRows / 128;         // 64-row wgmma slabs per consumer warpgroup
-  static constexpr int kAcc = 64 * kSlabs;            // fp32 accumulators per consumer thread
+  static constexpr int kSlabs = kWRows * kWgStride / 128;  // 64-row wgmma slabs per consumer warpgroup
+  // fp32 accumulators per consumer thread that split-K reduces (with the K split across the
+  // warpgroups, each keeps the sums of half of its positions: exchange_halves_rs).
+  static constexpr int kAcc = 64 * kSlabs / kWgStride;
   static constexpr int kSplitUnit = 1;                // split-K boundaries on whole stages
   static constexpr int kActBytes = 2 * BM * 128;      // two 64-k boxes of fp16 activations
   static constexpr int kWeightBytes = kWRows * 64;    // 128 k of e2m1 per weight row
@@ -73,16 +78,21 @@ struct RsCfg {
   static_assert(kSmemAlloc <= 227 * 1024, "shared memory per CTA");
   static_assert(kStageBytes % 1024 == 0 && (BM * 128) % 1024 == 0,
                 "stages and activation boxes stay 1024-byte aligned for the 128-byte swizzle");
-  static_assert((NB_ == 1 && (BN == 128 || BN == 256)) || (NB_ == 2 && (BN == 128 || BN == 64)),
-                "GEMM: 1 or 2 slabs of 64 weight rows per consumer warpgroup; dual GEMM: one slab of each "
-                "operand (BN = 128) or one operand per warpgroup (BN = 64)");
+  static_assert((NB_ == 1 && WgStride_ == 1 && (BN == 128 || BN == 256)) || (NB_ == 1 && WgStride_ == 2 && BN == 64) ||
+                    (NB_ == 2 && WgStride_ == 1 && (BN == 128 || BN == 64)),
+                "GEMM: 1 or 2 slabs of 64 weight rows per consumer warpgroup, or one slab shared by both with "
+                "K split between them; dual GEMM: one slab of each operand (BN = 128) or one operand per "
+                "warpgroup (BN = 64)");
+  static_assert(kStages % kWgStride == 0, "each warpgroup keeps to its own ring slots");
   static constexpr int kScaleBlocks = (BN + 127) / 128;  // 128-row blocks of blocked scales per operand
   static_assert(BN <= 256, "a TMA box has at most 256 rows");
   static_assert(BM == 128, "the register-operand wgmma is m64n128k16");
 
   // First stage row of slab j of consumer warpgroup wg (operand o's rows are o * BN .. o * BN + BN - 1),
   // and the weight operand it belongs to.
-  __device__ static constexpr int slab_row(int wg, int j) { return NB_ == 1 ? wg * (BN / 2) + j * 64 : j * BN + wg * 64; }
+  __device__ static constexpr int slab_row(int wg, int j) {
+    return NB_ == 1 ? (WgStride_ == 1 ? wg * (BN / 2) : 0) + j * 64 : j * BN + wg * 64;
+  }
   __device__ static constexpr int slab_operand(int wg, int j) { return slab_row(wg, j) / BN; }
 };
 
@@ -123,7 +133,7 @@ struct RsMainloop {
     if (threadIdx.x == 0) {
       for (int s = 0; s < Cfg::kStages; ++s) {
         cutlass::arch::ClusterTransactionBarrier::init(&full_[s], 1);
-        cutlass::arch::ClusterBarrier::init(&empty_[s], Cfg::kConsumerThreads / 32);
+        cutlass::arch::ClusterBarrier::init(&empty_[s], Cfg::kConsumerThreads / 32 / Cfg::kWgStride);
       }
       cutlass::arch::fence_barrier_init();
     }
@@ -272,13 +282,18 @@ struct RsMainloop {
     // Unit u of every stage uses buffer u % 2 (a stage has an even number of units), so buffer
     // indices are compile-time constants.
     static_assert(kUnits % 2 == 0, "units alternate between the two fragment buffers across stages");
+    // Warpgroup wg's stages: all of them, or every kWgStride-th from wg (the ring slots it uses
+    // are then its own: kStages is a multiple of the stride).
+    constexpr int kW = Cfg::kWgStride;
+    const int i0 = kW == 1 ? 0 : wg;
+    if (i0 >= count) return;  // no stage for this warpgroup: its sums stay zero
     Frag f[2];
-    int s = 0, prev = 0;
-    uint32_t phase = 0;
-    cutlass::arch::ClusterTransactionBarrier::wait(&full_[0], 0);
-    load(0, 0);
+    int s = i0 % Cfg::kStages, prev = s;
+    uint32_t phase = (i0 / Cfg::kStages) & 1;
+    cutlass::arch::ClusterTransactionBarrier::wait(&full_[s], phase);
+    load(s, i0);
     convert(f[0], 0);
-    for (int i = 0; i < count; ++i) {
+    for (int i = i0; i < count; i += kW) {
       const int done = prev;  // the previous stage (prev moves on at this stage's last unit)
 #pragma unroll
       for (int u = 0; u < kUnits; ++u) {
@@ -286,21 +301,22 @@ struct RsMainloop {
         const bool last = u == kUnits - 1;
         if (last) {
           prev = s;
-          if (++s == Cfg::kStages) {
-            s = 0;
+          s += kW;
+          if (s >= Cfg::kStages) {
+            s -= Cfg::kStages;
             phase ^= 1;
           }
-          if (i + 1 < count) {
+          if (i + kW < count) {
             cutlass::arch::ClusterTransactionBarrier::wait(&full_[s], phase);
-            load(s, i + 1);
+            load(s, i + kW);
           }
         }
         wgmma_wait<1>();  // unit u - 1 has completed: its buffer, the next unit's, is free
         pin(f[(u + 1) % 2]);
         // The previous stage's last unit is unit u - 1 at u = 0, complete from u = 1 on.
-        if (u == 1 && i > 0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[done]);
+        if (u == 1 && i > i0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[done]);
         if (!last) convert(f[(u + 1) % 2], u + 1);
-        else if (i + 1 < count) convert(f[(u + 1) % 2], 0);
+        else if (i + kW < count) convert(f[(u + 1) % 2], 0);
       }
     }
     wgmma_wait<0>();
@@ -308,6 +324,24 @@ struct RsMainloop {
     pin(f[1]);
   }
 };
+
+// Two consumer warpgroups holding accumulators at the same positions (the dual `128x64rs`: B1's
+// and B2's; the GEMM `128x64rs`: the two halves of K) each hand the other the half that the other
+// stores: warpgroup 0 stores accumulators 0..31, warpgroup 1 32..63, and theirs[i] is the other
+// warpgroup's accumulator at this thread's i-th stored position. Through the drained stages' shared
+// memory, after a barrier (a warpgroup's wgmma may still read the last stage when the other
+// finishes). All 256 consumer threads call it, after their wgmma have completed.
+__device__ __forceinline__ void exchange_halves_rs(uint8_t* smem, const float (&acc)[64], float (&theirs)[32]) {
+  float* xchg = reinterpret_cast<float*>(smem);  // [32][256], thread-minor: conflict-free
+  const int wg = threadIdx.x >> 7;
+  acc_threads_sync<256>();
+#pragma unroll
+  for (int r = 0; r < 32; ++r) xchg[r * 256 + threadIdx.x] = wg == 0 ? acc[32 + r] : acc[r];
+  acc_threads_sync<256>();
+  const int other = threadIdx.x ^ 128;
+#pragma unroll
+  for (int r = 0; r < 32; ++r) theirs[r] = xchg[r * 256 + other];
+}
 
 // Stores one slab of the tile as fp16 into row-major c (M x N): accumulator row = weight row =
 // column of c (this thread's first one is `col`, the second col + 8), accumulator column =

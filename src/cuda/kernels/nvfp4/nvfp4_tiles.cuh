@@ -68,6 +68,10 @@ using DualM128N64WsTmaC = WsCfg<64, 2, 5, 1, false, 1, true, true, 2, true>;
 using GemmM128N128Rs = RsCfg<4, 128, 1>;
 using GemmM128N256Rs = RsCfg<4, 256, 1>;
 using DualM128N128Rs = RsCfg<4, 128, 2>;
+// GEMM `128x64rs`: 64 weight rows, the consumer warpgroups taking alternate stages (K split
+// between them), 6 stages of 37 KB so that each has three in flight: twice the tiles of
+// `128x128rs` for the short-K shapes whose 128-row tiles do not fill the SMs.
+using GemmM128N64Rs = RsCfg<6, 64, 1, 2>;
 // 64 rows of B1 (consumer warpgroup 0) and of B2 (warpgroup 1): twice the dual tiles of
 // `128x128rs`, for the M = 256 shapes whose 128-row tiles would need split-K to fill the SMs.
 using DualM128N64Rs = RsCfg<4, 64, 2>;
@@ -115,6 +119,13 @@ using Acc = typename AccOf<Cfg, P>::type;
 template <Path P>
 using TmaParam = std::conditional_t<P == Path::wst || P == Path::rs, TmaOperands, NoTma>;
 
+// The rs tiles' K split across consumer warpgroups (RsCfg::kWgStride); 1 for every other tile.
+template <class Cfg>
+constexpr int wg_stride() {
+  if constexpr (requires { Cfg::kWgStride; }) return Cfg::kWgStride;
+  else return 1;
+}
+
 template <class Cfg, Path P>
 __device__ __forceinline__ bool run_mainloop(uint8_t* smem, const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count,
                                              Acc<Cfg, P>& acc, const TmaParam<P>& tma, int batch) {
@@ -149,6 +160,7 @@ void dispatch_gemm_tile(Tile tile, F&& f) {
     case Tile::m128_n128_wstc: f(GemmM128N128WsTmaC{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n128_rs: f(GemmM128N128Rs{}, PathTag<Path::rs>{}); return;
     case Tile::m128_n256_rs: f(GemmM128N256Rs{}, PathTag<Path::rs>{}); return;
+    case Tile::m128_n64_rs: f(GemmM128N64Rs{}, PathTag<Path::rs>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }

@@ -20,22 +20,18 @@ namespace {
 __device__ __forceinline__ float swiglu(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
 // The 64-row rs tile (`128x64rs`): consumer warpgroup 0 holds B1's accumulators, warpgroup 1 B2's
-// at the same positions. Each hands the other the half that the other stores (warpgroup 0 stores
-// accumulators 0..31, warpgroup 1 32..63) through the drained stages' shared memory, so each
-// stores half of the tile. Called by the 256 consumer threads.
+// at the same positions; after exchange_halves_rs each stores half of the tile. Called by the 256
+// consumer threads.
 template <class Cfg>
 __device__ void store_swiglu_exchanged(uint8_t* smem, __half* c, int64_t m, int64_t n, int64_t row0, int64_t col,
                                        const float (&acc)[64]) {
   static_assert(Cfg::kConsumerThreads == 256 && Cfg::kSlabs == 1, "one slab per consumer warpgroup");
-  float* xchg = reinterpret_cast<float*>(smem);  // [32][256]: a thread's handed-over half, thread-minor
-  const int wg = threadIdx.x >> 7, other = threadIdx.x ^ 128;
-#pragma unroll
-  for (int r = 0; r < 32; ++r) xchg[r * 256 + threadIdx.x] = wg == 0 ? acc[32 + r] : acc[r];
-  acc_threads_sync<256>();
-  if (wg == 0)
-    store_slab_rs<0, 8>(c, m, n, row0, col, [&](int r) { return swiglu(acc[r], xchg[r * 256 + other]); });
+  float theirs[32];
+  exchange_halves_rs(smem, acc, theirs);
+  if (threadIdx.x < 128)
+    store_slab_rs<0, 8>(c, m, n, row0, col, [&](int r) { return swiglu(acc[r], theirs[r]); });
   else
-    store_slab_rs<8, 16>(c, m, n, row0, col, [&](int r) { return swiglu(xchg[(r - 32) * 256 + other], acc[r]); });
+    store_slab_rs<8, 16>(c, m, n, row0, col, [&](int r) { return swiglu(theirs[r - 32], acc[r]); });
 }
 
 template <class Cfg, Path P>

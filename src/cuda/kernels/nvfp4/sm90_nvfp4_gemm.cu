@@ -34,18 +34,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int kt1 = (split + 1) * units / args.split_k * Cfg::kSplitUnit;
 
   Acc<Cfg, P> acc = {};
-  static_assert(sizeof(acc) == sizeof(float) * Cfg::kAcc, "split-K treats the accumulators as kAcc floats");
   if (!run_mainloop<Cfg, P>(smem, src, kt0, kt1 - kt0, acc, tma, batch)) return;
 
-  if (args.split_k > 1) {
-    const int64_t tile = (static_cast<int64_t>(batch) * gridDim.y + n_tile) * gridDim.x + m_tile;
-    float* partials = args.partials + tile * args.split_k * Cfg::kAcc * Cfg::kAccThreads;
-    if (!splitk_reduce<Cfg::kAcc, Cfg::kAccThreads>(reinterpret_cast<float*>(&acc), partials, args.counters + tile,
-                                                     split, args.split_k))
-      return;
-  }
+  const int64_t tile = (static_cast<int64_t>(batch) * gridDim.y + n_tile) * gridDim.x + m_tile;
+  const int64_t partial0 = tile * args.split_k * Cfg::kAcc * Cfg::kAccThreads;  // the tile's split-K partials
   __half* c = static_cast<__half*>(args.c) + batch * args.m * args.n;
   const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
+  if constexpr (wg_stride<Cfg>() == 2) {
+    // K split across the warpgroups: each adds the other's partial sums to the half of the tile
+    // it stores (warpgroup 0's sum first, a fixed order), then split-K reduces those halves.
+    static_assert(Cfg::kAcc == 32, "each warpgroup keeps the sums of half of its 64 positions");
+    float theirs[32], sum[32];
+    exchange_halves_rs(smem, acc[0], theirs);
+    const bool first = threadIdx.x < 128;
+#pragma unroll
+    for (int r = 0; r < 32; ++r) sum[r] = first ? acc[0][r] + theirs[r] : theirs[r] + acc[0][32 + r];
+    if (args.split_k > 1 &&
+        !splitk_reduce<Cfg::kAcc, Cfg::kAccThreads>(sum, args.partials + partial0, args.counters + tile, split,
+                                                    args.split_k))
+      return;
+    const int64_t col = slab_col_rs<Cfg>(col0, 0);
+    if (first) store_slab_rs<0, 8>(c, args.m, args.n, row0, col, [&](int r) { return sum[r]; });
+    else store_slab_rs<8, 16>(c, args.m, args.n, row0, col, [&](int r) { return sum[r - 32]; });
+    return;
+  } else {
+    static_assert(sizeof(acc) == sizeof(float) * Cfg::kAcc, "split-K treats the accumulators as kAcc floats");
+    if (args.split_k > 1 && !splitk_reduce<Cfg::kAcc, Cfg::kAccThreads>(reinterpret_cast<float*>(&acc), args.partials + partial0,
+                                                                         args.counters + tile, split, args.split_k))
+      return;
+  }
   if constexpr (P == Path::rs) {
 #pragma unroll
     for (int j = 0; j < Cfg::kSlabs; ++j)
