@@ -254,14 +254,21 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
       run_gemm(300, 520, 4096, 2, layout, {t, 1}, 36);
       run_gemm(256, 384, 8192, 1, layout, {t, 5}, 37);
     }
+  // Few 128-row tiles (8 at N = 1024): the default takes the 64-row tile, K split between its
+  // warpgroups.
   GemmProblem probe{128, 1024, 2048, 1, {}, {}, nullptr};
-  run_gemm(128, 1024, 2048, 1, ScaleLayout::blocked_128x4, choose_gemm_config(probe, sms_), 34);
+  const TileConfig probe_cfg = choose_gemm_config(probe, sms_);
+  EXPECT_EQ(probe_cfg.tile, Tile::m128_n64_rs) << describe(probe_cfg);
+  run_gemm(128, 1024, 2048, 1, ScaleLayout::blocked_128x4, probe_cfg, 34);
   // The default dequantizes A once and converts B into the MMA warps' registers (rs), here with a
-  // long K per CTA.
+  // long K per CTA (4 tiles of 64 rows, split 4: 32 stages per CTA, 16 per warpgroup).
   GemmProblem long_k{128, 256, 16384, 1, {}, {}, nullptr};
   const TileConfig long_cfg = choose_gemm_config(long_k, sms_);
-  EXPECT_EQ(long_cfg.tile, Tile::m128_n128_rs) << describe(long_cfg);
+  EXPECT_EQ(long_cfg.tile, Tile::m128_n64_rs) << describe(long_cfg);
   run_gemm(128, 256, 16384, 1, ScaleLayout::plain, long_cfg, 35);
+  // Enough 128-row tiles to fill more than half the SMs at their split: `128x128rs`.
+  GemmProblem wide{128, 7168, 16384, 1, {}, {}, nullptr};
+  EXPECT_EQ(choose_gemm_config(wide, 132).tile, Tile::m128_n128_rs);
 }
 
 // One zeroed workspace serves every config in turn: a config with more output tiles must not find

@@ -177,6 +177,11 @@ int ws_split(int64_t tiles, int64_t ktiles, int sm_count, int64_t min_ktiles = 1
 // the scales allow TMA (else the launcher runs `128x128ws`). Its split keeps >= 1536 k per CTA:
 // at K = 2048 split 2 took 25.8 us against 23.6 unsplit, while 128x4096x7168 wants split 4
 // (1792 k per CTA: 35.2 us, split 3 37.0).
+// Eighth session: `128x64rs` (64 weight rows, the two consumer warpgroups splitting K) where
+// `128x128rs` at its split would fill at most half the SMs (H100, commit f5032cd: 128x7168x2048,
+// 56 tiles unsplit: 17.8 against 21.8 us); above that `128x128rs` stays (128x4096x7168: 28.4 at
+// split 4 against 27.5 for `128x64rs` at split 2, within 3.5%; 128x7168x16384: 67.4 at split 2
+// against 83.5 for `128x64rs` unsplit on the same 112 SMs).
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
   if (p.m <= 64) {
@@ -187,6 +192,11 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128) * p.l;
   c.split_k = ws_split(tiles, p.k / 64, sm_count, 24);
   c.tile = Tile::m128_n128_rs;
+  if (2 * tiles * c.split_k <= sm_count) {
+    const int64_t narrow = ceil_div(p.m, 128) * ceil_div(p.n, 64) * p.l;
+    c.tile = Tile::m128_n64_rs;
+    c.split_k = ws_split(narrow, p.k / 64, sm_count, 24);
+  }
   return c;
 }
 
