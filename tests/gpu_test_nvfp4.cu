@@ -501,7 +501,7 @@ TEST_F(Nvfp4Gpu, GroupedGemmBitExact) {
 
 // The rs tile: long K (several rounds of its 4-stage ring), groups in different scale layouts
 // (each group's weights carry their own), a group whose N ends inside a 128-row block, one CTA
-// per group and many, CTAs with several tiles; B scales only 4-byte aligned (the fallback tile,
+// per group and many, more tiles than SMs; B scales only 4-byte aligned (the fallback tile,
 // same bits); determinism; the default config's choice.
 TEST_F(Nvfp4Gpu, GroupedGemmRsTile) {
   const TileConfig rs{Tile::m128_n128_rs, 1};
@@ -511,8 +511,7 @@ TEST_F(Nvfp4Gpu, GroupedGemmRsTile) {
   run_grouped({72, 200, 128, 9}, {328, 256, 100, 136}, {2048, 1024, 3072, 256}, mixed, rs, 81, false, &second);
   EXPECT_EQ(first, second);
   run_grouped({72, 200}, {328, 256}, {2048, 1024}, mixed, rs, 82, true);
-  // More tiles than SMs (256 + 64 + 2): the persistent grid's CTAs take two or three tiles each,
-  // of groups with different K, so the ring's stage count and phases carry across tiles.
+  // More tiles than SMs (256 + 64 + 2), of groups with different K, in two or three waves.
   run_grouped({130, 9, 40}, {16384, 8192, 200}, {256, 1024, 512}, mixed, rs, 83);
   GroupedGemmProblem p;
   for (int64_t m : {80, 176, 128, 72}) p.groups.push_back(GemmProblem{m, 4096, 7168, 1, {}, {}, nullptr});

@@ -121,12 +121,15 @@ struct RsMainloop {
         full_(reinterpret_cast<uint64_t*>(stages_ + Cfg::kStages * Cfg::kStageBytes)),
         empty_(full_ + Cfg::kStages) {}
 
-  // Sets up the ring. All threads must call it (it ends with a CTA barrier). Then threads
-  // >= kConsumerThreads (the producer warpgroup) call producer_regs() and, in thread
-  // kConsumerThreads alone, produce(); the consumer threads call consumer_regs() and consume().
-  // (Each role's setmaxnreg sits in its own branch of the caller: behind a shared role value
-  // ptxas could not lower the producer's registers, C7507.)
-  __device__ void init() const {
+  // Runs stages [kt0, kt0 + count) of 128 k. src[0]: the activations (row0 = first row of the
+  // tile; their fp16 copy is act_map(maps)), src[1 + o]: weight operand o (weight_map(maps, o),
+  // plain scales scale_map(maps, o)). Returns true in consumer threads, whose `acc` (zeroed by the
+  // caller) then holds the slabs' sums in wgmma's accumulator layout with weight rows as rows; the
+  // producer warpgroup returns false and must leave. All threads must call it (it starts with a CTA
+  // barrier).
+  template <class Maps>
+  __device__ bool run(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count,
+                      Acc& acc) const {
     if (threadIdx.x == 0) {
       for (int s = 0; s < Cfg::kStages; ++s) {
         cutlass::arch::ClusterTransactionBarrier::init(&full_[s], 1);
@@ -135,52 +138,27 @@ struct RsMainloop {
       cutlass::arch::fence_barrier_init();
     }
     __syncthreads();
-  }
-  __device__ static void producer_regs() { setmaxnreg_dec<Cfg::kProducerRegs>(); }
-  __device__ static void consumer_regs() { setmaxnreg_inc<Cfg::kConsumerRegs>(); }
-
-  // One tile: stages [kt0, kt0 + count) of 128 k. src[0]: the activations (row0 = first row of the
-  // tile; their fp16 copy is act_map(maps)), src[1 + o]: weight operand o (weight_map(maps, o),
-  // plain scales scale_map(maps, o)). `base` counts the ring's stages of this CTA's earlier tiles
-  // (0 for the first; a persistent CTA passes the same sequence to both roles). produce() runs in
-  // the producer thread; consume() in the consumer threads leaves `acc` (zeroed by the caller)
-  // holding the slabs' sums in wgmma's accumulator layout with weight rows as rows, and releases
-  // every stage it used, so the producer may run on into the next tile while they store this one.
-  template <class Maps>
-  __device__ void produce(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count,
-                          int base) const {
-    if (count > 0) produce_stages(src, maps, batch, kt0, count, base);
-  }
-  __device__ void consume(const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count, int base, Acc& acc) const {
-    if (count <= 0) return;
-    uint32_t blocked = 0;  // bit o: weight operand o's scales are blocked (each has its own layout)
-#pragma unroll
-    for (int o = 0; o < Cfg::kNB; ++o) blocked |= (src[1 + o].rk_blocks != 0 ? 1u : 0u) << o;
-    // Blocked scales of a 64-row tile: its rows' offset in their 128-row block (0 for wider tiles).
-    const int block_row0 = Cfg::BN % 128 == 0 ? 0 : static_cast<int>(src[1].row0 % 128);
-    consume_stages(blocked, block_row0, kt0, count, base, acc);
-  }
-
-  // A single tile per CTA. Returns true in consumer threads (with `acc` as consume() leaves it);
-  // the producer warpgroup returns false and must leave.
-  template <class Maps>
-  __device__ bool run(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count,
-                      Acc& acc) const {
-    init();
     if (threadIdx.x >= Cfg::kConsumerThreads) {
-      producer_regs();
-      if (threadIdx.x == Cfg::kConsumerThreads) produce(src, maps, batch, kt0, count, 0);
+      setmaxnreg_dec<Cfg::kProducerRegs>();
+      if (threadIdx.x == Cfg::kConsumerThreads) produce(src, maps, batch, kt0, count);
       return false;
     }
-    consumer_regs();
-    consume(src, kt0, count, 0, acc);
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
+    if (count > 0) {
+      uint32_t blocked = 0;  // bit o: weight operand o's scales are blocked (each has its own layout)
+#pragma unroll
+      for (int o = 0; o < Cfg::kNB; ++o) blocked |= (src[1 + o].rk_blocks != 0 ? 1u : 0u) << o;
+      // Blocked scales of a 64-row tile: its rows' offset in their 128-row block (0 for wider tiles).
+      const int block_row0 = Cfg::BN % 128 == 0 ? 0 : static_cast<int>(src[1].row0 % 128);
+      consume(blocked, block_row0, kt0, count, acc);
+    }
     return true;
   }
 
  private:
   template <class Maps>
-  __device__ void produce_stages(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count,
-                                 int base) const {
+  __device__ void produce(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0,
+                          int count) const {
     // Blocked scales: one bulk copy of the stage's two 512-byte units per 128-row block that
     // exists (a block past the operand's last row block is not in memory; its rows are never stored);
     // a 64-row tile copies its block's units whole and reads its half of them.
@@ -195,7 +173,7 @@ struct RsMainloop {
     }
     const int arow0 = static_cast<int>(src[0].row0);
     auto copy_weights = [&](int t) {
-      const int s = (base + t) % Cfg::kStages, kt = kt0 + t;
+      const int s = t % Cfg::kStages, kt = kt0 + t;
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full_[s], bytes);
 #pragma unroll
@@ -217,28 +195,20 @@ struct RsMainloop {
       }
     };
     auto copy_activations = [&](int t) {
-      const int s = (base + t) % Cfg::kStages, kt = kt0 + t;
+      const int s = t % Cfg::kStages, kt = kt0 + t;
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         cute::SM90_TMA_LOAD_3D::copy(act_map(maps), &full_[s], 0, st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
     };
-    // Ring stage g = base + t reuses slot g % kStages once its previous use (g - kStages) is released.
-    auto wait_slot = [&](int t) {
-      const int g = base + t;
-      if (g >= Cfg::kStages) cutlass::arch::ClusterBarrier::wait(&empty_[g % Cfg::kStages], ((g / Cfg::kStages) & 1) ^ 1);
-    };
-    int t = 0;
-    if (base == 0) {
-      // The CTA's first stages' weights go out before waiting for the pre-pass that writes the
-      // activations (this grid is its programmatic dependent).
-      const int first = count < Cfg::kStages ? count : Cfg::kStages;
-      for (; t < first; ++t) copy_weights(t);
-      pdl_wait();
-      for (int f = 0; f < first; ++f) copy_activations(f);
-    }
-    for (; t < count; ++t) {
-      wait_slot(t);
+    // The first stages' weights go out before waiting for the pre-pass that writes the activations
+    // (this grid is its programmatic dependent).
+    const int first = count < Cfg::kStages ? count : Cfg::kStages;
+    for (int t = 0; t < first; ++t) copy_weights(t);
+    pdl_wait();
+    for (int t = 0; t < first; ++t) copy_activations(t);
+    for (int t = first; t < count; ++t) {
+      cutlass::arch::ClusterBarrier::wait(&empty_[t % Cfg::kStages], ((t / Cfg::kStages) & 1) ^ 1);
       copy_weights(t);
       copy_activations(t);
     }
@@ -246,7 +216,7 @@ struct RsMainloop {
 
   using Frag = uint32_t[4][4];  // [k16 step][fragment register]
 
-  __device__ void consume_stages(uint32_t blocked, int block_row0, int kt0, int count, int base, Acc& acc) const {
+  __device__ void consume(uint32_t blocked, int block_row0, int kt0, int count, Acc& acc) const {
     constexpr int kS = Cfg::kSlabs, kUnits = 2 * kS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
@@ -318,8 +288,8 @@ struct RsMainloop {
     const int i0 = kW == 1 ? 0 : wg;
     if (i0 >= count) return;  // no stage for this warpgroup: its sums stay zero
     Frag f[2];
-    int s = (base + i0) % Cfg::kStages, prev = s;
-    uint32_t phase = ((base + i0) / Cfg::kStages) & 1;
+    int s = i0 % Cfg::kStages, prev = s;
+    uint32_t phase = (i0 / Cfg::kStages) & 1;
     cutlass::arch::ClusterTransactionBarrier::wait(&full_[s], phase);
     load(s, i0);
     convert(f[0], 0);
@@ -352,7 +322,6 @@ struct RsMainloop {
     wgmma_wait<0>();
     pin(f[0]);
     pin(f[1]);
-    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[prev]);  // the tile's last stage
   }
 };
 

@@ -7,13 +7,10 @@
 // Within a group the m tiles of one n tile are adjacent in launch order, so they run together and
 // the group's B tile is read from HBM once and re-read from L2.
 //
-// The `128x128rs` tile runs the GEMM's register-operand mainloop (nvfp4_rs_mainloop.cuh) in a
-// persistent grid, one CTA per SM walking the tiles (the fill of one tile overlaps the store of the
-// previous): one pre-pass launch converts every group's activations into the workspace, and a
+// The `128x128rs` tile runs the GEMM's register-operand mainloop (nvfp4_rs_mainloop.cuh) on the
+// CTA's group: one pre-pass launch converts every group's activations into the workspace, and a
 // second kernel parameter carries each group's three tensor maps.
 #include <cuda_fp16.h>
-
-#include <algorithm>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
@@ -25,16 +22,16 @@ namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
-__device__ __forceinline__ int group_of(const GroupedArgs& args, int tile) {
+__device__ __forceinline__ int group_of(const GroupedArgs& args) {
   int g = 0;
-  while (g + 1 < args.groups && tile >= args.g[g + 1].tile_begin) ++g;
+  while (g + 1 < args.groups && static_cast<int>(blockIdx.x) >= args.g[g + 1].tile_begin) ++g;
   return g;
 }
 
 template <class Cfg, Path P>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_gemm_kernel(const __grid_constant__ GroupedArgs args) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const GroupArgs& p = args.g[group_of(args, static_cast<int>(blockIdx.x))];
+  const GroupArgs& p = args.g[group_of(args)];
   const int local = static_cast<int>(blockIdx.x) - p.tile_begin;
   const int m_tile = local % p.tiles_m, n_tile = local / p.tiles_m;
   TileSrc src[2];
@@ -51,52 +48,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_
     store_tile<Cfg>(c, p.m, p.n, row0, col0, [&](int mt, int nt, int i) { return acc[0][mt][nt][i]; });
 }
 
-// Persistent: CTA b takes tiles b, b + gridDim.x, ...; the producer thread runs on into the next
-// tile's stages while the consumers store the last one (the ring's stage count continues).
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     nvfp4_grouped_gemm_rs_kernel(const __grid_constant__ GroupedArgs args, const __grid_constant__ GroupedRsMaps maps) {
-  static_assert(Cfg::kNB == 1 && Cfg::kSlabs == 1 && Cfg::kWgStride == 1, "the grouped GEMM runs the one-slab GEMM tile");
+  static_assert(Cfg::kNB == 1 && Cfg::kSlabs == 1, "the grouped GEMM runs the one-slab GEMM tile");
   extern __shared__ __align__(128) uint8_t smem[];
-  const RsMainloop<Cfg> ml(smem);
-  // Tile t of group g: its sources, and its first stage in the ring.
-  auto tile_src = [&](int t, int& g, TileSrc (&src)[2]) {
-    g = group_of(args, t);
-    const GroupArgs& p = args.g[g];
-    const int local = t - p.tile_begin;
-    src[0] = {nullptr, nullptr, p.m, static_cast<int64_t>(local % p.tiles_m) * Cfg::BM, p.k, 0};  // act: maps.g[g].act
-    src[1] = {p.b.data, p.b.scales, p.n, static_cast<int64_t>(local / p.tiles_m) * Cfg::BN, p.k, p.b.rk_blocks};
-  };
-  ml.init();
-  if (threadIdx.x >= Cfg::kConsumerThreads) {
-    ml.producer_regs();
-    if (threadIdx.x == Cfg::kConsumerThreads) {
-      int base = 0;
-      for (int t = blockIdx.x; t < args.total_tiles; t += gridDim.x) {
-        int g;
-        TileSrc src[2];
-        tile_src(t, g, src);
-        const int count = args.g[g].k / Cfg::BK;
-        ml.produce(src, maps.g[g], 0, 0, count, base);
-        base += count;
-      }
-    }
-    return;
-  }
-  ml.consumer_regs();
-  int base = 0;
-  for (int t = blockIdx.x; t < args.total_tiles; t += gridDim.x) {
-    int g;
-    TileSrc src[2];
-    tile_src(t, g, src);
-    const GroupArgs& p = args.g[g];
-    const int count = p.k / Cfg::BK;
-    typename RsMainloop<Cfg>::Acc acc = {};
-    ml.consume(src, 0, count, base, acc);
-    base += count;
-    store_slab_rs(static_cast<__half*>(p.c), p.m, p.n, src[0].row0, slab_col_rs<Cfg>(src[1].row0, 0),
-                  [&](int r) { return acc[0][r]; });
-  }
+  const int g = group_of(args);
+  const GroupArgs& p = args.g[g];
+  const int local = static_cast<int>(blockIdx.x) - p.tile_begin;
+  const int m_tile = local % p.tiles_m, n_tile = local / p.tiles_m;
+  const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
+  TileSrc src[2];
+  src[0] = {nullptr, nullptr, p.m, row0, p.k, 0};  // the activations come from maps.g[g].act
+  src[1] = {p.b.data, p.b.scales, p.n, col0, p.k, p.b.rk_blocks};
+  typename RsMainloop<Cfg>::Acc acc = {};
+  if (!RsMainloop<Cfg>(smem).run(src, maps.g[g], 0, 0, p.k / Cfg::BK, acc)) return;
+  store_slab_rs(static_cast<__half*>(p.c), p.m, p.n, row0, slab_col_rs<Cfg>(col0, 0), [&](int r) { return acc[0][r]; });
 }
 
 // The rs tile's maps, or false when a group's weight scales are only 4-byte aligned (TMA and bulk
@@ -123,11 +90,7 @@ void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream
     if (make_group_maps(args, maps)) {
       using Cfg = GemmM128N128Rs;
       launch_predequant_a_grouped(args, stream);
-      int device = 0, sms = 0;
-      CUDA_CHECK(cudaGetDevice(&device));
-      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-      const int ctas = std::min(args.total_tiles, sms);  // one CTA per SM (its shared memory)
-      launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<Cfg>, dim3(static_cast<unsigned>(ctas)),
+      launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<Cfg>, dim3(static_cast<unsigned>(args.total_tiles)),
                        dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, true, args, maps);
       SWAPFFN_CHECK_LAUNCH();
       return;
