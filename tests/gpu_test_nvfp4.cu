@@ -351,12 +351,15 @@ TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
 
 // ---------------- dual GEMM ----------------
 
-// layouts: the scale layout of a, b1, b2 (all `layout` unless given).
+// layouts: the scale layout of a, b1, b2 (all `layout` unless given); poison edits the host
+// operands (NaN scales) before the reference and the upload.
+using DualPoison = void (*)(HostOperand& a, HostOperand& b1, HostOperand& b2);
 void run_dual(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, const TileConfig& cfg, uint64_t seed,
-              std::vector<uint16_t>* out = nullptr, const ScaleLayout* layouts = nullptr) {
-  const HostOperand a = make_operand(InputKind::dual, m, k, l, seed);
-  const HostOperand b1 = make_operand(InputKind::dual, n, k, l, seed + 1);
-  const HostOperand b2 = make_operand(InputKind::dual, n, k, l, seed + 2);
+              std::vector<uint16_t>* out = nullptr, const ScaleLayout* layouts = nullptr, DualPoison poison = nullptr) {
+  HostOperand a = make_operand(InputKind::dual, m, k, l, seed);
+  HostOperand b1 = make_operand(InputKind::dual, n, k, l, seed + 1);
+  HostOperand b2 = make_operand(InputKind::dual, n, k, l, seed + 2);
+  if (poison) poison(a, b1, b2);
   const auto ref = reference_dual_gemm_swiglu(a, b1, b2);
   const ScaleLayout la = layouts ? layouts[0] : layout, l1 = layouts ? layouts[1] : layout,
                     l2 = layouts ? layouts[2] : layout;
@@ -416,6 +419,24 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
     for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs, Tile::m128_n64_wsta, Tile::m128_n64_ws}) {
       run_dual(200, 264, 1024, 1, ScaleLayout::plain, {t, 1}, 57, nullptr, ls);
       run_dual(130, 136, 1536, 2, ScaleLayout::plain, {t, 3}, 58, nullptr, ls);
+    }
+}
+
+// NaN scales reach the dual GEMM's output through silu and the product: in B1 and in B2, in both
+// 64-k halves of an rs stage, in both warpgroups' rows (128x128rs) and both operands' warpgroups
+// (128x64rs), in a second weight tile, and in an activation row.
+TEST_F(Nvfp4Gpu, DualGemmNanScalePropagates) {
+  const DualPoison poison = [](HostOperand& a, HostOperand& b1, HostOperand& b2) {
+    constexpr int64_t kScales = 512 / 16;
+    b1.scales[3 * kScales + 2] = 0x7F;     // B1 row 3, stage 0, half 0
+    b2.scales[75 * kScales + 13] = 0xFF;   // B2 row 75, stage 1, half 1
+    b1.scales[150 * kScales + 31] = 0x7F;  // B1, the second 128-row tile, last block
+    a.scales[5 * kScales + 20] = 0xFF;     // activation row 5
+  };
+  for (ScaleLayout layout : kLayouts)
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs, Tile::m128_n64_wsta}) {
+      run_dual(64, 200, 512, 1, layout, {t, 1}, 63, nullptr, nullptr, poison);
+      run_dual(64, 200, 512, 1, layout, {t, 2}, 63, nullptr, nullptr, poison);  // through split-K
     }
 }
 
