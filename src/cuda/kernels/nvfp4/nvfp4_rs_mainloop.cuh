@@ -16,8 +16,10 @@
 // 8 rows x 64 bytes are conflict-free), their scales (plain: a 16-byte box per row from the even
 // stage of the pair, 16-byte aligned, of which this stage uses its 8; blocked: the stage's two
 // 512-byte units of each 128-row block). Consumer warpgroups 0 and 1 each own kSlabs slabs of 64
-// weight rows (GEMM: 64 or 128 consecutive rows; dual GEMM: the same 64 rows of B1 and of B2),
-// each slab with its own accumulators. Thread (g = lane / 4, t = lane % 4) of warp w owns slab
+// weight rows (GEMM `128x128rs` / `128x256rs`: 64 or 128 consecutive rows; dual `128x128rs`: the
+// same 64 rows of B1 and of B2; dual `128x64rs`: warpgroup 0 B1's 64 rows, warpgroup 1 B2's; GEMM
+// `128x64rs`: both the same 64 rows, warpgroup w taking every second stage from stage w), each
+// slab with its own accumulators. Thread (g = lane / 4, t = lane % 4) of warp w owns slab
 // rows r = 16 (w % 4) + g and r + 8 and, per 128-k stage, raw bytes 16 t .. 16 t + 15 of each
 // (scale blocks 2 t and 2 t + 1): 64-k half h of the stage uses the row's words 2 h, 2 h + 1 and
 // scale block 2 t + h, and dequant8's pair s of word 2 h + u is the fragment register of k16 step
@@ -25,7 +27,7 @@
 // A stage is 2 kSlabs units (half, slab) of 4 wgmma; fragments are double-buffered: a unit is
 // converted while the unit before it is queued on the tensor pipe, once the unit before that has
 // completed (wgmma.wait_group 1), and its registers are pinned until then. A stage is released
-// (one arrival per consumer warp) once all its units' wgmma have completed; its raw bytes were
+// (one arrival per warp that consumes it) once all its units' wgmma have completed; its raw bytes were
 // read into registers a unit earlier. (A third buffer gained nothing: docs/NVFP4.md, fifteenth
 // step; with two slabs it also makes ptxas serialise the wgmma, C7512.)
 #pragma once
