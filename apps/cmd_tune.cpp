@@ -18,6 +18,7 @@
 #ifdef SWAPFFN_WITH_CUDA
 #include "cuda/bench_runner.hpp"
 #include "cuda/fused/ffn_gemm_timing.hpp"
+#include "cuda/fused/fused_config.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "swapffn/engine.hpp"
 #endif
@@ -59,7 +60,7 @@ void run_tune(const TuneArgs& a) {
   std::vector<Point> points;
   std::vector<std::string> downs{"cublas"};
   for (const auto& down : cuda::down_gemm_variants())
-    if (down.split_k == 2 && cfg.d_model % (down.bn * down.multicast) == 0) downs.push_back(down.name());
+    if (down.split_k > 1 && cfg.d_model % (down.bn * down.multicast) == 0) downs.push_back(down.name());
   for (int64_t b : a.batches)
     for (const auto& up : cuda::dual_gemm_variants())
       for (const auto& down : downs)
@@ -78,7 +79,10 @@ void run_tune(const TuneArgs& a) {
   // The router and the down GEMM's implementation fix the summation order, so one choice serves
   // every batch size (batch invariance): the class with the smallest sum over B of its time relative
   // to the best time at that B. Within it, the fastest tile variants per B.
-  const auto numerics = [](const Point& p) { return p.router + "/" + (p.down == "cublas" ? "cublas" : "sm90"); };
+  const auto numerics = [](const Point& p) {
+    return p.router + "/" +
+           (p.down == "cublas" ? std::string("cublas") : "sk" + std::to_string(cuda::parse_gemm_variant(p.down).split_k));
+  };
   std::map<int64_t, double> best_at;
   for (const auto& p : points) best_at[p.batch] = best_at.count(p.batch) ? std::min(best_at[p.batch], p.ms) : p.ms;
   std::map<std::string, std::map<int64_t, const Point*>> by_class;

@@ -70,7 +70,8 @@ INSTANTIATE_TEST_SUITE_P(
                       CheckCase{"tiny", 3, 4, "chunk=48"},  // 120 rows: chunks of 48, 48 and 24
                       CheckCase{"tiny", 3, 4, "up=bn128_st3_sk1_mc1_o2"},
                       CheckCase{"tiny", 2, 4, "router=cublas,down=bn64_st6_sk2_mc1,chunk=64"},
-                      CheckCase{"default", 1, 2, ""}, CheckCase{"default", 2, 1, "router=cublas,down=bn64_st6_sk2_mc1"}),
+                      CheckCase{"default", 1, 2, ""}, CheckCase{"default", 2, 1, "router=cublas,down=bn64_st6_sk2_mc1"},
+                      CheckCase{"default", 1, 2, "down=sk4"}, CheckCase{"default", 3, 1, "down=sk4,router=cublas"}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
 
 TEST(Fused, NoResidualNoSiluAndDegenerateCountsAgree) {
@@ -109,6 +110,12 @@ TEST(Fused, RefusesShapesItCannotRunNamingTheField) {
     }
   }
   EXPECT_THROW(fused(weights_of("tiny"), true, "down=bn64_st6_sk1_mc1"), Error);  // not compiled
+  try {  // tiny: d_ff = 384 is not a multiple of 64 * 4
+    fused(weights_of("tiny"), true, "down=sk4");
+    ADD_FAILURE() << "down=sk4 accepted with d_ff = 384";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("d_ff"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(fused(weights_of("tiny"), true, "router=magic"), Error);
 }
 
@@ -132,22 +139,26 @@ TEST(Fused, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
 // last chunk; the sequence alone does not) and two-CTAs-per-SM dual GEMM tiles.
 TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
   SKIP_WITHOUT_HOPPER();
-  for (const auto& [preset, B, batch_kernels] : {std::tuple<const char*, int64_t, const char*>{"tiny", 5, "chunk=72"},
-                                                 {"default", 9, "chunk=2048"}, {"default", 4, "up=bn128_st3_sk1_mc1_o2"}}) {
+  // down=sk4: the batch of 9 takes 128 x 256 down tiles, the sequence alone 128 x 128 (one wave).
+  for (const auto& [preset, B, batch_kernels, down] :
+       {std::tuple<const char*, int64_t, const char*, const char*>{"tiny", 5, "chunk=72", "cublas"},
+        {"default", 9, "chunk=2048", "cublas"},
+        {"default", 4, "up=bn128_st3_sk1_mc1_o2", "cublas"},
+        {"default", 9, "chunk=1536", "sk4"}}) {
     const Weights& w = weights_of(preset);
     const bool tiny = preset[0] == 't';
     const int64_t T = tiny ? 3 : 2, D = w.cfg.d_model, pick = 3;
     const State batch_state = random_state(w.cfg, B, 31);
     const auto x = decode_inputs(32, T, B, D);
-    const Decoded all =
-        decode(*fused(w, true, std::string("up=bn256_st4_sk1_mc2,down=cublas,") + batch_kernels), x, T, batch_state);
+    const Decoded all = decode(*fused(w, true, std::string("up=bn256_st4_sk1_mc2,down=") + down + "," + batch_kernels), x,
+                               T, batch_state);
 
     State one = State::init(w.cfg, 1);
     batch_state.copy_sequence_to(pick, one, 0);
     std::vector<float> x1(static_cast<size_t>(T * D));
     for (int64_t t = 0; t < T; ++t)
       std::copy_n(&x[static_cast<size_t>((t * B + pick) * D)], D, &x1[static_cast<size_t>(t * D)]);
-    const Decoded alone = decode(*fused(w, true, "up=bn128_st6_sk1_mc2,down=cublas"), x1, T, one);
+    const Decoded alone = decode(*fused(w, true, std::string("up=bn128_st6_sk1_mc2,down=") + down), x1, T, one);
 
     for (int64_t t = 0; t < T; ++t)
       EXPECT_EQ(0, std::memcmp(&alone.delta[static_cast<size_t>(t * D)], &all.delta[static_cast<size_t>((t * B + pick) * D)],

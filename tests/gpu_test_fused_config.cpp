@@ -53,6 +53,15 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(o.router, "cublas");
   EXPECT_EQ(o.row_chunk, 0);
   EXPECT_EQ(select_fused_config(cfg, 16, "", "chunk=2048").row_chunk, 2048);
+  // down=sk4: split 4 at every batch size (the summation order), the tile width by the batch size:
+  // 128 x 128 while one wave of 4-CTA clusters covers the tiles (B = 1: 4 x 8 x 4 = 128 CTAs).
+  const GemmVariant sk4_b1 = select_fused_config(cfg, 1, "", "down=sk4").down;
+  EXPECT_EQ(sk4_b1.split_k, 4);
+  EXPECT_EQ(sk4_b1.bn, !gpu.present || 4 * 8 * 4 <= gpu.sm_count ? 128 : 256);
+  const FusedKernelConfig sk4_b16 = select_fused_config(cfg, 16, "", "down=sk4");
+  EXPECT_FALSE(sk4_b16.down_cublas);
+  EXPECT_EQ(sk4_b16.down, (gpu.present ? GemmVariant{256, 4, 4, 1} : GemmVariant{128, 4, 4, 1}));
+  EXPECT_EQ(select_fused_config(cfg, 16, "", "down=sk2").down.split_k, 2);
   // A router the event kernel cannot take (R > 64) defaults to the cuBLAS chain.
   Config wide = cfg;
   wide.d_router = 128;
@@ -66,7 +75,8 @@ TEST(FusedConfig, DefaultsAndOverrides) {
 TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
   const Config cfg = Config::preset("default");
   for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
-           {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "split_k"},
+           {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "compiled"},
+           {"down=sk3", "N = 2 or 4"}, {"down=sk4x", "sk<N>"},
            {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}, {"router_grid=24", "'24'"},
            {"router=cublas,router_grid=16", "needs router=event"}}) {
     try {
@@ -101,6 +111,25 @@ TEST(FusedConfig, TuningCacheIsReadPerBatchAndMustKeepNumericsFixed) {
     EXPECT_NE(std::string(e.what()).find("batch invariance"), std::string::npos) << e.what();
   }
 
+  // Tile widths may differ per batch size, the split may not.
+  const std::string widths = write_cache(
+      "widths",
+      R"({"batch": 1, "up": "bn256_st4_sk1_mc1", "down": "bn128_st4_sk4_mc1", "router": "event"},
+         {"batch": 16, "up": "bn256_st4_sk1_mc1", "down": "bn256_st4_sk4_mc1", "router": "event"})",
+      this_device());
+  EXPECT_EQ(select_fused_config(cfg, 16, widths, "").down, (GemmVariant{256, 4, 4, 1}));
+  const std::string splits = write_cache(
+      "splits",
+      R"({"batch": 1, "up": "bn256_st4_sk1_mc1", "down": "bn128_st4_sk4_mc1", "router": "event"},
+         {"batch": 16, "up": "bn256_st4_sk1_mc1", "down": "bn128_st4_sk2_mc1", "router": "event"})",
+      this_device());
+  try {
+    select_fused_config(cfg, 16, splits, "");
+    ADD_FAILURE() << "a cache switching the down GEMM's split with the batch size was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch invariance"), std::string::npos) << e.what();
+  }
+
   const std::string other = write_cache(
       "other", R"({"batch": 1, "up": "bn128_st6_sk1_mc2", "down": "cublas", "router": "event"})", "Another GPU");
   EXPECT_EQ(select_fused_config(cfg, 1, other, "").up, select_fused_config(cfg, 1, "", "").up)
@@ -110,7 +139,7 @@ TEST(FusedConfig, TuningCacheIsReadPerBatchAndMustKeepNumericsFixed) {
   const auto broken = std::filesystem::temp_directory_path() / "swapffn_tune_broken.json";
   std::ofstream(broken) << "{not json";
   EXPECT_THROW(select_fused_config(cfg, 1, broken.string(), ""), Error);
-  for (const auto& p : {good, mixed, other, broken.string()}) std::remove(p.c_str());
+  for (const auto& p : {good, mixed, widths, splits, other, broken.string()}) std::remove(p.c_str());
 }
 
 }  // namespace

@@ -25,8 +25,11 @@ namespace swapffn::cuda {
 // - down: cuBLASLt. Our split-K kernel (bn 64, 2-CTA cluster) runs M = 512 in 15.9 us against 11.3
 //   for cuBLASLt's pinned split-K-free algorithm; bn 128 split 2 is 22.5 us (64 CTAs at about half
 //   of the per-SM MMA rate). Multicast of u over 2 N tiles made the 4-CTA clusters slower (23.6 us).
-//   The sm90 variants stay selectable (kernel config down=<variant>) for tuning; any of them must
-//   keep split_k 2 at every batch size (the split fixes the summation order: batch invariance).
+//   Split 4 (down=sk4: 128 x 128 tiles while one wave of 4-CTA clusters covers the tiles, else
+//   128 x 256; tenth session, docs/PERF.md) halves the operand bytes per SM at B = 1.
+//   The sm90 variants stay selectable (kernel config down=<variant>|sk2|sk4) for tuning; whichever is
+//   chosen keeps its split at every batch size (the split fixes the summation order: batch invariance;
+//   only the tile width may follow the batch size).
 //   Rejected: split-K through a global workspace (extra [M, D] fp32 round trip and a second pass),
 //   and atomics (order-dependent, not deterministic).
 // - router: the one-kernel event router (B = 1: 0.626 ms per step against 0.665 with the cuBLAS
@@ -49,7 +52,44 @@ int64_t parse_row_chunk(const std::string& val) {
   return v;
 }
 
-void apply_override(FusedKernelConfig& k, const std::string& spec) {
+// Our down GEMM with split-K `split`, its tile width chosen for `rows`: the narrow tile while one wave
+// of split clusters covers the tiles (B = 1 fills the SMs), the wide one (half the operand bytes per
+// output) beyond. Both sum every output in the same order.
+GemmVariant down_for_split(int split, int64_t rows, int64_t d_model) {
+  SWAPFFN_REQUIRE(split == 2 || split == 4, "kernel config down=sk<N> takes N = 2 or 4, got " + std::to_string(split));
+  const GpuInfo gpu = query_gpu();
+  const GemmVariant narrow = split == 2 ? GemmVariant{64, 6, 2, 1} : GemmVariant{128, 4, 4, 1};
+  const GemmVariant wide = split == 2 ? GemmVariant{128, 4, 2, 1} : GemmVariant{256, 4, 4, 1};
+  const int64_t ctas = (rows + 127) / 128 * (d_model / narrow.bn) * split;
+  return !gpu.present || ctas <= gpu.sm_count ? narrow : wide;
+}
+
+void set_down(FusedKernelConfig& k, const std::string& val, int64_t rows, int64_t d_model) {
+  k.down_cublas = val == "cublas";
+  if (k.down_cublas) return;
+  if (val.size() > 2 && val.compare(0, 2, "sk") == 0 && val.find('_') == std::string::npos) {
+    size_t used = 0;
+    int split = 0;
+    try {
+      split = std::stoi(val.substr(2), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SWAPFFN_REQUIRE(used == val.size() - 2, "kernel config down=" + val + ": expected cublas, sk<N> or a variant name");
+    k.down = down_for_split(split, rows, d_model);
+    return;
+  }
+  k.down = parse_gemm_variant(val);
+  bool compiled = false;
+  std::string names;
+  for (const auto& v : down_gemm_variants()) {
+    compiled = compiled || v == k.down;
+    names += (names.empty() ? "" : ", ") + v.name();
+  }
+  SWAPFFN_REQUIRE(compiled, "kernel config down=" + val + ": no such down GEMM variant is compiled (" + names + ")");
+}
+
+void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows, int64_t d_model) {
   size_t pos = 0;
   while (pos < spec.size()) {
     const size_t end = std::min(spec.find(',', pos), spec.size());
@@ -60,8 +100,7 @@ void apply_override(FusedKernelConfig& k, const std::string& spec) {
     if (key == "up") {
       k.up = parse_gemm_variant(val);
     } else if (key == "down") {
-      k.down_cublas = val == "cublas";
-      if (!k.down_cublas) k.down = parse_gemm_variant(val);
+      set_down(k, val, rows, d_model);
     } else if (key == "router") {
       SWAPFFN_REQUIRE(val == "cublas" || val == "event", "kernel config router must be cublas or event, got '" + val + "'");
       k.router = val;
@@ -102,9 +141,7 @@ FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::st
     if (b <= batch && b > best) {
       best = b;
       k.up = parse_gemm_variant(e.at("up").get<std::string>());
-      const std::string down = e.at("down").get<std::string>();
-      k.down_cublas = down == "cublas";
-      if (!k.down_cublas) k.down = parse_gemm_variant(down);
+      set_down(k, e.at("down").get<std::string>(), batch * cfg.core_count, cfg.d_model);
       k.router = e.value("router", k.router);
       k.router_grid = parse_router_grid(e.value("router_grid", std::string("auto")));
       k.row_chunk = e.value("chunk", int64_t{0});
@@ -120,10 +157,10 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
   std::string file = tune_file;
   if (const char* env = std::getenv("SWAPFFN_TUNE_FILE"); file.empty() && env) file = env;
   FusedKernelConfig k = from_tune_file(cfg, batch, file);
-  apply_override(k, kernel_config);
+  apply_override(k, kernel_config, batch * cfg.core_count, cfg.d_model);
   // What fixes the summation order must not change with the batch size (batch invariance).
   FusedKernelConfig one = from_tune_file(cfg, 1, file);
-  apply_override(one, kernel_config);
+  apply_override(one, kernel_config, cfg.core_count, cfg.d_model);
   const auto numerics = [](const FusedKernelConfig& c) {
     return c.router + (c.down_cublas ? std::string("/cublas") : "/sk" + std::to_string(c.down.split_k));
   };
@@ -131,12 +168,13 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
                   "fused: router and down-GEMM implementation must be the same at every batch size (batch "
                   "invariance); batch " + std::to_string(batch) + " would use " + numerics(k) + ", batch 1 " +
                       numerics(one) + " (tuning cache '" + file + "')");
+  SWAPFFN_REQUIRE(k.down_cublas || (cfg.d_ff % (64 * k.down.split_k) == 0 && cfg.d_model % (k.down.bn * k.down.multicast) == 0),
+                  "fused: down GEMM " + k.down.name() + " needs d_ff a multiple of " + std::to_string(64 * k.down.split_k) +
+                      " and d_model a multiple of " + std::to_string(k.down.bn * k.down.multicast) + " (d_ff = " +
+                      std::to_string(cfg.d_ff) + ", d_model = " + std::to_string(cfg.d_model) + ")");
   SWAPFFN_REQUIRE(k.router_grid == RouterGrid::automatic || k.router == "event",
                   "fused: router_grid=" + to_string(k.router_grid) + " needs router=event (the " + k.router +
                       " router has no CTA grid to choose)");
-  SWAPFFN_REQUIRE(k.down_cublas || k.down.split_k == FusedKernelConfig{}.down.split_k,
-                  "fused: the down GEMM must use split_k " + std::to_string(FusedKernelConfig{}.down.split_k) +
-                      " (it sets the summation order), got " + k.down.name());
   return k;
 }
 

@@ -14,7 +14,7 @@ struct FusedKernelConfig {
   GemmVariant up{256, 4, 1, 1};  // SwiGLU dual GEMM [M, D] x [2F, D]^T
   // Residual GEMM [M, F] x [D, F]^T (h += u W2^T): our sm90 kernel with this variant, or, when
   // down_cublas, cuBLASLt with beta = 1 (batch-invariant algorithms, as in the unfused backend).
-  GemmVariant down{64, 6, 2, 1};
+  GemmVariant down{128, 4, 4, 1};
   bool down_cublas = true;
   bool pdl = true;                // programmatic dependent launch for the GEMMs
   // Event head: "cublas" = RMSNorm (fused into the previous kernel) + cuBLASLt router GEMM + the
@@ -35,7 +35,8 @@ void check_fused_supports(const Config& cfg);
 
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
-// kernel_config ("up=<variant>,down=<variant>|cublas,router=cublas|event,router_grid=<grid>,chunk=<rows>",
+// kernel_config ("up=<variant>,down=<variant>|cublas|sk2|sk4,router=cublas|event,router_grid=<grid>,chunk=<rows>",
+// sk<N>: our down GEMM with split-K N, its tile width chosen for the batch size;
 // each part optional)
 // overrides.
 FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,

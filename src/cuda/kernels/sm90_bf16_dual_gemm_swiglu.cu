@@ -27,8 +27,10 @@ struct SwigluEpilogue {
   template <int BN>
   static constexpr int smem_bytes() { return 64 * BN; }  // 64 rows x BN/2 bf16
   template <int BN>
+  // The dual GEMM never splits K (launch<> fixes SplitK = 1: the SwiGLU needs whole sums), so every
+  // CTA owns all of its tile's columns and the block range is always the whole tile.
   __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int /*M*/, int t,
-                               uint8_t* stage, int barrier) {
+                               uint8_t* stage, int barrier, int /*j_begin*/, int /*j_end*/) {
     static_assert(BN % 128 == 0, "the staging is made of 64-output (128-byte) boxes");
     constexpr int kBoxBytes = 64 * 128;
     const auto at = [&](int r, int byte) {

@@ -7,9 +7,15 @@
 // Structure (per CTA, 384 threads): warpgroup 0 is the producer (one thread issues TMA loads of the
 // A and B tiles into a ring of `Stages` shared-memory buffers, completing on mbarriers); warpgroups
 // 1 and 2 are consumers, each owning 64 rows of the 128-row tile and issuing wgmma m64nBNk16 on the
-// swizzled tiles. Split-K (blockIdx.z) runs as a thread-block cluster along z: the CTA of rank 1
-// ships its accumulators into rank 0's shared memory (DSMEM) and rank 0 adds them in a fixed order,
-// so results are bitwise reproducible and do not depend on M (batch invariance).
+// swizzled tiles. Split-K (blockIdx.z, 2 or 4 slices of K) runs as a thread-block cluster
+// along z. After the mainloops each rank owns 1/SplitK of the tile's columns and receives the other
+// ranks' partial sums of those columns through distributed shared memory (into its own stage
+// buffers, idle by then), then adds the SplitK partials in rank order, ((P0 + P1) + P2) + P3: the
+// order is fixed, so results are bitwise reproducible and do not depend on M or on the tile's N
+// (batch invariance), and the exchange moves (SplitK-1)/SplitK of a tile per CTA in parallel.
+// The B operand must be constant for the step (weights): the producer loads the B tiles of its
+// first stages before waiting for the previous kernel (programmatic dependent launch), so their
+// latency overlaps the predecessor's tail.
 // Operand multicast: L2 bandwidth (~8.5 TB/s), not the tensor cores, bounds these GEMMs at small M,
 // so CTAs of one cluster that need the same tile load a slice each and multicast it to all:
 // ClusterN CTAs along x (different N tiles) share the A tile, ClusterM CTAs along y (different M
@@ -68,9 +74,11 @@ struct GemmTile {
   static constexpr int kAccPerThread = BN / 2;  // m64nBN f32 accumulators per thread
   static constexpr int kStageBytesA = BM * BK * 2;
   static constexpr int kStageBytesB = BN * BK * 2;
-  static constexpr int kReduceBytes = SplitK > 1 ? BM * BN * 4 : 0;
-  static constexpr int kSmemBytes =
-      1024 /*alignment slack*/ + Stages * (kStageBytesA + kStageBytesB) + kReduceBytes + 2 * Stages * 8;
+  // Split-K exchange: each rank receives, for its BN/SplitK columns, the partials of the other ranks
+  // (float4 per thread and 8-column block), in its stage buffers once every mainloop of the cluster is done.
+  static constexpr int kOwnBlocks = BN / 8 / SplitK;  // 8-column accumulator blocks a rank finishes
+  static constexpr int kReduceBytes = (SplitK - 1) * kConsumers * kOwnBlocks * 128 * 16;
+  static constexpr int kSmemBytes = 1024 /*alignment slack*/ + Stages * (kStageBytesA + kStageBytesB) + 2 * Stages * 8;
   // CTAs resident per SM. With 2, one CTA's epilogue runs under the other's MMAs (with one CTA per
   // SM nothing overlaps the epilogue); the price is half the registers and shared memory each, so
   // the accumulators must fit 112 registers (BN <= 128) and the epilogue is staged in the
@@ -79,7 +87,10 @@ struct GemmTile {
 
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma tile N must be 64, 128 or 256 here");
   static_assert(Stages >= 2 && Stages <= 8, "pipeline depth must be 2..8");
-  static_assert(SplitK == 1 || SplitK == 2, "split-K is a cluster of 1 or 2 CTAs along z");
+  static_assert(SplitK == 1 || SplitK == 2 || SplitK == 4, "split-K is a cluster of 1, 2 or 4 CTAs along z");
+  static_assert(BN / 8 % SplitK == 0, "each split-K rank finishes a whole number of 8-column blocks");
+  static_assert(kReduceBytes <= Stages * (kStageBytesA + kStageBytesB),
+                "the split-K partials received by a rank must fit its stage buffers");
   static_assert(ClusterN == 1 || ClusterM == 1, "multicast along one grid dimension at a time");
   static_assert(kClusterSize <= 8, "portable cluster size is at most 8");
   static_assert(!kPersistent || kClusterSize == 1,
@@ -140,9 +151,10 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 
 
 // The epilogue interface: `Epi::finish(thread_in_wg)` once per consumer thread after its last tile,
-// and `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg, stage, barrier)`
-// with acc holding the (fully reduced) accumulators of 64 rows starting at m_base and BN columns from
-// n_base; stage is Epi::smem_bytes<BN>() of shared memory owned by this consumer warpgroup and
+// and `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg, stage, barrier, j_begin, j_end)`
+// with acc holding the accumulators of 64 rows starting at m_base and BN columns from n_base, fully
+// reduced in the 8-column blocks [j_begin, j_end) that this CTA must write (all of them without
+// split-K); stage is Epi::smem_bytes<BN>() of shared memory owned by this consumer warpgroup and
 // barrier a named-barrier id (1 or 2) for its 128 threads. Launchers pass
 // kernel_smem_bytes<Tile, Epi>() (below) as the dynamic shared memory.
 template <class Tile, class Epi>
@@ -158,8 +170,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* smem_a = smem;
   uint8_t* smem_b = smem_a + S * Tile::kStageBytesA;
-  float* smem_reduce = reinterpret_cast<float*>(smem_b + S * Tile::kStageBytesB);
-  uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<uint8_t*>(smem_reduce) + Tile::kReduceBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + S * Tile::kStageBytesB);
   uint64_t* empty = full + S;
   // Epilogue staging (Epi::smem_bytes<BN>() per consumer warpgroup), after the barriers; 1024-byte
   // aligned so a TMA store can read it with the 128-byte swizzle.
@@ -194,46 +205,62 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   } else {
     __syncthreads();
   }
-  // Everything below reads what the previous kernel of the step wrote.
-  pdl_wait();
-  pdl_launch_dependents();
-
   if (producer) {
     if constexpr (Tile::kCtasPerSm == 1) cutlass::arch::warpgroup_reg_dealloc<40>();
     if (threadIdx.x == Tile::kProducerThread) {
       uint16_t mask_a = 0, mask_b = 0;
       for (int x = 0; x < Tile::ClusterN; ++x) mask_a |= uint16_t(1u << rank_of(x, cy, split));
       for (int y = 0; y < Tile::ClusterM; ++y) mask_b |= uint16_t(1u << rank_of(cx, y, split));
+      const auto load_b = [&](int s, int it, int n_tile) {
+        uint8_t* b_dst = smem_b + s * Tile::kStageBytesB + cy * Tile::kBoxRowsB * 128;
+        const int k = (k_tile0 + it) * BK, b_row = n_tile * BN + cy * Tile::kBoxRowsB;
+        if constexpr (Tile::ClusterM > 1)
+          cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_b, &full[s], mask_b, 0, b_dst, k, b_row);
+        else
+          cute::SM90_TMA_LOAD_2D::copy(&tma_b, &full[s], 0, b_dst, k, b_row);
+      };
+      // The weights of the first stages (fresh barriers: no wait for consumers) before the PDL wait.
+      const int prefetched = k_tiles_per_split < S ? k_tiles_per_split : S;
+      if (tile0 < tile_end)
+        for (int it = 0; it < prefetched; ++it) {
+          Barrier::arrive_and_expect_tx(&full[it], Tile::kStageBytesA + Tile::kStageBytesB);
+          load_b(it, it, n_tile_of(tile0));
+        }
+      pdl_wait();  // A is what the previous kernel of the step wrote
       int g = 0;  // k-steps issued so far by this CTA (the ring position runs on across tiles)
       for (int tile = tile0; tile < tile_end; tile += tile_step) {
         const int n_tile = n_tile_of(tile), m_tile = m_tile_of(tile);
         for (int it = 0; it < k_tiles_per_split; ++it, ++g) {
           const int s = g % S;
-          const uint32_t phase = (g / S) & 1;
-          EmptyBarrier::wait(&empty[s], phase ^ 1);
-          Barrier::arrive_and_expect_tx(&full[s], Tile::kStageBytesA + Tile::kStageBytesB);
+          if (g >= prefetched) {
+            EmptyBarrier::wait(&empty[s], ((g / S) & 1) ^ 1);
+            Barrier::arrive_and_expect_tx(&full[s], Tile::kStageBytesA + Tile::kStageBytesB);
+            load_b(s, it, n_tile);
+          }
           const int k = (k_tile0 + it) * BK;
           uint8_t* a_dst = smem_a + s * Tile::kStageBytesA + cx * Tile::kBoxRowsA * 128;
-          uint8_t* b_dst = smem_b + s * Tile::kStageBytesB + cy * Tile::kBoxRowsB * 128;
-          const int a_row = m_tile * BM + cx * Tile::kBoxRowsA, b_row = n_tile * BN + cy * Tile::kBoxRowsB;
+          const int a_row = m_tile * BM + cx * Tile::kBoxRowsA;
           if constexpr (Tile::ClusterN > 1)
             cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_a, &full[s], mask_a, 0, a_dst, k, a_row);
           else
             cute::SM90_TMA_LOAD_2D::copy(&tma_a, &full[s], 0, a_dst, k, a_row);
-          if constexpr (Tile::ClusterM > 1)
-            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_b, &full[s], mask_b, 0, b_dst, k, b_row);
-          else
-            cute::SM90_TMA_LOAD_2D::copy(&tma_b, &full[s], 0, b_dst, k, b_row);
         }
       }
     }
     if constexpr (Tile::kClusterSize > 1) {
-      // Peers may still arrive on this CTA's barriers: leave only when the whole cluster is done.
-      cute::cluster_arrive();
-      cute::cluster_wait();
+      // Peers may still arrive on this CTA's barriers or write its stage buffers (split-K exchange):
+      // leave only when the whole cluster is done. One cluster barrier per consumer barrier.
+      for (int i = 0; i < (Tile::SplitK > 1 ? 2 : 1); ++i) {
+        cute::cluster_arrive();
+        cute::cluster_wait();
+      }
     }
     return;
   }
+
+  // The epilogue reads and writes what the previous kernel of the step wrote (h, for the residual).
+  pdl_wait();
+  pdl_launch_dependents();
 
   if constexpr (Tile::kCtasPerSm == 1) cutlass::arch::warpgroup_reg_alloc<232>();
   const int c = (threadIdx.x - Tile::kFirstConsumerThread) / 128;  // consumer: rows [64c, 64c + 64) of the tile
@@ -280,38 +307,73 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     // The tile's last stage goes back too: the producer may already fill it for the next tile.
     if constexpr (Tile::kPersistent) release((g + S - 1) % S);
 
-    float2* red = reinterpret_cast<float2*>(smem_reduce) + c * (Tile::kAccPerThread / 2) * 128;
+    // 8-column accumulator blocks this CTA finishes: all, or its rank's share of a split-K tile.
+    int j_begin = 0, j_end = BN / 8;
     if constexpr (Tile::SplitK > 1) {
-      // Rank z = 1 ships its partial sums to rank z = 0 (same slot per thread: a private layout).
-      if (split == 1) {
-        const uint32_t local = cute::cast_smem_ptr_to_uint(red);
-        uint32_t remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank_of(cx, cy, 0)));
-  #pragma unroll
-        for (int p = 0; p < Tile::kAccPerThread / 2; ++p)
-          asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(remote + (p * 128 + t) * 8), "f"(acc[2 * p]),
-                       "f"(acc[2 * p + 1])
-                       : "memory");
-      }
-    }
-    if constexpr (Tile::kClusterSize > 1) {
+      constexpr int KS = Tile::SplitK, OB = Tile::kOwnBlocks;
+      // Received partials live in this CTA's stage buffers, [source slot][consumer][own block][thread]
+      // float4 (the four accumulators of one 8-column block; a private per-thread layout). Nothing may
+      // write there before every mainloop of the cluster is done (TMA loads, MMA reads).
+      float4* recv = reinterpret_cast<float4*>(smem_a);
+      const auto slot_of = [](int src, int dst) { return src < dst ? src : src - 1; };
       cute::cluster_arrive();
       cute::cluster_wait();
-    }
-    if (split != 0) return;
-    if constexpr (Tile::SplitK > 1) {
+      const uint32_t local = cute::cast_smem_ptr_to_uint(recv);
   #pragma unroll
-      for (int p = 0; p < Tile::kAccPerThread / 2; ++p) {
-        const float2 o = red[p * 128 + t];
-        acc[2 * p] += o.x;
-        acc[2 * p + 1] += o.y;
+      for (int dst = 0; dst < KS; ++dst) {
+        if (dst == split) continue;
+        uint32_t remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank_of(cx, cy, dst)));
+        remote += ((slot_of(split, dst) * Tile::kConsumers + c) * OB * 128 + t) * 16;
+  #pragma unroll
+        for (int jj = 0; jj < OB; ++jj) {
+          const float* v = &acc[4 * (dst * OB + jj)];
+          asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(remote + jj * 128 * 16), "f"(v[0]),
+                       "f"(v[1]), "f"(v[2]), "f"(v[3])
+                       : "memory");
+        }
       }
+      cute::cluster_arrive();
+      cute::cluster_wait();
+      // ((P0 + P1) + P2) + P3 over the ranks, this rank's own partial in its place. (Blocks are
+      // walked at compile-time indices: a runtime index would put acc in local memory and serialise
+      // the wgmmas.)
+  #pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        if (j / OB != split) continue;
+        const int jj = j % OB;
+        float* own = &acc[4 * j];
+        float4 sum = make_float4(own[0], own[1], own[2], own[3]);
+  #pragma unroll
+        for (int src = 0; src < KS; ++src) {
+          const float4 p =
+              src == split ? make_float4(own[0], own[1], own[2], own[3])
+                           : recv[((slot_of(src, split) * Tile::kConsumers + c) * OB + jj) * 128 + t];
+          if (src == 0) {
+            sum = p;
+          } else {
+            sum.x += p.x;
+            sum.y += p.y;
+            sum.z += p.z;
+            sum.w += p.w;
+          }
+        }
+        own[0] = sum.x;
+        own[1] = sum.y;
+        own[2] = sum.z;
+        own[3] = sum.w;
+      }
+      j_begin = split * OB;
+      j_end = j_begin + OB;
+    } else if constexpr (Tile::kClusterSize > 1) {
+      cute::cluster_arrive();
+      cute::cluster_wait();
     }
     // Staging: this warpgroup's own 64 rows of A in the last stage (only its MMAs read them, and
     // they are complete; no load is in flight), or the separate buffer.
     uint8_t* stage = Tile::kStageEpilogueInA ? smem_a + ((g + S - 1) % S) * Tile::kStageBytesA + c * 64 * 128
                                              : epi_smem + c * Epi::template smem_bytes<BN>();
-    Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t, stage, 1 + c);
+    Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t, stage, 1 + c, j_begin, j_end);
   }
   Epi::finish(t);  // e.g. outstanding asynchronous stores of the staging
 }

@@ -1,8 +1,9 @@
 // FFN down-projection of the fused backend: h += u W2^T (or h = u W2^T without the residual), with
 // the fp32 state h updated in the epilogue so the [M, D] product never round-trips separately.
-// At B = 1 the problem has only 4 x D/BN tiles, too few for 132 SMs, so K is split across a
-// 2-CTA cluster whose partial sums meet in shared memory in a fixed order (deterministic and the
-// same for every batch size).
+// At B = 1 the problem has only 4 x D/BN tiles, too few for 132 SMs, and without a split every SM
+// must ingest >= 1 MB of operands (cuBLAS's 64 x 64 tiles: 12.5 us at ~80 GB/s per SM). So K is
+// split across a 2- or 4-CTA cluster whose partial sums meet in distributed shared memory in a fixed
+// order (deterministic, and the same for every batch size and tile width: batch invariance).
 #include <algorithm>
 
 #include "cuda/cuda_check.hpp"
@@ -25,9 +26,10 @@ struct ResidualEpilogue {
   __device__ static void finish(int) {}
   template <int BN>
   __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int M, int t,
-                               uint8_t* /*stage*/, int /*barrier*/) {
+                               uint8_t* /*stage*/, int /*barrier*/, int j_begin, int j_end) {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
+      if (j < j_begin || j >= j_end) continue;  // another split-K rank's columns
       const sm90::AccCoord a = sm90::acc_coord(t, j);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -54,7 +56,8 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
                                                    " is not a multiple of the tile N x multicast " +
                                                    std::to_string(BN * Multicast));
   SWAPFFN_REQUIRE(a.k > 0 && a.k % (Tile::BK * SplitK) == 0,
-                  "down GEMM: F = " + std::to_string(a.k) + " is not a positive multiple of 64 * split_k");
+                  "down GEMM: F = " + std::to_string(a.k) + " is not a positive multiple of 64 * split_k = " +
+                      std::to_string(Tile::BK * SplitK));
   const CUtensorMap ta = make_tma_2d_bf16_sw128(a.a, a.m, a.k, Tile::kBoxRowsA, 64);
   const CUtensorMap tb = make_tma_2d_bf16_sw128(a.w, a.n, a.k, Tile::kBoxRowsB, 64);
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
@@ -68,11 +71,13 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
 }
 
 // The compiled variants. bn 64 with split-K 2: 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024);
-// bn 128 split 2: half the CTAs, more B reuse. bn 128 without split (sk1): a different summation
-// order from the split variants; the fused engine refuses it (the down GEMM's order must be the
-// same at every batch size), but `tune` times it and compares its bits with cuBLAS's split-K-free
-// algorithms, which all sum each output as one chain of k-steps as it does. _p: persistent.
-// mc 2: two N tiles share each u tile through TMA multicast (a third less L2 traffic at bn 64).
+// bn 128 split 2: half the CTAs, more B reuse. bn 128 split 4: 128 CTAs at B = 1 again, each over
+// K/4 with 128 x 128 tiles (half the operand bytes per SM of bn 64 split 2 or cuBLAS's 64 x 64
+// tiles); bn 256 split 4 is the same summation order with half the operand bytes per output at large
+// M. bn 128 without split (sk1): a different summation order from the split variants; `tune` times
+// it and compares its bits with cuBLAS's split-K-free algorithms, which all sum each output as one
+// chain of k-steps as it does. _p: persistent. mc 2: two N tiles share each u tile through TMA
+// multicast (a third less L2 traffic at bn 64).
 struct ResidualEntry {
   GemmVariant v;
   void (*fn)(const GemmResidualArgs&, cudaStream_t, bool);
@@ -81,6 +86,8 @@ constexpr ResidualEntry kResidualVariants[] = {{{64, 6, 2, 2}, launch<64, 6, 2, 
                                                {{64, 6, 2, 1}, launch<64, 6, 2, 1>},
                                                {{128, 4, 2, 2}, launch<128, 4, 2, 2>},
                                                {{128, 4, 2, 1}, launch<128, 4, 2, 1>},
+                                               {{128, 4, 4, 1}, launch<128, 4, 4, 1>},
+                                               {{256, 4, 4, 1}, launch<256, 4, 4, 1>},
                                                {{128, 4, 1, 1}, launch<128, 4, 1, 1>},
                                                {{128, 4, 1, 1, true}, launch<128, 4, 1, 1, true>},
                                                {{256, 4, 1, 1, true}, launch<256, 4, 1, 1, true>}};
