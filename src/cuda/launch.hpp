@@ -19,6 +19,37 @@ inline int sm_count() {
   return n;
 }
 
+// Thread-block clusters of `kernel` resident at once (cudaOccupancyMaxActiveClusters), and CTAs for
+// a kernel launched without clusters: what one wave of the grid holds.
+template <class Kernel>
+int max_active_clusters(Kernel kernel, dim3 block, dim3 cluster, int smem_bytes) {
+  if (smem_bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(cluster.x, cluster.y, cluster.z);
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster.x;
+  attr.val.clusterDim.y = cluster.y;
+  attr.val.clusterDim.z = cluster.z;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  return n;
+}
+template <class Kernel>
+int max_ctas_per_wave(Kernel kernel, dim3 block, int smem_bytes) {
+  if (smem_bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x * block.y * block.z),
+                                                           static_cast<size_t>(smem_bytes)));
+  return per_sm * sm_count();
+}
+
 template <class Kernel, class... Args>
 void launch_kernel_ex(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int smem_bytes, cudaStream_t stream, bool pdl,
                       Args... args) {

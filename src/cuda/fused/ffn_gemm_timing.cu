@@ -93,7 +93,9 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
       CUDA_CHECK(cudaStreamSynchronize(stream));
       const bool same = std::memcmp(variant_h.data(), pinned_h.data(), hn * 4) == 0;
       out.push_back({"down_residual", m, d_model, d_ff, v, us, f2 / us * 1e-6,
-                     same ? "bits = cuBLAS pinned" : "bits != cuBLAS pinned"});
+                     std::string(same ? "bits = cuBLAS pinned" : "bits != cuBLAS pinned") + ", " +
+                         std::to_string(down_gemm_clusters_per_wave(v)) + (v.split_k * v.multicast > 1 ? " clusters" : " CTAs") +
+                         " per wave"});
     }
     const double us1 = median_us([&] { cublas_nt(handle, a.get(), w13.get(), scratch.get(), m, 2 * d_ff, d_model); },
                                  repeats, stream);

@@ -17,7 +17,7 @@ struct GemmTiming {
   double us = 0;        // median time of one launch
   double tflops = 0;
   std::string algo;     // cuBLASLt algorithm of the pinned row; for our down variants, whether
-                        // their bits equal the pinned cuBLAS GEMM's
+                        // their bits equal the pinned cuBLAS GEMM's and how many clusters fit one wave
 };
 
 // Times every compiled variant (and cuBLAS) for each row count in ms on random bf16 data;

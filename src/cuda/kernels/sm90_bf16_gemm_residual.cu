@@ -77,20 +77,35 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
 // M. bn 128 without split (sk1): a different summation order from the split variants; `tune` times
 // it and compares its bits with cuBLAS's split-K-free algorithms, which all sum each output as one
 // chain of k-steps as it does. _p: persistent. mc 2: two N tiles share each u tile through TMA
-// multicast (a third less L2 traffic at bn 64).
+// multicast (a third less L2 traffic at bn 64). st 8 / st 6 with split: more bytes in flight per SM
+// (the mainloop's k-step time at small M follows the stage bytes in flight over the L2 latency).
+// Clusters of the variant resident at once on this GPU (its split-K cluster, with its shared memory):
+// a grid of more clusters than this runs in several waves.
+template <int BN, int Stages, int SplitK, int Multicast, bool Persistent = false>
+int clusters_per_wave() {
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent>;
+  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
+  const int smem = sm90::kernel_smem_bytes<Tile, ResidualEpilogue>();
+  if (Tile::kClusterSize == 1) return max_ctas_per_wave(kernel, dim3(Tile::kThreads), smem);
+  return max_active_clusters(kernel, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK), smem);
+}
+
 struct ResidualEntry {
   GemmVariant v;
   void (*fn)(const GemmResidualArgs&, cudaStream_t, bool);
+  int (*per_wave)();
 };
-constexpr ResidualEntry kResidualVariants[] = {{{64, 6, 2, 2}, launch<64, 6, 2, 2>},
-                                               {{64, 6, 2, 1}, launch<64, 6, 2, 1>},
-                                               {{128, 4, 2, 2}, launch<128, 4, 2, 2>},
-                                               {{128, 4, 2, 1}, launch<128, 4, 2, 1>},
-                                               {{128, 4, 4, 1}, launch<128, 4, 4, 1>},
-                                               {{256, 4, 4, 1}, launch<256, 4, 4, 1>},
-                                               {{128, 4, 1, 1}, launch<128, 4, 1, 1>},
-                                               {{128, 4, 1, 1, true}, launch<128, 4, 1, 1, true>},
-                                               {{256, 4, 1, 1, true}, launch<256, 4, 1, 1, true>}};
+#define SWAPFFN_DOWN_VARIANT(BN, ST, SK, MC, ...) \
+  {{BN, ST, SK, MC __VA_OPT__(, ) __VA_ARGS__}, launch<BN, ST, SK, MC __VA_OPT__(, ) __VA_ARGS__>, \
+   clusters_per_wave<BN, ST, SK, MC __VA_OPT__(, ) __VA_ARGS__>}
+constexpr ResidualEntry kResidualVariants[] = {
+    SWAPFFN_DOWN_VARIANT(64, 6, 2, 2),         SWAPFFN_DOWN_VARIANT(64, 6, 2, 1),
+    SWAPFFN_DOWN_VARIANT(64, 8, 2, 1),         SWAPFFN_DOWN_VARIANT(128, 4, 2, 2),
+    SWAPFFN_DOWN_VARIANT(128, 4, 2, 1),        SWAPFFN_DOWN_VARIANT(128, 6, 2, 1),
+    SWAPFFN_DOWN_VARIANT(128, 4, 4, 1),        SWAPFFN_DOWN_VARIANT(128, 6, 4, 1),
+    SWAPFFN_DOWN_VARIANT(256, 4, 4, 1),        SWAPFFN_DOWN_VARIANT(128, 4, 1, 1),
+    SWAPFFN_DOWN_VARIANT(128, 4, 1, 1, true),  SWAPFFN_DOWN_VARIANT(256, 4, 1, 1, true)};
+#undef SWAPFFN_DOWN_VARIANT
 
 }  // namespace
 
@@ -98,6 +113,12 @@ std::vector<GemmVariant> down_gemm_variants() {
   std::vector<GemmVariant> out;
   for (const auto& e : kResidualVariants) out.push_back(e.v);
   return out;
+}
+
+int down_gemm_clusters_per_wave(const GemmVariant& v) {
+  for (const auto& e : kResidualVariants)
+    if (e.v == v) return e.per_wave();
+  SWAPFFN_FAIL("down GEMM: no compiled variant " + v.name());
 }
 
 void launch_gemm_residual(const GemmResidualArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl) {

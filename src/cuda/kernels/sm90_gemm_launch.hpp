@@ -56,6 +56,9 @@ void launch_gemm_residual(const GemmResidualArgs& a, const GemmVariant& v, cudaS
 // (rows 16g..16g+7 = w1[8g..8g+7], rows 16g+8..16g+15 = w3[8g..8g+7]). F must be a multiple of 8.
 std::vector<bf16> interleave_w13(const std::vector<bf16>& w1, const std::vector<bf16>& w3, int64_t f, int64_t k);
 
+// Clusters (CTAs without a cluster) of a down GEMM variant that are resident at once on this GPU.
+int down_gemm_clusters_per_wave(const GemmVariant& v);
+
 // The variants compiled into this build (the tuner's search space).
 std::vector<GemmVariant> dual_gemm_variants();
 std::vector<GemmVariant> down_gemm_variants();
