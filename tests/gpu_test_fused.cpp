@@ -139,7 +139,8 @@ TEST(Fused, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
 // last chunk; the sequence alone does not) and two-CTAs-per-SM dual GEMM tiles.
 TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
   SKIP_WITHOUT_HOPPER();
-  // down=sk4: the batch of 9 takes 128 x 256 down tiles, the sequence alone 128 x 128 (one wave).
+  // down=sk4: our split-4 down GEMM in the batch and alone (tile widths by batch size; the GEMM test
+  // SameSplitGivesSameBitsForAnyTileAndRowCount checks the widths against each other bitwise).
   for (const auto& [preset, B, batch_kernels, down] :
        {std::tuple<const char*, int64_t, const char*, const char*>{"tiny", 5, "chunk=72", "cublas"},
         {"default", 9, "chunk=2048", "cublas"},

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/fused/fused_config.hpp"
+#include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
 
@@ -54,10 +55,11 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(o.row_chunk, 0);
   EXPECT_EQ(select_fused_config(cfg, 16, "", "chunk=2048").row_chunk, 2048);
   // down=sk4: split 4 at every batch size (the summation order), the tile width by the batch size:
-  // 128 x 128 while one wave of 4-CTA clusters covers the tiles (B = 1: 4 x 8 x 4 = 128 CTAs).
+  // 128 x 128 while one wave of 4-CTA clusters covers the tiles (B = 1: 4 x 8 clusters; an H100
+  // holds 30 at once, so it takes 128 x 256 there), 128 x 256 beyond.
   const GemmVariant sk4_b1 = select_fused_config(cfg, 1, "", "down=sk4").down;
   EXPECT_EQ(sk4_b1.split_k, 4);
-  EXPECT_EQ(sk4_b1.bn, !gpu.present || 4 * 8 * 4 <= gpu.sm_count ? 128 : 256);
+  EXPECT_EQ(sk4_b1.bn, !gpu.present || 4 * 8 <= down_gemm_clusters_per_wave(GemmVariant{128, 4, 4, 1}) ? 128 : 256);
   const FusedKernelConfig sk4_b16 = select_fused_config(cfg, 16, "", "down=sk4");
   EXPECT_FALSE(sk4_b16.down_cublas);
   EXPECT_EQ(sk4_b16.down, (gpu.present ? GemmVariant{256, 4, 4, 1} : GemmVariant{128, 4, 4, 1}));

@@ -26,7 +26,8 @@ namespace swapffn::cuda {
 //   for cuBLASLt's pinned split-K-free algorithm; bn 128 split 2 is 22.5 us (64 CTAs at about half
 //   of the per-SM MMA rate). Multicast of u over 2 N tiles made the 4-CTA clusters slower (23.6 us).
 //   Split 4 (down=sk4: 128 x 128 tiles while one wave of 4-CTA clusters covers the tiles, else
-//   128 x 256; tenth session, docs/PERF.md) halves the operand bytes per SM at B = 1.
+//   128 x 256; tenth session, docs/PERF.md) halves the operand bytes per SM at B = 1 but measured
+//   24 us at M = 512 (only 30 four-CTA clusters resident per wave on an H100) and 241 us at 8192.
 //   The sm90 variants stay selectable (kernel config down=<variant>|sk2|sk4) for tuning; whichever is
 //   chosen keeps its split at every batch size (the split fixes the summation order: batch invariance;
 //   only the tile width may follow the batch size).
@@ -53,15 +54,15 @@ int64_t parse_row_chunk(const std::string& val) {
 }
 
 // Our down GEMM with split-K `split`, its tile width chosen for `rows`: the narrow tile while one wave
-// of split clusters covers the tiles (B = 1 fills the SMs), the wide one (half the operand bytes per
-// output) beyond. Both sum every output in the same order.
+// of its split clusters (as many as the GPU holds resident at once) covers the tiles, the wide one
+// (half the operand bytes per output) beyond. Both sum every output in the same order.
 GemmVariant down_for_split(int split, int64_t rows, int64_t d_model) {
   SWAPFFN_REQUIRE(split == 2 || split == 4, "kernel config down=sk<N> takes N = 2 or 4, got " + std::to_string(split));
   const GpuInfo gpu = query_gpu();
   const GemmVariant narrow = split == 2 ? GemmVariant{64, 6, 2, 1} : GemmVariant{128, 4, 4, 1};
   const GemmVariant wide = split == 2 ? GemmVariant{128, 4, 2, 1} : GemmVariant{256, 4, 4, 1};
-  const int64_t ctas = (rows + 127) / 128 * (d_model / narrow.bn) * split;
-  return !gpu.present || ctas <= gpu.sm_count ? narrow : wide;
+  const int64_t clusters = (rows + 127) / 128 * (d_model / narrow.bn);
+  return !gpu.present || clusters <= down_gemm_clusters_per_wave(narrow) ? narrow : wide;
 }
 
 void set_down(FusedKernelConfig& k, const std::string& val, int64_t rows, int64_t d_model) {

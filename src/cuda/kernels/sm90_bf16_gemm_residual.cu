@@ -77,8 +77,12 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
 // M. bn 128 without split (sk1): a different summation order from the split variants; `tune` times
 // it and compares its bits with cuBLAS's split-K-free algorithms, which all sum each output as one
 // chain of k-steps as it does. _p: persistent. mc 2: two N tiles share each u tile through TMA
-// multicast (a third less L2 traffic at bn 64). st 8 / st 6 with split: more bytes in flight per SM
-// (the mainloop's k-step time at small M follows the stage bytes in flight over the L2 latency).
+// multicast (a third less L2 traffic at bn 64). Measured and dropped (tenth session, H100): deeper
+// pipelines with split (bn64 st8, bn128 st6: the same times as st6 / st4, so the k-step time at
+// small M does not follow the bytes in flight). Split 4 is slower than split 2 at every M on an
+// H100: only 30 four-CTA clusters of these tiles are resident at once (128 CTAs at B = 1 take two
+// waves), and the partials' exchange costs more than the shorter K saves; it stays selectable
+// (down=sk4) as a summation order of its own.
 // Clusters of the variant resident at once on this GPU (its split-K cluster, with its shared memory):
 // a grid of more clusters than this runs in several waves.
 template <int BN, int Stages, int SplitK, int Multicast, bool Persistent = false>
@@ -99,12 +103,11 @@ struct ResidualEntry {
   {{BN, ST, SK, MC __VA_OPT__(, ) __VA_ARGS__}, launch<BN, ST, SK, MC __VA_OPT__(, ) __VA_ARGS__>, \
    clusters_per_wave<BN, ST, SK, MC __VA_OPT__(, ) __VA_ARGS__>}
 constexpr ResidualEntry kResidualVariants[] = {
-    SWAPFFN_DOWN_VARIANT(64, 6, 2, 2),         SWAPFFN_DOWN_VARIANT(64, 6, 2, 1),
-    SWAPFFN_DOWN_VARIANT(64, 8, 2, 1),         SWAPFFN_DOWN_VARIANT(128, 4, 2, 2),
-    SWAPFFN_DOWN_VARIANT(128, 4, 2, 1),        SWAPFFN_DOWN_VARIANT(128, 6, 2, 1),
-    SWAPFFN_DOWN_VARIANT(128, 4, 4, 1),        SWAPFFN_DOWN_VARIANT(128, 6, 4, 1),
-    SWAPFFN_DOWN_VARIANT(256, 4, 4, 1),        SWAPFFN_DOWN_VARIANT(128, 4, 1, 1),
-    SWAPFFN_DOWN_VARIANT(128, 4, 1, 1, true),  SWAPFFN_DOWN_VARIANT(256, 4, 1, 1, true)};
+    SWAPFFN_DOWN_VARIANT(64, 6, 2, 2),        SWAPFFN_DOWN_VARIANT(64, 6, 2, 1),
+    SWAPFFN_DOWN_VARIANT(128, 4, 2, 2),       SWAPFFN_DOWN_VARIANT(128, 4, 2, 1),
+    SWAPFFN_DOWN_VARIANT(128, 4, 4, 1),       SWAPFFN_DOWN_VARIANT(256, 4, 4, 1),
+    SWAPFFN_DOWN_VARIANT(128, 4, 1, 1),       SWAPFFN_DOWN_VARIANT(128, 4, 1, 1, true),
+    SWAPFFN_DOWN_VARIANT(256, 4, 1, 1, true)};
 #undef SWAPFFN_DOWN_VARIANT
 
 }  // namespace
