@@ -190,9 +190,13 @@ GemmVariant parse_gemm_variant(const std::string& name) {
   };
   if (strip("_o2")) v.ctas_per_sm = 2;
   if (strip("_p")) v.persistent = true;
+  if (base.compare(0, 5, "bm64_") == 0) {
+    v.bm = 64;
+    base.erase(0, 5);
+  }
   char tail = 0;
   if (std::sscanf(base.c_str(), "bn%d_st%d_sk%d_mc%d%c", &v.bn, &v.stages, &v.split_k, &v.multicast, &tail) != 4)
-    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected bn<N>_st<S>_sk<K>_mc<C>, optionally _p or _o2)");
+    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected [bm64_]bn<N>_st<S>_sk<K>_mc<C>, optionally _p or _o2)");
   return v;
 }
 

@@ -49,9 +49,9 @@ struct ResidualEpilogue {
   }
 };
 
-template <int BN, int Stages, int SplitK, int Multicast, bool Persistent = false>
+template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
 void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent>;
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
   SWAPFFN_REQUIRE(a.n % (BN * Multicast) == 0, "down GEMM: D = " + std::to_string(a.n) +
                                                    " is not a multiple of the tile N x multicast " +
                                                    std::to_string(BN * Multicast));
@@ -70,7 +70,11 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
                      m_tiles * n_tiles);
 }
 
-// The compiled variants. bn 64 with split-K 2: 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024);
+// The compiled variants. bm 64 (64-row tiles, each consumer warpgroup 32 or 64 columns), no split:
+// cuBLAS's recipe at B = 1 (its pinned kernel is 64 x 64 tiles, 13 stages, a 2-CTA multicast
+// cluster: 8 x 16 = 128 CTAs over the whole K), so the same summation order as cuBLAS and as every
+// other non-split variant; st 12 keeps ~192 KB in flight. bn 64 with split-K 2: 4 * D/64 * 2 = 128
+// CTAs at B = 1 (D = 1024);
 // bn 128 split 2: half the CTAs, more B reuse. bn 128 split 4: 128 CTAs at B = 1 again, each over
 // K/4 with 128 x 128 tiles (half the operand bytes per SM of bn 64 split 2 or cuBLAS's 64 x 64
 // tiles); bn 256 split 4 is the same summation order with half the operand bytes per output at large
@@ -85,9 +89,9 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
 // (down=sk4) as a summation order of its own.
 // Clusters of the variant resident at once on this GPU (its split-K cluster, with its shared memory):
 // a grid of more clusters than this runs in several waves.
-template <int BN, int Stages, int SplitK, int Multicast, bool Persistent = false>
+template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
 int clusters_per_wave() {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent>;
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
   const int smem = sm90::kernel_smem_bytes<Tile, ResidualEpilogue>();
   if (Tile::kClusterSize == 1) return max_ctas_per_wave(kernel, dim3(Tile::kThreads), smem);
@@ -99,15 +103,15 @@ struct ResidualEntry {
   void (*fn)(const GemmResidualArgs&, cudaStream_t, bool);
   int (*per_wave)();
 };
-#define SWAPFFN_DOWN_VARIANT(BN, ST, SK, MC, ...) \
-  {{BN, ST, SK, MC __VA_OPT__(, ) __VA_ARGS__}, launch<BN, ST, SK, MC __VA_OPT__(, ) __VA_ARGS__>, \
-   clusters_per_wave<BN, ST, SK, MC __VA_OPT__(, ) __VA_ARGS__>}
+#define SWAPFFN_DOWN_VARIANT(BM, BN, ST, SK, MC, P) \
+  {{BN, ST, SK, MC, P, 1, BM}, launch<BM, BN, ST, SK, MC, P>, clusters_per_wave<BM, BN, ST, SK, MC, P>}
 constexpr ResidualEntry kResidualVariants[] = {
-    SWAPFFN_DOWN_VARIANT(64, 6, 2, 2),        SWAPFFN_DOWN_VARIANT(64, 6, 2, 1),
-    SWAPFFN_DOWN_VARIANT(128, 4, 2, 2),       SWAPFFN_DOWN_VARIANT(128, 4, 2, 1),
-    SWAPFFN_DOWN_VARIANT(128, 4, 4, 1),       SWAPFFN_DOWN_VARIANT(256, 4, 4, 1),
-    SWAPFFN_DOWN_VARIANT(128, 4, 1, 1),       SWAPFFN_DOWN_VARIANT(128, 4, 1, 1, true),
-    SWAPFFN_DOWN_VARIANT(256, 4, 1, 1, true)};
+    SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 2, false),   SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 1, false),
+    SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 2, false),  SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 1, false),
+    SWAPFFN_DOWN_VARIANT(128, 128, 4, 4, 1, false),  SWAPFFN_DOWN_VARIANT(128, 256, 4, 4, 1, false),
+    SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, false),  SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, true),
+    SWAPFFN_DOWN_VARIANT(128, 256, 4, 1, 1, true),   SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 2, false),
+    SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false),   SWAPFFN_DOWN_VARIANT(64, 128, 8, 1, 2, false)};
 #undef SWAPFFN_DOWN_VARIANT
 
 }  // namespace

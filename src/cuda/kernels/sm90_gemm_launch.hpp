@@ -16,7 +16,7 @@
 namespace swapffn::cuda {
 
 // Kernel configuration of one GEMM (separate from the problem shape). split_k changes the
-// floating-point summation order; bn, stages and multicast do not.
+// floating-point summation order; bm, bn, stages and multicast do not.
 struct GemmVariant {
   int bn = 128;
   int stages = 4;
@@ -24,8 +24,9 @@ struct GemmVariant {
   int multicast = 1;  // CTAs of a cluster sharing one operand tile (B for the dual GEMM, A for down)
   bool persistent = false;  // one CTA per SM walking the tiles (no cluster)
   int ctas_per_sm = 1;      // 2: two resident CTAs per SM, one's epilogue under the other's MMAs
+  int bm = 128;             // tile rows: 128, or 64 (the consumer warpgroups split the columns)
   std::string name() const {
-    return "bn" + std::to_string(bn) + "_st" + std::to_string(stages) + "_sk" + std::to_string(split_k) + "_mc" +
+    return (bm != 128 ? "bm" + std::to_string(bm) + "_" : std::string()) + "bn" + std::to_string(bn) + "_st" + std::to_string(stages) + "_sk" + std::to_string(split_k) + "_mc" +
            std::to_string(multicast) + (persistent ? "_p" : "") + (ctas_per_sm > 1 ? "_o" + std::to_string(ctas_per_sm) : "");
   }
   bool operator==(const GemmVariant&) const = default;
