@@ -68,7 +68,7 @@ INSTANTIATE_TEST_SUITE_P(
                       CheckCase{"tiny", 2, 4, "router=cublas,down=bn128_st4_sk2_mc1,up=bn128_st6_sk1_mc2"},
                       CheckCase{"tiny", 3, 4, "up=bn256_st4_sk1_mc1_p"},
                       CheckCase{"tiny", 3, 4, "chunk=48"},  // 120 rows: chunks of 48, 48 and 24
-                      CheckCase{"tiny", 3, 4, "down=bm64_bn64_st12_sk1_mc2"},  // 64-row tiles, 2 M tiles
+                      CheckCase{"tiny", 3, 4, "down=bm64_bn64_st12_sk1_mc1"},  // 64-row tiles, 2 M tiles
                       CheckCase{"tiny", 3, 4, "up=bn128_st3_sk1_mc1_o2"},
                       CheckCase{"tiny", 2, 4, "router=cublas,down=bn64_st6_sk2_mc1,chunk=64"},
                       CheckCase{"default", 1, 2, ""}, CheckCase{"default", 2, 1, "router=cublas,down=bn64_st6_sk2_mc1"},

@@ -70,11 +70,12 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
                      m_tiles * n_tiles);
 }
 
-// The compiled variants. bm 64 (64-row tiles, each consumer warpgroup 32 or 64 columns), no split:
-// cuBLAS's recipe at B = 1 (its pinned kernel is 64 x 64 tiles, 13 stages, a 2-CTA multicast
-// cluster: 8 x 16 = 128 CTAs over the whole K), so the same summation order as cuBLAS and as every
-// other non-split variant; st 12 keeps ~192 KB in flight. bn 64 with split-K 2: 4 * D/64 * 2 = 128
-// CTAs at B = 1 (D = 1024);
+// The compiled variants. bm 64 bn 64 st 12 (64-row tiles, each consumer warpgroup 32 columns), no
+// split: cuBLAS's B = 1 recipe (its pinned kernel, nvjet 64x64, 13 stages, a 2-CTA multicast
+// cluster: 8 x 16 = 128 CTAs over the whole K) and its summation order (bitwise, tested), but
+// measured 16.3 us at M = 512 against its 12.5-13.9; with the multicast pair 18.1, and bm 64 bn 128
+// st 8 with multicast 21.1 (both dropped). Kept as the base for finding what our mainloop loses
+// against nvjet on the same tile. bn 64 with split-K 2: 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024);
 // bn 128 split 2: half the CTAs, more B reuse. bn 128 split 4: 128 CTAs at B = 1 again, each over
 // K/4 with 128 x 128 tiles (half the operand bytes per SM of bn 64 split 2 or cuBLAS's 64 x 64
 // tiles); bn 256 split 4 is the same summation order with half the operand bytes per output at large
@@ -110,8 +111,7 @@ constexpr ResidualEntry kResidualVariants[] = {
     SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 2, false),  SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 1, false),
     SWAPFFN_DOWN_VARIANT(128, 128, 4, 4, 1, false),  SWAPFFN_DOWN_VARIANT(128, 256, 4, 4, 1, false),
     SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, false),  SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, true),
-    SWAPFFN_DOWN_VARIANT(128, 256, 4, 1, 1, true),   SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 2, false),
-    SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false),   SWAPFFN_DOWN_VARIANT(64, 128, 8, 1, 2, false)};
+    SWAPFFN_DOWN_VARIANT(128, 256, 4, 1, 1, true),   SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false)};
 #undef SWAPFFN_DOWN_VARIANT
 
 }  // namespace
