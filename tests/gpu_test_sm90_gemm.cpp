@@ -106,22 +106,32 @@ struct ResidualCase {
   bool residual;
 };
 
+// Random operands of h (+)= A W^T on the host and the device: A [m, k], W [n, k], h0 [m, n].
+struct ResidualOperands {
+  std::vector<bf16> a, w;
+  std::vector<float> h0;
+  DeviceBuffer<bf16> da, dw;
+  DeviceBuffer<float> dh;
+  ResidualOperands(int m, int n, int k, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    a = random_bf16(size_t(m) * k, rng, 1.f);
+    w = random_bf16(size_t(n) * k, rng, 1.f / std::sqrt(float(k)));
+    h0.resize(size_t(m) * n);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& e : h0) e = nd(rng);
+    da.upload(a);
+    dw.upload(w);
+    dh.resize(h0.size());
+  }
+};
+
 class ResidualGemm : public ::testing::TestWithParam<ResidualCase> {};
 
 TEST_P(ResidualGemm, MatchesCpuAndIsDeterministic) {
   SKIP_WITHOUT_HOPPER();
   const auto [m, n, k, v, residual] = GetParam();
-  std::mt19937_64 rng(2000 + m + n + k + v.bn + v.split_k);
-  const auto a = random_bf16(size_t(m) * k, rng, 1.f);
-  const auto w = random_bf16(size_t(n) * k, rng, 1.f / std::sqrt(float(k)));
-  std::vector<float> h0(size_t(m) * n);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (auto& e : h0) e = nd(rng);
-  DeviceBuffer<bf16> da, dw;
-  DeviceBuffer<float> dh;
-  da.upload(a);
-  dw.upload(w);
-  dh.resize(h0.size());
+  ResidualOperands ops(m, n, k, 2000 + m + n + k + v.bn + v.split_k + v.bm);
+  auto& [a, w, h0, da, dw, dh] = ops;
   GemmResidualArgs args{reinterpret_cast<const __nv_bfloat16*>(da.get()),
                         reinterpret_cast<const __nv_bfloat16*>(dw.get()), dh.get(), m, n, k, residual};
   std::vector<std::vector<float>> runs;
@@ -162,22 +172,13 @@ std::vector<ResidualCase> residual_cases() {
 INSTANTIATE_TEST_SUITE_P(Variants, ResidualGemm, ::testing::ValuesIn(residual_cases()));
 
 // Batch invariance of the down GEMM: the split fixes each output's summation order, so variants of
-// one split give the same bits whatever their tile shape, multicast and the number of rows (a row
-// alone or among 8192). Each row count runs its own operand copy (rows of a larger problem).
+// one split give the same bits whatever their tile shape, multicast and the number of rows (the
+// first 130 rows alone, or among 1100 rows of the same operands).
 TEST(ResidualGemm, SameSplitGivesSameBitsForAnyTileAndRowCount) {
   SKIP_WITHOUT_HOPPER();
   const int n = 1024, k = 4096, big = 1100, small = 130;
-  std::mt19937_64 rng(4242);
-  const auto a = random_bf16(size_t(big) * k, rng, 1.f);
-  const auto w = random_bf16(size_t(n) * k, rng, 1.f / std::sqrt(float(k)));
-  std::vector<float> h0(size_t(big) * n);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (auto& e : h0) e = nd(rng);
-  DeviceBuffer<bf16> da, dw;
-  DeviceBuffer<float> dh;
-  da.upload(a);
-  dw.upload(w);
-  dh.resize(h0.size());
+  ResidualOperands ops(big, n, k, 4242);
+  auto& [a, w, h0, da, dw, dh] = ops;
   const auto run = [&](const GemmVariant& v, int m) {
     dh.upload(h0);
     launch_gemm_residual({reinterpret_cast<const __nv_bfloat16*>(da.get()), reinterpret_cast<const __nv_bfloat16*>(dw.get()),
