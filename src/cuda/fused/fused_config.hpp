@@ -14,7 +14,7 @@ struct FusedKernelConfig {
   GemmVariant up{256, 4, 1, 1};  // SwiGLU dual GEMM [M, D] x [2F, D]^T
   // Residual GEMM [M, F] x [D, F]^T (h += u W2^T): our sm90 kernel with this variant, or, when
   // down_cublas, cuBLASLt with beta = 1 (batch-invariant algorithms, as in the unfused backend).
-  GemmVariant down{128, 4, 4, 1};
+  GemmVariant down{64, 6, 2, 1};
   bool down_cublas = true;
   bool pdl = true;                // programmatic dependent launch for the GEMMs
   // Event head: "cublas" = RMSNorm (fused into the previous kernel) + cuBLASLt router GEMM + the

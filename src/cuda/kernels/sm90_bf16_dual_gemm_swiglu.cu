@@ -26,9 +26,9 @@ struct SwigluEpilogue {
   // for the whole copy-out; direct bf16x2 stores filled half of each 32-byte sector.)
   template <int BN>
   static constexpr int smem_bytes() { return 64 * BN; }  // 64 rows x BN/2 bf16
-  template <int BN>
   // The dual GEMM never splits K (launch<> fixes SplitK = 1: the SwiGLU needs whole sums), so every
   // CTA owns all of its tile's columns and the block range is always the whole tile.
+  template <int BN>
   __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int /*M*/, int t,
                                uint8_t* stage, int barrier, int /*j_begin*/, int /*j_end*/) {
     static_assert(BN % 128 == 0, "the staging is made of 64-output (128-byte) boxes");

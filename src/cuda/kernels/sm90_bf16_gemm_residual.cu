@@ -70,6 +70,17 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
                      m_tiles * n_tiles);
 }
 
+// Clusters of the variant resident at once on this GPU (its split-K cluster, with its shared memory):
+// a grid of more clusters than this runs in several waves.
+template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
+int clusters_per_wave() {
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
+  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
+  const int smem = sm90::kernel_smem_bytes<Tile, ResidualEpilogue>();
+  if (Tile::kClusterSize == 1) return max_ctas_per_wave(kernel, dim3(Tile::kThreads), smem);
+  return max_active_clusters(kernel, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK), smem);
+}
+
 // The compiled variants. bm 64 bn 64 st 12 (64-row tiles, each consumer warpgroup 32 columns), no
 // split: cuBLAS's B = 1 recipe (its pinned kernel, nvjet 64x64, 13 stages, a 2-CTA multicast
 // cluster: 8 x 16 = 128 CTAs over the whole K) and its summation order (bitwise, tested), but
@@ -88,17 +99,6 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
 // H100: only 30 four-CTA clusters of these tiles are resident at once (128 CTAs at B = 1 take two
 // waves), and the partials' exchange costs more than the shorter K saves; it stays selectable
 // (down=sk4) as a summation order of its own.
-// Clusters of the variant resident at once on this GPU (its split-K cluster, with its shared memory):
-// a grid of more clusters than this runs in several waves.
-template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
-int clusters_per_wave() {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
-  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
-  const int smem = sm90::kernel_smem_bytes<Tile, ResidualEpilogue>();
-  if (Tile::kClusterSize == 1) return max_ctas_per_wave(kernel, dim3(Tile::kThreads), smem);
-  return max_active_clusters(kernel, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK), smem);
-}
-
 struct ResidualEntry {
   GemmVariant v;
   void (*fn)(const GemmResidualArgs&, cudaStream_t, bool);
