@@ -7,7 +7,8 @@
 // Structure (per CTA, 384 threads): warpgroup 0 is the producer (one thread issues TMA loads of the
 // A and B tiles into a ring of `Stages` shared-memory buffers, completing on mbarriers); warpgroups
 // 1 and 2 are consumers, each owning 64 rows of the 128-row tile and issuing wgmma m64nBNk16 on the
-// swizzled tiles (64-row tiles: both own the 64 rows, each BN/2 of the columns). Split-K (blockIdx.z, 2 or 4 slices of K) runs as a thread-block cluster
+// swizzled tiles (64-row tiles: both own the 64 rows, each BN/2 of the columns; or 256 threads
+// with one consumer warpgroup for all BN). Split-K (blockIdx.z, 2 or 4 slices of K) runs as a thread-block cluster
 // along z. After the mainloops each rank owns 1/SplitK of the tile's columns and receives the other
 // ranks' partial sums of those columns through distributed shared memory (into its own stage
 // buffers, idle by then), then adds the SplitK partials in rank order, ((P0 + P1) + P2) + P3: the
@@ -47,13 +48,17 @@ namespace swapffn::cuda::sm90 {
 
 // Compile-time tile configuration of one GEMM variant.
 template <int BN_, int Stages_, int SplitK_, int ClusterN_ = 1, int ClusterM_ = 1, bool Persistent_ = false,
-          int CtasPerSm_ = 1, int BM_ = 128>
+          int CtasPerSm_ = 1, int BM_ = 128, int Consumers_ = 2>
 struct GemmTile {
-  // 128 rows: two consumer warpgroups of 64 rows x BN. 64 rows: the two consumer warpgroups share
-  // the rows and take BN/2 columns each (small tiles at small M: more CTAs without splitting K).
+  // 128 rows: two consumer warpgroups of 64 rows x BN. 64 rows: the consumer warpgroups share the
+  // rows; two take BN/2 columns each (small tiles at small M: more CTAs without splitting K), or one
+  // takes all BN. One is cheaper in shared memory, which bounds these small tiles: each warpgroup's
+  // wgmma reads the whole A tile, so two read it twice (per k16 of a 64 x 64 tile 2 x (2 + 1) KB of
+  // reads against 2 + 2 KB for one, plus 4 KB of TMA writes either way, at ~128 bytes per clock).
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
-  static constexpr int kWgCols = BM == 128 ? BN : BN / 2;  // wgmma N of one consumer warpgroup
+  static constexpr int kConsumers = Consumers_;
+  static constexpr int kWgCols = BM == 128 ? BN : BN / kConsumers;  // wgmma N of one consumer warpgroup
   static constexpr int BK = 64;  // one 128-byte swizzle atom of bf16
   static constexpr int Stages = Stages_;
   static constexpr int SplitK = SplitK_;
@@ -65,13 +70,12 @@ struct GemmTile {
   static constexpr int kGroupCtas = ClusterN + ClusterM - 1;
   static constexpr int kBoxRowsA = BM / ClusterN;  // rows of A each CTA loads (TMA box)
   static constexpr int kBoxRowsB = BN / ClusterM;  // rows of B each CTA loads (TMA box)
-  static constexpr int kConsumers = 2;
   static constexpr int kCtasPerSm = CtasPerSm_;
   // One CTA per SM: warpgroup 0 produces (its registers handed to the consumers by setmaxnreg),
   // warpgroups 1-2 consume. Two CTAs per SM: warpgroups 0-1 consume and one warp after them produces;
   // no register reconfiguration (setmaxnreg needs whole warpgroups, and ptxas must fit the MMAs
   // into the launch bound: 288 threads x 2 CTAs leave 112 registers per thread).
-  static constexpr int kThreads = kCtasPerSm == 1 ? 384 : 128 * kConsumers + 32;
+  static constexpr int kThreads = kCtasPerSm == 1 ? 128 * (1 + kConsumers) : 128 * kConsumers + 32;
   static constexpr int kFirstConsumerThread = kCtasPerSm == 1 ? 128 : 0;
   static constexpr int kProducerThread = kCtasPerSm == 1 ? 0 : 128 * kConsumers;
   static constexpr int kAccPerThread = kWgCols / 2;  // m64n(kWgCols) f32 accumulators per thread
@@ -90,6 +94,8 @@ struct GemmTile {
 
   static_assert(BN == 64 || BN == 128 || BN == 256, "tile N must be 64, 128 or 256 here");
   static_assert(BM == 128 || BM == 64, "tile M is 128 (consumers split rows) or 64 (consumers split columns)");
+  static_assert(kConsumers == 2 || (kConsumers == 1 && BM == 64),
+                "one consumer warpgroup only with 64-row tiles (a 128-row tile needs one per 64 rows)");
   static_assert(BM == 128 || (SplitK == 1 && CtasPerSm_ == 1),
                 "64-row tiles: no split-K exchange and no epilogue staged in A (both assume 64 rows per consumer)");
   static_assert(Stages >= 2 && Stages <= 16, "pipeline depth must be 2..16");

@@ -49,9 +49,9 @@ struct ResidualEpilogue {
   }
 };
 
-template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
+template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent, int Consumers>
 void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM, Consumers>;
   SWAPFFN_REQUIRE(a.n % (BN * Multicast) == 0, "down GEMM: D = " + std::to_string(a.n) +
                                                    " is not a multiple of the tile N x multicast " +
                                                    std::to_string(BN * Multicast));
@@ -72,9 +72,9 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
 
 // Clusters of the variant resident at once on this GPU (its split-K cluster, with its shared memory):
 // a grid of more clusters than this runs in several waves.
-template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
+template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent, int Consumers>
 int clusters_per_wave() {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM, Consumers>;
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
   const int smem = sm90::kernel_smem_bytes<Tile, ResidualEpilogue>();
   if (Tile::kClusterSize == 1) return max_ctas_per_wave(kernel, dim3(Tile::kThreads), smem);
@@ -104,14 +104,16 @@ struct ResidualEntry {
   void (*fn)(const GemmResidualArgs&, cudaStream_t, bool);
   int (*per_wave)();
 };
-#define SWAPFFN_DOWN_VARIANT(BM, BN, ST, SK, MC, P) \
-  {{BN, ST, SK, MC, P, 1, BM}, launch<BM, BN, ST, SK, MC, P>, clusters_per_wave<BM, BN, ST, SK, MC, P>}
+#define SWAPFFN_DOWN_VARIANT(BM, BN, ST, SK, MC, P, C) \
+  {{BN, ST, SK, MC, P, 1, BM, C}, launch<BM, BN, ST, SK, MC, P, C>, clusters_per_wave<BM, BN, ST, SK, MC, P, C>}
 constexpr ResidualEntry kResidualVariants[] = {
-    SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 2, false),   SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 1, false),
-    SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 2, false),  SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 1, false),
-    SWAPFFN_DOWN_VARIANT(128, 128, 4, 4, 1, false),  SWAPFFN_DOWN_VARIANT(128, 256, 4, 4, 1, false),
-    SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, false),  SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, true),
-    SWAPFFN_DOWN_VARIANT(128, 256, 4, 1, 1, true),   SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false)};
+    SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 2, false, 2),  SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 1, false, 2),
+    SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 2, false, 2), SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 1, false, 2),
+    SWAPFFN_DOWN_VARIANT(128, 128, 4, 4, 1, false, 2), SWAPFFN_DOWN_VARIANT(128, 256, 4, 4, 1, false, 2),
+    SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, false, 2), SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, true, 2),
+    SWAPFFN_DOWN_VARIANT(128, 256, 4, 1, 1, true, 2),  SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false, 2),
+    SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false, 1),  SWAPFFN_DOWN_VARIANT(64, 64, 13, 1, 1, false, 1),
+    SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 2, false, 1),  SWAPFFN_DOWN_VARIANT(64, 128, 8, 1, 1, false, 1)};
 #undef SWAPFFN_DOWN_VARIANT
 
 }  // namespace
