@@ -49,9 +49,9 @@ struct ResidualEpilogue {
   }
 };
 
-template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent, int Consumers>
+template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent, int Consumers, int MulticastB = 1>
 void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM, Consumers>;
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, MulticastB, Persistent, 1, BM, Consumers>;
   SWAPFFN_REQUIRE(a.n % (BN * Multicast) == 0, "down GEMM: D = " + std::to_string(a.n) +
                                                    " is not a multiple of the tile N x multicast " +
                                                    std::to_string(BN * Multicast));
@@ -63,8 +63,8 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
   const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = a.n / BN;
   const dim3 grid = Persistent ? dim3(static_cast<unsigned>(std::min(m_tiles * n_tiles, sm_count())))
-                               : dim3(n_tiles, m_tiles, SplitK);
-  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK),
+                               : dim3(n_tiles, (m_tiles + MulticastB - 1) / MulticastB * MulticastB, SplitK);
+  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, MulticastB, SplitK),
                    sm90::kernel_smem_bytes<Tile, ResidualEpilogue>(), stream, pdl, ta, tb,
                      ResidualEpilogue::Params{a.h, a.n, a.residual}, a.m, a.k / Tile::BK / SplitK, n_tiles,
                      m_tiles * n_tiles);
@@ -72,13 +72,13 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
 
 // Clusters of the variant resident at once on this GPU (its split-K cluster, with its shared memory):
 // a grid of more clusters than this runs in several waves.
-template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent, int Consumers>
+template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent, int Consumers, int MulticastB = 1>
 int clusters_per_wave() {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM, Consumers>;
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, MulticastB, Persistent, 1, BM, Consumers>;
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
   const int smem = sm90::kernel_smem_bytes<Tile, ResidualEpilogue>();
   if (Tile::kClusterSize == 1) return max_ctas_per_wave(kernel, dim3(Tile::kThreads), smem);
-  return max_active_clusters(kernel, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK), smem);
+  return max_active_clusters(kernel, dim3(Tile::kThreads), dim3(Multicast, MulticastB, SplitK), smem);
 }
 
 // The compiled variants. bm 64 bn 64 st 12 (64-row tiles, each consumer warpgroup 32 columns), no
@@ -104,8 +104,9 @@ struct ResidualEntry {
   void (*fn)(const GemmResidualArgs&, cudaStream_t, bool);
   int (*per_wave)();
 };
-#define SWAPFFN_DOWN_VARIANT(BM, BN, ST, SK, MC, P, C) \
-  {{BN, ST, SK, MC, P, 1, BM, C}, launch<BM, BN, ST, SK, MC, P, C>, clusters_per_wave<BM, BN, ST, SK, MC, P, C>}
+#define SWAPFFN_DOWN_VARIANT(BM, BN, ST, SK, MC, P, C, ...)                                    \
+  {{BN, ST, SK, MC, P, 1, BM, C __VA_OPT__(, ) __VA_ARGS__}, launch<BM, BN, ST, SK, MC, P, C __VA_OPT__(, ) __VA_ARGS__>, \
+   clusters_per_wave<BM, BN, ST, SK, MC, P, C __VA_OPT__(, ) __VA_ARGS__>}
 constexpr ResidualEntry kResidualVariants[] = {
     SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 2, false, 2),  SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 1, false, 2),
     SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 2, false, 2), SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 1, false, 2),
@@ -113,7 +114,8 @@ constexpr ResidualEntry kResidualVariants[] = {
     SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, false, 2), SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, true, 2),
     SWAPFFN_DOWN_VARIANT(128, 256, 4, 1, 1, true, 2),  SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false, 2),
     SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false, 1),  SWAPFFN_DOWN_VARIANT(64, 64, 13, 1, 1, false, 1),
-    SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 2, false, 1),  SWAPFFN_DOWN_VARIANT(64, 128, 8, 1, 1, false, 1)};
+    SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 2, false, 1),  SWAPFFN_DOWN_VARIANT(64, 128, 8, 1, 1, false, 1),
+    SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false, 1, 2), SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false, 2, 2)};
 #undef SWAPFFN_DOWN_VARIANT
 
 }  // namespace

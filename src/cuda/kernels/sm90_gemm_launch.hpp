@@ -26,10 +26,12 @@ struct GemmVariant {
   int ctas_per_sm = 1;      // 2: two resident CTAs per SM, one's epilogue under the other's MMAs
   int bm = 128;             // tile rows: 128, or 64 (the consumer warpgroups split the columns)
   int consumers = 2;        // consumer warpgroups; 1 only with 64-row tiles (one takes every column)
+  int multicast_b = 1;      // down GEMM: CTAs of a cluster along M sharing one W2 tile (besides `multicast`)
   std::string name() const {
     return (bm != 128 ? "bm" + std::to_string(bm) + "_" : std::string()) + "bn" + std::to_string(bn) + "_st" +
            std::to_string(stages) + "_sk" + std::to_string(split_k) + "_mc" + std::to_string(multicast) +
            (persistent ? "_p" : "") + (ctas_per_sm > 1 ? "_o" + std::to_string(ctas_per_sm) : "") +
+           (multicast_b != 1 ? "_b" + std::to_string(multicast_b) : "") +
            (consumers != 2 ? "_c" + std::to_string(consumers) : "");
   }
   bool operator==(const GemmVariant&) const = default;
