@@ -130,7 +130,7 @@ class ResidualGemm : public ::testing::TestWithParam<ResidualCase> {};
 TEST_P(ResidualGemm, MatchesCpuAndIsDeterministic) {
   SKIP_WITHOUT_HOPPER();
   const auto [m, n, k, v, residual] = GetParam();
-  ResidualOperands ops(m, n, k, 2000 + m + n + k + v.bn + v.split_k + v.bm + 7 * v.stages + 13 * v.multicast + 17 * v.consumers);
+  ResidualOperands ops(m, n, k, 2000 + m + n + k + v.bn + v.split_k + v.bm + 7 * v.stages + 13 * v.multicast);
   auto& [a, w, h0, da, dw, dh] = ops;
   GemmResidualArgs args{reinterpret_cast<const __nv_bfloat16*>(da.get()),
                         reinterpret_cast<const __nv_bfloat16*>(dw.get()), dh.get(), m, n, k, residual};

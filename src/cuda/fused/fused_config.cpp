@@ -188,8 +188,6 @@ GemmVariant parse_gemm_variant(const std::string& name) {
     base.resize(base.size() - suffix.size());
     return true;
   };
-  if (strip("_c1")) v.consumers = 1;
-  if (strip("_b2")) v.multicast_b = 2;
   if (strip("_o2")) v.ctas_per_sm = 2;
   if (strip("_p")) v.persistent = true;
   if (base.compare(0, 5, "bm64_") == 0) {
@@ -198,7 +196,7 @@ GemmVariant parse_gemm_variant(const std::string& name) {
   }
   char tail = 0;
   if (std::sscanf(base.c_str(), "bn%d_st%d_sk%d_mc%d%c", &v.bn, &v.stages, &v.split_k, &v.multicast, &tail) != 4)
-    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected [bm64_]bn<N>_st<S>_sk<K>_mc<C>, optionally _p or _o2, then _b2, _c1)");
+    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected [bm64_]bn<N>_st<S>_sk<K>_mc<C>, optionally _p or _o2)");
   return v;
 }
 

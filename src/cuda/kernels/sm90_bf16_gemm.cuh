@@ -7,8 +7,7 @@
 // Structure (per CTA, 384 threads): warpgroup 0 is the producer (one thread issues TMA loads of the
 // A and B tiles into a ring of `Stages` shared-memory buffers, completing on mbarriers); warpgroups
 // 1 and 2 are consumers, each owning 64 rows of the 128-row tile and issuing wgmma m64nBNk16 on the
-// swizzled tiles (64-row tiles: both own the 64 rows, each BN/2 of the columns; or 256 threads
-// with one consumer warpgroup for all BN). Split-K (blockIdx.z, 2 or 4 slices of K) runs as a thread-block cluster
+// swizzled tiles (64-row tiles: 256 threads, one consumer warpgroup). Split-K (blockIdx.z, 2 or 4 slices of K) runs as a thread-block cluster
 // along z. After the mainloops each rank owns 1/SplitK of the tile's columns and receives the other
 // ranks' partial sums of those columns through distributed shared memory (into its own stage
 // buffers, idle by then), then adds the SplitK partials in rank order, ((P0 + P1) + P2) + P3: the
@@ -48,17 +47,16 @@ namespace swapffn::cuda::sm90 {
 
 // Compile-time tile configuration of one GEMM variant.
 template <int BN_, int Stages_, int SplitK_, int ClusterN_ = 1, int ClusterM_ = 1, bool Persistent_ = false,
-          int CtasPerSm_ = 1, int BM_ = 128, int Consumers_ = 2>
+          int CtasPerSm_ = 1, int BM_ = 128>
 struct GemmTile {
-  // 128 rows: two consumer warpgroups of 64 rows x BN. 64 rows: the consumer warpgroups share the
-  // rows; two take BN/2 columns each (small tiles at small M: more CTAs without splitting K), or one
-  // takes all BN. One is cheaper in shared memory, which bounds these small tiles: each warpgroup's
-  // wgmma reads the whole A tile, so two read it twice (per k16 of a 64 x 64 tile 2 x (2 + 1) KB of
-  // reads against 2 + 2 KB for one, plus 4 KB of TMA writes either way, at ~128 bytes per clock).
+  // 128 rows: two consumer warpgroups of 64 rows x BN. 64 rows (small tiles at small M: more CTAs
+  // without splitting K): one consumer warpgroup for all BN columns. Two splitting the columns timed
+  // slower (16.3 against 14.3 us for the 64 x 64 down tile at M = 512, H100): each reads the whole
+  // A tile from shared memory, and they double the per-k-step issue work for the same MMAs.
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
-  static constexpr int kConsumers = Consumers_;
-  static constexpr int kWgCols = BM == 128 ? BN : BN / kConsumers;  // wgmma N of one consumer warpgroup
+  static constexpr int kConsumers = BM / 64;
+  static constexpr int kWgCols = BN;  // wgmma N of one consumer warpgroup
   static constexpr int BK = 64;  // one 128-byte swizzle atom of bf16
   static constexpr int Stages = Stages_;
   static constexpr int SplitK = SplitK_;
@@ -94,8 +92,6 @@ struct GemmTile {
 
   static_assert(BN == 64 || BN == 128 || BN == 256, "tile N must be 64, 128 or 256 here");
   static_assert(BM == 128 || BM == 64, "tile M is 128 (consumers split rows) or 64 (consumers split columns)");
-  static_assert(kConsumers == 2 || (kConsumers == 1 && BM == 64),
-                "one consumer warpgroup only with 64-row tiles (a 128-row tile needs one per 64 rows)");
   static_assert(BM == 128 || (SplitK == 1 && CtasPerSm_ == 1),
                 "64-row tiles: no split-K exchange and no epilogue staged in A (both assume 64 rows per consumer)");
   static_assert(Stages >= 2 && Stages <= 16, "pipeline depth must be 2..16");
@@ -119,10 +115,6 @@ struct GemmTile {
 
 template <int BN>
 struct WgmmaAtom;
-template <>
-struct WgmmaAtom<32> {
-  using Op = cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-};
 template <>
 struct WgmmaAtom<64> {
   using Op = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
@@ -169,7 +161,7 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 // The epilogue interface: `Epi::finish(thread_in_wg)` once per consumer thread after its last tile,
 // and `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg, stage, barrier, j_begin, j_end)`
 // with acc holding the accumulators of 64 rows starting at m_base and the warpgroup's WN columns from
-// n_base (WN = BN, or BN/2 with 64-row tiles; Epi::apply is instantiated for WN), fully reduced in
+// n_base (WN = BN; Epi::apply is instantiated for WN), fully reduced in
 // the 8-column blocks [j_begin, j_end) that this CTA must write (all of them without split-K); stage
 // is Epi::smem_bytes<WN>() of shared memory owned by this consumer warpgroup and
 // barrier a named-barrier id (1 or 2) for its 128 threads. Launchers pass
@@ -303,8 +295,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
       const int s = g % S;
       const uint32_t phase = (g / S) & 1;
       Barrier::wait(&full[s], phase);
-      const uint8_t* a = smem_a + s * Tile::kStageBytesA + (BM == 128 ? c * 64 * 128 : 0);
-      const uint8_t* b = smem_b + s * Tile::kStageBytesB + (BM == 128 ? 0 : c * Tile::kWgCols * 128);
+      const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * 64 * 128;
+      const uint8_t* b = smem_b + s * Tile::kStageBytesB;
   #pragma unroll
       for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
       cute::warpgroup_arrive();
@@ -393,8 +385,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     // they are complete; no load is in flight), or the separate buffer.
     uint8_t* stage = Tile::kStageEpilogueInA ? smem_a + ((g + S - 1) % S) * Tile::kStageBytesA + c * 64 * 128
                                              : epi_smem + c * Epi::template smem_bytes<Tile::kWgCols>();
-    Epi::template apply<Tile::kWgCols>(params, acc, m_tile * BM + (BM == 128 ? c * 64 : 0),
-                                       n_tile * BN + (BM == 128 ? 0 : c * Tile::kWgCols), M, t, stage, 1 + c, j_begin,
+    Epi::template apply<Tile::kWgCols>(params, acc, m_tile * BM + c * 64,
+                                       n_tile * BN, M, t, stage, 1 + c, j_begin,
                                        j_end);
   }
   Epi::finish(t);  // e.g. outstanding asynchronous stores of the staging

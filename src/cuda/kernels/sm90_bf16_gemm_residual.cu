@@ -65,9 +65,9 @@ struct ResidualEpilogue {
   }
 };
 
-template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent, int Consumers, int MulticastB = 1>
+template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
 void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, MulticastB, Persistent, 1, BM, Consumers>;
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
   SWAPFFN_REQUIRE(a.n % (BN * Multicast) == 0, "down GEMM: D = " + std::to_string(a.n) +
                                                    " is not a multiple of the tile N x multicast " +
                                                    std::to_string(BN * Multicast));
@@ -79,8 +79,8 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
   const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = a.n / BN;
   const dim3 grid = Persistent ? dim3(static_cast<unsigned>(std::min(m_tiles * n_tiles, sm_count())))
-                               : dim3(n_tiles, (m_tiles + MulticastB - 1) / MulticastB * MulticastB, SplitK);
-  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, MulticastB, SplitK),
+                               : dim3(n_tiles, m_tiles, SplitK);
+  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK),
                    sm90::kernel_smem_bytes<Tile, ResidualEpilogue>(), stream, pdl, ta, tb,
                      ResidualEpilogue::Params{a.h, a.n, a.residual}, a.m, a.k / Tile::BK / SplitK, n_tiles,
                      m_tiles * n_tiles);
@@ -88,21 +88,21 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
 
 // Clusters of the variant resident at once on this GPU (its split-K cluster, with its shared memory):
 // a grid of more clusters than this runs in several waves.
-template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent, int Consumers, int MulticastB = 1>
+template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
 int clusters_per_wave() {
-  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, MulticastB, Persistent, 1, BM, Consumers>;
+  using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
   const int smem = sm90::kernel_smem_bytes<Tile, ResidualEpilogue>();
   if (Tile::kClusterSize == 1) return max_ctas_per_wave(kernel, dim3(Tile::kThreads), smem);
-  return max_active_clusters(kernel, dim3(Tile::kThreads), dim3(Multicast, MulticastB, SplitK), smem);
+  return max_active_clusters(kernel, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK), smem);
 }
 
-// The compiled variants. bm 64 bn 64 st 12 (64-row tiles, each consumer warpgroup 32 columns), no
-// split: cuBLAS's B = 1 recipe (its pinned kernel, nvjet 64x64, 13 stages, a 2-CTA multicast
-// cluster: 8 x 16 = 128 CTAs over the whole K) and its summation order (bitwise, tested), but
-// measured 16.3 us at M = 512 against its 12.5-13.9; with the multicast pair 18.1, and bm 64 bn 128
-// st 8 with multicast 21.1 (both dropped). Kept as the base for finding what our mainloop loses
-// against nvjet on the same tile. bn 64 with split-K 2: 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024);
+// The compiled variants. bm 64 bn 64 st 12 (64-row tiles, one consumer warpgroup), no split:
+// cuBLAS's B = 1 recipe (its pinned kernel, nvjet 64x64, 13 stages, a 2-CTA multicast cluster:
+// 8 x 16 = 128 CTAs over the whole K) and its summation order (bitwise, tested); 14.3 us at M = 512
+// against its 12.5-12.7 (H100, eleventh session). Measured and dropped: two consumer warpgroups of
+// 32 columns (15.8 us), 13 stages (the same), the multicast pair of u (16.2) or of W2 (17.0), 64 x
+// 128 tiles (15.9); multicast lowers our L2 reads but not the time. bn 64 with split-K 2: 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024);
 // bn 128 split 2: half the CTAs, more B reuse. bn 128 split 4: 128 CTAs at B = 1 again, each over
 // K/4 with 128 x 128 tiles (half the operand bytes per SM of bn 64 split 2 or cuBLAS's 64 x 64
 // tiles); bn 256 split 4 is the same summation order with half the operand bytes per output at large
@@ -120,18 +120,14 @@ struct ResidualEntry {
   void (*fn)(const GemmResidualArgs&, cudaStream_t, bool);
   int (*per_wave)();
 };
-#define SWAPFFN_DOWN_VARIANT(BM, BN, ST, SK, MC, P, C, ...)                                    \
-  {{BN, ST, SK, MC, P, 1, BM, C __VA_OPT__(, ) __VA_ARGS__}, launch<BM, BN, ST, SK, MC, P, C __VA_OPT__(, ) __VA_ARGS__>, \
-   clusters_per_wave<BM, BN, ST, SK, MC, P, C __VA_OPT__(, ) __VA_ARGS__>}
+#define SWAPFFN_DOWN_VARIANT(BM, BN, ST, SK, MC, P) \
+  {{BN, ST, SK, MC, P, 1, BM}, launch<BM, BN, ST, SK, MC, P>, clusters_per_wave<BM, BN, ST, SK, MC, P>}
 constexpr ResidualEntry kResidualVariants[] = {
-    SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 2, false, 2),  SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 1, false, 2),
-    SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 2, false, 2), SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 1, false, 2),
-    SWAPFFN_DOWN_VARIANT(128, 128, 4, 4, 1, false, 2), SWAPFFN_DOWN_VARIANT(128, 256, 4, 4, 1, false, 2),
-    SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, false, 2), SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, true, 2),
-    SWAPFFN_DOWN_VARIANT(128, 256, 4, 1, 1, true, 2),  SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false, 2),
-    SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false, 1),  SWAPFFN_DOWN_VARIANT(64, 64, 13, 1, 1, false, 1),
-    SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 2, false, 1),  SWAPFFN_DOWN_VARIANT(64, 128, 8, 1, 1, false, 1),
-    SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false, 1, 2), SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false, 2, 2)};
+    SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 2, false),   SWAPFFN_DOWN_VARIANT(128, 64, 6, 2, 1, false),
+    SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 2, false),  SWAPFFN_DOWN_VARIANT(128, 128, 4, 2, 1, false),
+    SWAPFFN_DOWN_VARIANT(128, 128, 4, 4, 1, false),  SWAPFFN_DOWN_VARIANT(128, 256, 4, 4, 1, false),
+    SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, false),  SWAPFFN_DOWN_VARIANT(128, 128, 4, 1, 1, true),
+    SWAPFFN_DOWN_VARIANT(128, 256, 4, 1, 1, true),   SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false)};
 #undef SWAPFFN_DOWN_VARIANT
 
 }  // namespace

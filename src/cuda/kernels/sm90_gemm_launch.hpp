@@ -24,15 +24,11 @@ struct GemmVariant {
   int multicast = 1;  // CTAs of a cluster sharing one operand tile (B for the dual GEMM, A for down)
   bool persistent = false;  // one CTA per SM walking the tiles (no cluster)
   int ctas_per_sm = 1;      // 2: two resident CTAs per SM, one's epilogue under the other's MMAs
-  int bm = 128;             // tile rows: 128, or 64 (the consumer warpgroups split the columns)
-  int consumers = 2;        // consumer warpgroups; 1 only with 64-row tiles (one takes every column)
-  int multicast_b = 1;      // down GEMM: CTAs of a cluster along M sharing one W2 tile (besides `multicast`)
+  int bm = 128;             // tile rows: 128 (two consumer warpgroups), or 64 (one)
   std::string name() const {
     return (bm != 128 ? "bm" + std::to_string(bm) + "_" : std::string()) + "bn" + std::to_string(bn) + "_st" +
            std::to_string(stages) + "_sk" + std::to_string(split_k) + "_mc" + std::to_string(multicast) +
-           (persistent ? "_p" : "") + (ctas_per_sm > 1 ? "_o" + std::to_string(ctas_per_sm) : "") +
-           (multicast_b != 1 ? "_b" + std::to_string(multicast_b) : "") +
-           (consumers != 2 ? "_c" + std::to_string(consumers) : "");
+           (persistent ? "_p" : "") + (ctas_per_sm > 1 ? "_o" + std::to_string(ctas_per_sm) : "");
   }
   bool operator==(const GemmVariant&) const = default;
 };
