@@ -55,6 +55,8 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(o.router, "cublas");
   EXPECT_EQ(o.row_chunk, 0);
   EXPECT_EQ(select_fused_config(cfg, 16, "", "chunk=2048").row_chunk, 2048);
+  EXPECT_TRUE(d.pdl);
+  EXPECT_FALSE(select_fused_config(cfg, 16, "", "pdl=0").pdl);
   // down=sk4: split 4 at every batch size (the summation order), the tile width by the batch size:
   // 128 x 128 while one wave of 4-CTA clusters covers the tiles (B = 1: 4 x 8 clusters; an H100
   // holds 30 at once, so it takes 128 x 256 there), 128 x 256 beyond.
@@ -81,6 +83,7 @@ TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
            {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "compiled"},
            {"down=sk3", "N = 2 or 4"}, {"down=sk4x", "sk<N>"},
            {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}, {"router_grid=24", "'24'"},
+           {"pdl=yes", "pdl"},
            {"router=cublas,router_grid=16", "needs router=event"}}) {
     try {
       select_fused_config(cfg, 1, "", spec);

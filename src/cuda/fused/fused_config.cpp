@@ -111,8 +111,11 @@ void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows,
       k.router_grid = parse_router_grid(val);
     } else if (key == "chunk") {
       k.row_chunk = parse_row_chunk(val);
+    } else if (key == "pdl") {
+      SWAPFFN_REQUIRE(val == "0" || val == "1", "kernel config pdl must be 0 or 1, got '" + val + "'");
+      k.pdl = val == "1";
     } else {
-      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router, router_grid, chunk)");
+      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router, router_grid, chunk, pdl)");
     }
     pos = end + 1;
   }
