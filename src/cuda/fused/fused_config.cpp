@@ -26,7 +26,8 @@ namespace swapffn::cuda {
 //   12.3-13.9 for cuBLASLt's pinned split-K-free algorithm (H100, eleventh session), and our kernels
 //   with cuBLAS's bits (sk1: bm64 at M = 512 14.3 us, bn 256 persistent at M = 8192 108-121 against
 //   103-109) still lose inside the step (0.57 / 5.98 ms at B = 1 / 16 against 0.52 / 5.76);
-//   bn 128 split 2 is 18.6 us (64 CTAs). Multicast of u over 2 N tiles made the 4-CTA clusters slower (23.6 us).
+//   bn 128 split 2 is 18.6 us (64 CTAs). Multicast of u over 2 N tiles made the 4-CTA clusters
+//   slower (23.6 us).
 //   Split 4 (down=sk4: 128 x 128 tiles while one wave of 4-CTA clusters covers the tiles, else
 //   128 x 256; tenth session, docs/PERF.md) halves the operand bytes per SM at B = 1 but measured
 //   24 us at M = 512 (only 30 four-CTA clusters resident per wave on an H100) and 241 us at 8192.
