@@ -35,10 +35,9 @@ void check_fused_supports(const Config& cfg);
 
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
-// kernel_config ("up=<variant>,down=<variant>|cublas|sk2|sk4,router=cublas|event,router_grid=<grid>,chunk=<rows>",
-// sk<N>: our down GEMM with split-K N, its tile width chosen for the batch size;
-// each part optional)
-// overrides.
+// kernel_config ("up=<variant>,down=<variant>|cublas|sk2|sk4,router=cublas|event,router_grid=<grid>,
+// chunk=<rows>,pdl=0|1", each part optional) overrides; sk<N>: our down GEMM with split-K N, its tile
+// width chosen for the batch size; pdl: programmatic dependent launch of our kernels (on by default).
 FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,
                                       const std::string& kernel_config);
 

@@ -8,9 +8,9 @@
 // A and B tiles into a ring of `Stages` shared-memory buffers, completing on mbarriers); warpgroups
 // 1 and 2 are consumers, each owning 64 rows of the 128-row tile and issuing wgmma m64nBNk16 on the
 // swizzled tiles (64-row tiles: 256 threads, one consumer warpgroup). Split-K (blockIdx.z, 2 or 4
-// slices of K) runs as a thread-block cluster along z. After the mainloops each rank owns 1/SplitK of the tile's columns and receives the other
-// ranks' partial sums of those columns through distributed shared memory (into its own stage
-// buffers, idle by then), then adds the SplitK partials in rank order, ((P0 + P1) + P2) + P3: the
+// slices of K) runs as a thread-block cluster along z. After the mainloops each rank owns 1/SplitK
+// of the tile's columns and receives the other ranks' partial sums of those columns through
+// distributed shared memory (into its own stage buffers, idle by then), then adds the SplitK partials in rank order, ((P0 + P1) + P2) + P3: the
 // order is fixed, so results are bitwise reproducible and do not depend on M or on the tile's N
 // (batch invariance), and the exchange moves (SplitK-1)/SplitK of a tile per CTA in parallel.
 // The B operand must be constant for the step (weights): the producer loads the B tile of its
@@ -56,7 +56,6 @@ struct GemmTile {
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
   static constexpr int kConsumers = BM / 64;
-  static constexpr int kWgCols = BN;  // wgmma N of one consumer warpgroup
   static constexpr int BK = 64;  // one 128-byte swizzle atom of bf16
   static constexpr int Stages = Stages_;
   static constexpr int SplitK = SplitK_;
@@ -70,13 +69,13 @@ struct GemmTile {
   static constexpr int kBoxRowsB = BN / ClusterM;  // rows of B each CTA loads (TMA box)
   static constexpr int kCtasPerSm = CtasPerSm_;
   // One CTA per SM: warpgroup 0 produces (its registers handed to the consumers by setmaxnreg),
-  // warpgroups 1-2 consume (1 alone with 64-row tiles). Two CTAs per SM: warpgroups 0-1 consume and one warp after them produces;
-  // no register reconfiguration (setmaxnreg needs whole warpgroups, and ptxas must fit the MMAs
+  // warpgroups 1-2 consume (1 alone with 64-row tiles). Two CTAs per SM: warpgroups 0-1 consume and
+  // one warp after them produces; no register reconfiguration (setmaxnreg needs whole warpgroups, and ptxas must fit the MMAs
   // into the launch bound: 288 threads x 2 CTAs leave 112 registers per thread).
   static constexpr int kThreads = kCtasPerSm == 1 ? 128 * (1 + kConsumers) : 128 * kConsumers + 32;
   static constexpr int kFirstConsumerThread = kCtasPerSm == 1 ? 128 : 0;
   static constexpr int kProducerThread = kCtasPerSm == 1 ? 0 : 128 * kConsumers;
-  static constexpr int kAccPerThread = kWgCols / 2;  // m64n(kWgCols) f32 accumulators per thread
+  static constexpr int kAccPerThread = BN / 2;  // m64nBN f32 accumulators per thread
   static constexpr int kStageBytesA = BM * BK * 2;
   static constexpr int kStageBytesB = BN * BK * 2;
   // Split-K exchange: each rank receives, for its BN/SplitK columns, the partials of the other ranks
@@ -91,7 +90,7 @@ struct GemmTile {
   static constexpr bool kStageEpilogueInA = kCtasPerSm > 1;
 
   static_assert(BN == 64 || BN == 128 || BN == 256, "tile N must be 64, 128 or 256 here");
-  static_assert(BM == 128 || BM == 64, "tile M is 128 (consumers split rows) or 64 (consumers split columns)");
+  static_assert(BM == 128 || BM == 64, "tile M is 128 (two consumer warpgroups) or 64 (one)");
   static_assert(BM == 128 || (SplitK == 1 && CtasPerSm_ == 1),
                 "64-row tiles: no split-K exchange and no epilogue staged in A (both assume 64 rows per consumer)");
   static_assert(Stages >= 2 && Stages <= 16, "pipeline depth must be 2..16");
@@ -160,10 +159,9 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 
 // The epilogue interface: `Epi::finish(thread_in_wg)` once per consumer thread after its last tile,
 // and `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg, stage, barrier, j_begin, j_end)`
-// with acc holding the accumulators of 64 rows starting at m_base and the warpgroup's WN columns from
-// n_base (WN = BN; Epi::apply is instantiated for WN), fully reduced in
-// the 8-column blocks [j_begin, j_end) that this CTA must write (all of them without split-K); stage
-// is Epi::smem_bytes<WN>() of shared memory owned by this consumer warpgroup and
+// with acc holding the accumulators of 64 rows starting at m_base and BN columns from n_base, fully
+// reduced in the 8-column blocks [j_begin, j_end) that this CTA must write (all of them without
+// split-K); stage is Epi::smem_bytes<BN>() of shared memory owned by this consumer warpgroup and
 // barrier a named-barrier id (1 or 2) for its 128 threads. Launchers pass
 // kernel_smem_bytes<Tile, Epi>() (below) as the dynamic shared memory.
 template <class Tile, class Epi>
@@ -181,7 +179,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   uint8_t* smem_b = smem_a + S * Tile::kStageBytesA;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + S * Tile::kStageBytesB);
   uint64_t* empty = full + S;
-  // Epilogue staging (Epi::smem_bytes<kWgCols>() per consumer warpgroup), after the barriers; 1024-byte
+  // Epilogue staging (Epi::smem_bytes<BN>() per consumer warpgroup), after the barriers; 1024-byte
   // aligned so a TMA store can read it with the 128-byte swizzle.
   uint8_t* epi_smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(empty + S) + 1023) & ~uintptr_t(1023));
 
@@ -302,7 +300,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
       cute::warpgroup_arrive();
   #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk)
-        wgmma_call<typename WgmmaAtom<Tile::kWgCols>::Op>(
+        wgmma_call<typename WgmmaAtom<BN>::Op>(
             sw128_desc(a + kk * 32), sw128_desc(b + kk * 32), acc,
             (it == 0 && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
             std::make_index_sequence<Tile::kAccPerThread>{});
@@ -320,7 +318,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     if constexpr (Tile::kPersistent) release((g + S - 1) % S);
 
     // 8-column accumulator blocks this CTA finishes: all, or its rank's share of a split-K tile.
-    int j_begin = 0, j_end = Tile::kWgCols / 8;
+    int j_begin = 0, j_end = BN / 8;
     if constexpr (Tile::SplitK > 1) {
       constexpr int KS = Tile::SplitK, OB = Tile::kOwnBlocks;
       // Received partials live in this CTA's stage buffers, [source slot][consumer][own block][thread]
@@ -384,10 +382,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     // Staging: this warpgroup's own 64 rows of A in the last stage (only its MMAs read them, and
     // they are complete; no load is in flight), or the separate buffer.
     uint8_t* stage = Tile::kStageEpilogueInA ? smem_a + ((g + S - 1) % S) * Tile::kStageBytesA + c * 64 * 128
-                                             : epi_smem + c * Epi::template smem_bytes<Tile::kWgCols>();
-    Epi::template apply<Tile::kWgCols>(params, acc, m_tile * BM + c * 64,
-                                       n_tile * BN, M, t, stage, 1 + c, j_begin,
-                                       j_end);
+                                             : epi_smem + c * Epi::template smem_bytes<BN>();
+    Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t, stage, 1 + c, j_begin, j_end);
   }
   Epi::finish(t);  // e.g. outstanding asynchronous stores of the staging
 }
@@ -396,10 +392,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
 // and the alignment of the staging (the tile's 1024 bytes of slack cover the barriers too).
 template <class Tile, class Epi>
 constexpr int kernel_smem_bytes() {
-  static_assert(!Tile::kStageEpilogueInA || Epi::template smem_bytes<Tile::kWgCols>() <= 64 * 128,
+  static_assert(!Tile::kStageEpilogueInA || Epi::template smem_bytes<Tile::BN>() <= 64 * 128,
                 "the epilogue staged in a warpgroup's A rows must fit their 8 KB");
   if constexpr (Tile::kStageEpilogueInA) return Tile::kSmemBytes;
-  return Tile::kSmemBytes + 1024 + Tile::kConsumers * Epi::template smem_bytes<Tile::kWgCols>();
+  return Tile::kSmemBytes + 1024 + Tile::kConsumers * Epi::template smem_bytes<Tile::BN>();
 }
 
 // bar.sync on a named barrier for the 128 threads of one warpgroup.
