@@ -356,6 +356,12 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
+// Tiles the search also tries with activation multicast (TileConfig::cluster = 2).
+bool multicast_ok(Tile t, int64_t n) {
+  const bool rs = t == Tile::m128_n128_rs || t == Tile::m128_n256_rs || t == Tile::m128_n64_rs;
+  return rs && ((n + tile_n(t) - 1) / tile_n(t)) % 2 == 0;
+}
+
 Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
   Result r;
   r.op = "gemm";
@@ -369,7 +375,10 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
                  Tile::m128_n128_ws2, Tile::m128_n128_wst, Tile::m128_n128_wsta, Tile::m128_n128_wstc,
                  Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs})
     for (int s : {1, 2, 3, 4, 6})
-      if (s <= k / 64 / 8) cands.push_back({t, s});
+      if (s <= k / 64 / 8) {
+        cands.push_back({t, s});
+        if (multicast_ok(t, n)) cands.push_back({t, s, 2});
+      }
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
@@ -405,8 +414,10 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   std::vector<TileConfig> cands{choose_dual_config(p, sms)};
   for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr,
                  Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc, Tile::m128_n128_rs, Tile::m128_n64_rs})
-    for (int s : {1, 2, 3, 4})
+    for (int s : {1, 2, 3, 4}) {
       cands.push_back({t, s});
+      if (multicast_ok(t, n)) cands.push_back({t, s, 2});
+    }
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
