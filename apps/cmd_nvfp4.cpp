@@ -164,8 +164,10 @@ bool run_check(uint64_t seed) {
 
 // L2 flush between timed runs: `write` memsets 2x L2 (the method; the L2 is then full of
 // dirty lines, which the timed kernel's misses write back to HBM), `clean` then also stream-reads a
-// second 2x L2 buffer, so the timed kernel starts with clean lines and pays only for its own traffic.
-enum class Flush { write, clean };
+// second 2x L2 buffer, so the timed kernel starts with clean lines and pays only for its own traffic;
+// `none` flushes nothing (a diagnostic: operands that fit stay in L2, so the time shows what the
+// kernel costs without HBM traffic).
+enum class Flush { write, clean, none };
 
 struct Timer {
   int reps;
@@ -193,7 +195,7 @@ struct Timer {
     fn();
     fn();
     for (int i = 0; i < reps; ++i) {
-      if (flush_l2) CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xFF, flush.bytes(), nullptr));
+      if (flush_l2 && mode != Flush::none) CUDA_CHECK(cudaMemsetAsync(flush.get(), i & 0xFF, flush.bytes(), nullptr));
       if (flush_l2 && mode == Flush::clean) stream_read(flush_read.get(), flush_read.bytes(), sink.get(), sm_count, nullptr);
       CUDA_CHECK(cudaEventRecord(start[i], nullptr));
       fn();
@@ -356,12 +358,6 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
-// Tiles the search also tries with activation multicast (TileConfig::cluster = 2).
-bool multicast_ok(Tile t, int64_t n) {
-  const bool rs = t == Tile::m128_n128_rs || t == Tile::m128_n256_rs || t == Tile::m128_n64_rs;
-  return rs && ((n + tile_n(t) - 1) / tile_n(t)) % 2 == 0;
-}
-
 Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
   Result r;
   r.op = "gemm";
@@ -375,10 +371,7 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
                  Tile::m128_n128_ws2, Tile::m128_n128_wst, Tile::m128_n128_wsta, Tile::m128_n128_wstc,
                  Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs})
     for (int s : {1, 2, 3, 4, 6})
-      if (s <= k / 64 / 8) {
-        cands.push_back({t, s});
-        if (multicast_ok(t, n)) cands.push_back({t, s, 2});
-      }
+      if (s <= k / 64 / 8) cands.push_back({t, s});
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
@@ -414,10 +407,8 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   std::vector<TileConfig> cands{choose_dual_config(p, sms)};
   for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr,
                  Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc, Tile::m128_n128_rs, Tile::m128_n64_rs})
-    for (int s : {1, 2, 3, 4}) {
+    for (int s : {1, 2, 3, 4})
       cands.push_back({t, s});
-      if (multicast_ok(t, n)) cands.push_back({t, s, 2});
-    }
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
@@ -568,9 +559,12 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
     j["hbm_read_gbs_measured"] = ceil.read_gbs;
     j["bf16_tflops_measured"] = ceil.tflops;
     j["method"] = "median of " + std::to_string(timer.reps) +
-                  " runs after 2 warm-ups, CUDA events, L2 flushed (memset of 2x L2" +
-                  (flush == Flush::clean ? std::string(", then a stream read of another 2x L2") : std::string()) +
-                  ") before each run; scales " + to_string(layout);
+                  " runs after 2 warm-ups, CUDA events, " +
+                  (flush == Flush::none ? std::string("no L2 flush (warm L2)")
+                                        : std::string("L2 flushed (memset of 2x L2") +
+                                              (flush == Flush::clean ? ", then a stream read of another 2x L2" : "") +
+                                              ") before each run") +
+                  "; scales " + to_string(layout);
     for (const auto& r : rows)
       j["results"].push_back({{"op", r.op}, {"shape", r.shape}, {"us", r.us}, {"sol_us", r.sol_us},
                               {"pct_sol", 100.0 * r.sol_us / r.us}, {"b200_best_us", r.b200_us},
@@ -615,14 +609,15 @@ void add_nvfp4_command(CLI::App& app) {
   bench->add_option("--reps", *reps, "timed runs per measurement (median; at most 64)")->check(CLI::Range(3, 64));
   bench->add_option("--flush", *flush,
                     "L2 flush before each timed run: write (memset of 2x L2, the default) or clean (then a read of "
-                    "another 2x L2, so no dirty lines are left for the timed kernel to write back)")
-      ->check(CLI::IsMember({"write", "clean"}));
+                    "another 2x L2, so no dirty lines are left for the timed kernel to write back) or none (a "
+                    "diagnostic: warm L2)")
+      ->check(CLI::IsMember({"write", "clean", "none"}));
   bench->add_option("--shape", *shapes, "MxNxK shapes (repeatable) for --op gemm or dual instead of the issue's");
   bench->add_option("--scales", *scales, "scale layout of every operand: plain (the default) or blocked (128x4)")
       ->check(CLI::IsMember({"plain", "blocked"}));
   bench->callback([op, json, reps, flush, shapes, scales] {
 #ifdef SWAPFFN_WITH_CUDA
-    run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : Flush::write, *shapes,
+    run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : *flush == "none" ? Flush::none : Flush::write, *shapes,
               *scales == "blocked" ? ScaleLayout::blocked_128x4 : ScaleLayout::plain);
 #else
     (void)op, (void)json, (void)reps, (void)flush, (void)shapes, (void)scales;

@@ -271,25 +271,6 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
   EXPECT_EQ(choose_gemm_config(wide, 132).tile, Tile::m128_n128_rs);
 }
 
-// Activation multicast (cluster = 2: two N tiles share each activation box): every rs tile, both
-// layouts, N ending inside a tile, three activation tiles, two batches, the stage ring wrapping many
-// times, with and without split-K (split 5: CTAs with an odd number of stages for `128x64rs`);
-// NaN scales in weights and activations through the shared boxes.
-TEST_F(Nvfp4Gpu, GemmActivationMulticastBitExact) {
-  for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs}) {
-      run_gemm(300, 1000, 4096, 2, layout, {t, 1, 2}, 38);
-      run_gemm(256, 1000, 8192, 1, layout, {t, 5, 2}, 39);
-    }
-  HostOperand a = make_operand(InputKind::gemm, 64, 512, 1, 46);
-  a.scales[5 * (512 / 16) + 20] = 0xFF;  // activation row 5, stage 1 (the box the second CTA loads)
-  HostOperand w = make_operand(InputKind::gemm, 200, 512, 1, 47);
-  w.scales[3 * (512 / 16) + 2] = 0x7F;
-  w.scales[150 * (512 / 16) + 31] = 0x7F;  // the second CTA of the cluster
-  for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs}) run_gemm(64, 200, 512, 1, layout, {t, 1, 2}, 46, &a, nullptr, &w);
-}
-
 // One zeroed workspace serves every config in turn: a config with more output tiles must not find
 // the previous config's partials where it keeps its arrival counters.
 TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
@@ -337,15 +318,6 @@ TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
     GemmProblem pb{m, n, k, 1, da.view, bv, cb.buf.get()};
     gemm(pb, cfg, {ws.get(), ws.bytes()}, nullptr);
     EXPECT_EQ(exact_mismatches(cb.get(), ref, what + " (b)"), 0) << what << " (b)";
-    // A multicast config falls back the same way (to a tile without a cluster).
-    if (tile == Tile::m128_n128_rs || tile == Tile::m128_n64_rs) {
-      const TileConfig mc{tile, 2, 2};
-      Out cm(m * n);
-      GemmProblem pm{m, n, k, 1, da.view, bv, cm.buf.get()};
-      DeviceBuffer wsm = make_workspace(workspace_bytes(pm, mc));
-      gemm(pm, mc, {wsm.get(), wsm.bytes()}, nullptr);
-      EXPECT_EQ(exact_mismatches(cm.get(), ref, what + " cluster=2 (b)"), 0) << what << " cluster=2 (b)";
-    }
   }
 }
 
@@ -448,30 +420,6 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
       run_dual(200, 264, 1024, 1, ScaleLayout::plain, {t, 1}, 57, nullptr, ls);
       run_dual(130, 136, 1536, 2, ScaleLayout::plain, {t, 3}, 58, nullptr, ls);
     }
-}
-
-// Activation multicast in the dual GEMM: both rs tiles, both layouts and mixed ones, N ending
-// inside a tile, split-K, two batches, NaN scales; the results are bitwise those of cluster = 1
-// (the same sums in the same order).
-TEST_F(Nvfp4Gpu, DualGemmActivationMulticast) {
-  std::vector<uint16_t> one, two;
-  for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs}) {
-      run_dual(300, 488, 4096, 2, layout, {t, 1, 2}, 64, &two);
-      run_dual(300, 488, 4096, 2, layout, {t, 1, 1}, 64, &one);
-      EXPECT_EQ(one, two) << to_string(t);
-      run_dual(256, 488, 8192, 1, layout, {t, 3, 2}, 65, &two);
-      run_dual(256, 488, 8192, 1, layout, {t, 3, 1}, 65, &one);
-      EXPECT_EQ(one, two) << to_string(t) << " split 3";
-    }
-  const ScaleLayout mixed[3] = {ScaleLayout::blocked_128x4, ScaleLayout::plain, ScaleLayout::blocked_128x4};
-  const DualPoison poison = [](HostOperand& a, HostOperand& b1, HostOperand& b2) {
-    b1.scales[3 * (1024 / 16) + 2] = 0x7F;
-    b2.scales[200 * (1024 / 16) + 13] = 0xFF;  // B2, the second CTA of the cluster
-    a.scales[5 * (1024 / 16) + 25] = 0xFF;
-  };
-  for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs})
-    run_dual(200, 256, 1024, 1, ScaleLayout::plain, {t, 1, 2}, 66, nullptr, mixed, poison);
 }
 
 // NaN scales reach the dual GEMM's output through silu and the product: in B1 and in B2, in both
@@ -645,14 +593,6 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n64_rs, 1}, {}, nullptr); }, "tile 128x64rs is not built");
-  // Activation multicast: clusters of 1 or 2, rs tiles only, an even number of N tiles.
-  DeviceBuffer mc_ws = make_workspace(workspace_bytes(ok, {Tile::m128_n64_rs, 1}));
-  const Workspace mw{mc_ws.get(), mc_ws.bytes()};
-  expect_error([&] { gemm(ok, {Tile::m128_n64_rs, 1, 4}, mw, nullptr); }, "cluster=4 (supported: 1, 2)");
-  expect_error([&] { gemm(ok, {Tile::m128_n128_wsta, 1, 2}, mw, nullptr); }, "cluster=2 needs an *_rs tile, not 128x128wsta");
-  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, 2}, mw, nullptr); }, "needs a multiple of 2 N tiles; N=128 gives 1 of 128");
-  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n128_rs, 1, 2}, mw, nullptr); }, "needs a multiple of 2 N tiles");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 2}, mw, nullptr); }, "cluster=2 (grouped GEMM supports 1)");
   // The rs tile's k-tiles are 128 wide: K = 512 has 4, so split 5 is refused.
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 5}, {}, nullptr); }, "min(64, 4 k-tiles)");
   // Nothing was launched: the output still holds the poison.

@@ -123,12 +123,9 @@ const char* to_string(Tile t);
 int tile_m(Tile t);
 int tile_n(Tile t);
 
-// cluster: CTAs along N that share the activation tile by TMA multicast (1 or 2; 2 needs an *_rs
-// tile of the GEMM or dual GEMM and an even number of N tiles). Same results, less L2 traffic.
 struct TileConfig {
   Tile tile = Tile::m128_n128;
   int split_k = 1;
-  int cluster = 1;
 };
 
 std::string describe(const GemvConfig& c);

@@ -104,19 +104,6 @@ void check_split(const std::string& op, int split, int64_t ktiles) {
                       " k-tiles)]");
 }
 
-// Activation multicast (TileConfig::cluster): the rs tiles only, in clusters of two N tiles.
-void check_cluster(const std::string& op, const TileConfig& c, int64_t n) {
-  SWAPFFN_REQUIRE(c.cluster == 1 || c.cluster == 2, op + ": cluster=" + std::to_string(c.cluster) + " (supported: 1, 2)");
-  if (c.cluster == 1) return;
-  SWAPFFN_REQUIRE(cu::is_rs_tile(c.tile), op + ": cluster=" + std::to_string(c.cluster) + " needs an *_rs tile, not " +
-                                              to_string(c.tile));
-  const int64_t n_tiles = ceil_div(n, tile_n(c.tile));
-  SWAPFFN_REQUIRE(n_tiles % c.cluster == 0, op + ": cluster=" + std::to_string(c.cluster) + " needs a multiple of " +
-                                                std::to_string(c.cluster) + " N tiles; N=" + std::to_string(n) +
-                                                " gives " + std::to_string(n_tiles) + " of " +
-                                                std::to_string(tile_n(c.tile)));
-}
-
 bool gemm_tile_ok(Tile t) {
   return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma ||
          t == Tile::m128_n128_ws || t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_wst ||
@@ -287,7 +274,6 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
   const std::string op = "nvfp4 gemm";
   SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128wst, 128x128wsta, 128x128wstc, 128x128rs, 128x256rs, 128x64rs)");
   check_split(op, c.split_k, p.k / tile_k(c.tile));
-  check_cluster(op, c, p.n);
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b[0] = cu::operand_args(p.b, p.n, p.k);
@@ -297,7 +283,6 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
   a.k = p.k;
   a.l = p.l;
   a.split_k = c.split_k;
-  a.cluster = c.cluster;
   attach(op, gemm_ws(p, c), ws, a);
   cu::launch_gemm(a, c.tile, stream);
 }
@@ -307,7 +292,6 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
   const std::string op = "nvfp4 dual_gemm_swiglu";
   SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws, 128x64wsr, 128x64ws2, 128x64wst, 128x64wsta, 128x64wstc, 128x128rs, 128x64rs)");
   check_split(op, c.split_k, p.k / tile_k(c.tile));
-  check_cluster(op, c, p.n);
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b[0] = cu::operand_args(p.b1, p.n, p.k);
@@ -318,7 +302,6 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
   a.k = p.k;
   a.l = p.l;
   a.split_k = c.split_k;
-  a.cluster = c.cluster;
   attach(op, dual_ws(p, c), ws, a);
   cu::launch_dual_gemm_swiglu(a, c.tile, stream);
 }
@@ -330,7 +313,6 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
   SWAPFFN_REQUIRE(grouped_tile_ok(c.tile),
                   op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128rs)");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
-  SWAPFFN_REQUIRE(c.cluster == 1, op + ": cluster=" + std::to_string(c.cluster) + " (grouped GEMM supports 1)");
   cu::GroupedArgs a;
   a.groups = static_cast<int>(p.groups.size());
   int64_t tiles = 0;

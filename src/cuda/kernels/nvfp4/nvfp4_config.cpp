@@ -59,8 +59,7 @@ std::string describe(const GemvConfig& c) {
                                    : std::string());
 }
 std::string describe(const TileConfig& c) {
-  return std::string("tile=") + to_string(c.tile) + " split_k=" + std::to_string(c.split_k) +
-         (c.cluster != 1 ? " cluster=" + std::to_string(c.cluster) : std::string());
+  return std::string("tile=") + to_string(c.tile) + " split_k=" + std::to_string(c.split_k);
 }
 
 namespace {

@@ -56,7 +56,6 @@ struct GemmArgs {
   float* partials = nullptr;
   int* counters = nullptr;
   uint8_t* a16 = nullptr;  // `*_wsta` tiles: the workspace's fp16 copy of A (nvfp4_predequant_a.cu)
-  int cluster = 1;         // rs tiles: CTAs along N multicasting the activations (validated by the API)
 };
 
 // Tensor maps of the TMA tiles (`*_wst`), per operand (a, then b[0], b[1]): raw bytes as 3-D byte

@@ -30,20 +30,10 @@
 // (one arrival per warp that consumes it) once all its units' wgmma have completed; its raw bytes were
 // read into registers a unit earlier. (A third buffer gained nothing: docs/NVFP4.md, fifteenth
 // step; with two slabs it also makes ptxas serialise the wgmma, C7512.)
-//
-// Activation multicast (kMc = 2; docs/NVFP4.md, twenty-second step): every CTA of a tile row reads
-// the same activation boxes, 32 of a stage's 41 KB, and the rs tiles' per-stage time grows with
-// the number of CTAs reading (L2 -> SM bandwidth). A cluster of two CTAs along N (same activation
-// rows and k range, different weight rows) has each load one of the stage's two 64-k boxes and
-// multicast it into both. A stage slot is then written by both CTAs' producers, so it is free only
-// when the consumers of both have released it: each consumer warp arrives on the empty barrier of
-// every CTA of the cluster, and a CTA leaves the mainloop only when the whole cluster has (no peer
-// may still arrive on its barriers or write its stages).
 #pragma once
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cute/arch/cluster_sm90.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
 
@@ -59,18 +49,12 @@ namespace swapffn::cuda::nvfp4 {
 // weight operands (1: GEMM; 2: dual GEMM, B1 and B2); BK = 128 k per stage (two 64-k halves).
 // WgStride 2: the two consumer warpgroups split the tile's K, warpgroup w taking stages w, w + 2,
 // ... of the same 64 weight rows (the GEMM's `128x64rs`); their partial sums are added at the end.
-// Mc 2: a cluster of two CTAs along N multicasts the activation boxes (see the top of the file).
-template <int Stages_, int BN_, int NB_, int WgStride_ = 1, int Mc_ = 1>
+template <int Stages_, int BN_, int NB_, int WgStride_ = 1>
 struct RsCfg {
   static constexpr int BM = 128, BN = BN_, BK = 128;
   static constexpr int kNB = NB_;
   static constexpr int kStages = Stages_;
   static constexpr int kWgStride = WgStride_;
-  static constexpr int kMc = Mc_;
-  static_assert(Mc_ == 1 || Mc_ == 2, "the activation boxes are shared by 1 or 2 CTAs (one 64-k box each)");
-  // The same tile with activation multicast across `C` CTAs along N.
-  template <int C>
-  using WithMc = RsCfg<Stages_, BN_, NB_, WgStride_, C>;
   static constexpr bool kPreA = true;  // the activations come from the pre-pass (launched as a PDL dependent)
   static constexpr int kConsumerThreads = 256;
   // + the producer warpgroup. ptxas allocates registers per warpgroup in wgmma kernels (a 288-thread
@@ -151,21 +135,14 @@ struct RsMainloop {
     if (threadIdx.x == 0) {
       for (int s = 0; s < Cfg::kStages; ++s) {
         cutlass::arch::ClusterTransactionBarrier::init(&full_[s], 1);
-        cutlass::arch::ClusterBarrier::init(&empty_[s], Cfg::kConsumerThreads / 32 / Cfg::kWgStride * Cfg::kMc);
+        cutlass::arch::ClusterBarrier::init(&empty_[s], Cfg::kConsumerThreads / 32 / Cfg::kWgStride);
       }
       cutlass::arch::fence_barrier_init();
     }
-    // With multicast the peers' barriers must be initialised before any copy or arrival reaches them.
-    if constexpr (Cfg::kMc > 1) {
-      cute::cluster_arrive_relaxed();
-      cute::cluster_wait();
-    } else {
-      __syncthreads();
-    }
+    __syncthreads();
     if (threadIdx.x >= Cfg::kConsumerThreads) {
       setmaxnreg_dec<Cfg::kProducerRegs>();
       if (threadIdx.x == Cfg::kConsumerThreads) produce(src, maps, batch, kt0, count);
-      cluster_done();
       return false;
     }
     setmaxnreg_inc<Cfg::kConsumerRegs>();
@@ -177,20 +154,10 @@ struct RsMainloop {
       const int block_row0 = Cfg::BN % 128 == 0 ? 0 : static_cast<int>(src[1].row0 % 128);
       consume(blocked, block_row0, kt0, count, acc);
     }
-    cluster_done();
     return true;
   }
 
  private:
-  // Multicast: every thread of the cluster passes here once its part of the mainloop is done.
-  __device__ static void cluster_done() {
-    if constexpr (Cfg::kMc > 1) {
-      __syncwarp();  // the producer lane rejoins its warp: the cluster barrier is .aligned
-      cute::cluster_arrive();
-      cute::cluster_wait();
-    }
-  }
-
   template <class Maps>
   __device__ void produce(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0,
                           int count) const {
@@ -232,16 +199,9 @@ struct RsMainloop {
     auto copy_activations = [&](int t) {
       const int s = t % Cfg::kStages, kt = kt0 + t;
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
-      if constexpr (Cfg::kMc == 1) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          cute::SM90_TMA_LOAD_3D::copy(act_map(maps), &full_[s], 0, st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
-      } else {
-        // This CTA's 64-k box, into the same stage offset of both CTAs (each expects all the bytes).
-        const int h = static_cast<int>(cute::block_rank_in_cluster());
-        cute::SM90_TMA_LOAD_MULTICAST_3D::copy(act_map(maps), &full_[s], uint16_t((1u << Cfg::kMc) - 1), 0,
-                                               st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
-      }
+      for (int h = 0; h < 2; ++h)
+        cute::SM90_TMA_LOAD_3D::copy(act_map(maps), &full_[s], 0, st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
     };
     // The first stages' weights go out before waiting for the pre-pass that writes the activations
     // (this grid is its programmatic dependent).
@@ -356,14 +316,7 @@ struct RsMainloop {
         wgmma_wait<1>();  // unit u - 1 has completed: its buffer, the next unit's, is free
         pin(f[(u + 1) % 2]);
         // The previous stage's last unit is unit u - 1 at u = 0, complete from u = 1 on.
-        if (u == 1 && i > i0 && lane == 0) {
-          if constexpr (Cfg::kMc == 1) {
-            cutlass::arch::ClusterBarrier::arrive(&empty_[done]);
-          } else {
-#pragma unroll
-            for (int r = 0; r < Cfg::kMc; ++r) cutlass::arch::ClusterBarrier::arrive(&empty_[done], r, 1);
-          }
-        }
+        if (u == 1 && i > i0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[done]);
         if (!last) convert(f[(u + 1) % 2], u + 1);
         else if (i + kW < count) convert(f[(u + 1) % 2], 0);
       }

@@ -126,13 +126,6 @@ constexpr int wg_stride() {
   else return 1;
 }
 
-// CTAs per cluster along N sharing the activation boxes (RsCfg::kMc); 1 for every other tile.
-template <class Cfg>
-constexpr int mc_of() {
-  if constexpr (requires { Cfg::kMc; }) return Cfg::kMc;
-  else return 1;
-}
-
 template <class Cfg, Path P>
 __device__ __forceinline__ bool run_mainloop(uint8_t* smem, const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count,
                                              Acc<Cfg, P>& acc, const TmaParam<P>& tma, int batch) {

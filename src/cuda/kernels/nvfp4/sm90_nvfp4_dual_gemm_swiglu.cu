@@ -79,34 +79,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
 }  // namespace
 
-namespace {
-
-template <class Cfg, Path P>
-void launch_dual_cfg(const GemmArgs& args, const TmaOperands& maps, cudaStream_t stream) {
-  auto kernel = nvfp4_dual_gemm_swiglu_kernel<Cfg, P>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
-  const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
-                  static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
-                  static_cast<unsigned>(args.l * args.split_k));
-  if constexpr (P == Path::wst || P == Path::rs)
-    launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, mc_of<Cfg>(), 1), Cfg::kSmemAlloc, stream, Cfg::kPreA,
-                     args, maps);
-  else
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});
-  SWAPFFN_CHECK_LAUNCH();
-}
-
-}  // namespace
-
 void launch_dual_gemm_swiglu(const GemmArgs& args, Tile tile, cudaStream_t stream) {
   TmaOperands maps{};
   prepare_tma_tile(args, 2, tile, Tile::m128_n64_ws, maps, stream);
   dispatch_dual_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
-    constexpr Path P = decltype(path)::value;
-    if constexpr (P == Path::rs)
-      if (args.cluster == 2) return launch_dual_cfg<typename Cfg::template WithMc<2>, P>(args, maps, stream);
-    launch_dual_cfg<Cfg, P>(args, maps, stream);
+    auto kernel = nvfp4_dual_gemm_swiglu_kernel<Cfg, decltype(path)::value>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
+    const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
+                    static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
+                    static_cast<unsigned>(args.l * args.split_k));
+    if constexpr (decltype(path)::value == Path::wst || decltype(path)::value == Path::rs)
+      launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
+    else
+      kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});
+    SWAPFFN_CHECK_LAUNCH();
   });
 }
 

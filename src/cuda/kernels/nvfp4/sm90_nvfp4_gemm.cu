@@ -133,34 +133,21 @@ void prepare_tma_tile(const GemmArgs& args, int nb, Tile& tile, Tile fallback, T
   }
 }
 
-namespace {
-
-template <class Cfg, Path P>
-void launch_gemm_cfg(const GemmArgs& args, const TmaOperands& maps, cudaStream_t stream) {
-  auto kernel = nvfp4_gemm_kernel<Cfg, P>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
-  const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
-                  static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
-                  static_cast<unsigned>(args.l * args.split_k));
-  if constexpr (P == Path::wst || P == Path::rs)
-    launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, mc_of<Cfg>(), 1), Cfg::kSmemAlloc, stream, Cfg::kPreA,
-                     args, maps);
-  else
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});
-  SWAPFFN_CHECK_LAUNCH();
-}
-
-}  // namespace
-
 void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
   TmaOperands maps{};
   prepare_tma_tile(args, 1, tile, Tile::m128_n128_ws, maps, stream);
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
-    constexpr Path P = decltype(path)::value;
-    if constexpr (P == Path::rs)
-      if (args.cluster == 2) return launch_gemm_cfg<typename Cfg::template WithMc<2>, P>(args, maps, stream);
-    launch_gemm_cfg<Cfg, P>(args, maps, stream);
+    auto kernel = nvfp4_gemm_kernel<Cfg, decltype(path)::value>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
+    const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
+                    static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
+                    static_cast<unsigned>(args.l * args.split_k));
+    if constexpr (decltype(path)::value == Path::wst || decltype(path)::value == Path::rs)
+      launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
+    else
+      kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});
+    SWAPFFN_CHECK_LAUNCH();
   });
 }
 
