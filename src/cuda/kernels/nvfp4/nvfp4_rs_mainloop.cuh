@@ -284,6 +284,11 @@ struct RsMainloop {
     // Unit u of every stage uses buffer u % 2 (a stage has an even number of units), so buffer
     // indices are compile-time constants.
     static_assert(kUnits % 2 == 0, "units alternate between the two fragment buffers across stages");
+    // The unit of a stage at which the previous stage is released (any unit from 0 may: the wait
+    // at unit 0 covers the previous stage). Unit 0 gives the producer the most lead: one-slab tiles
+    // 0-5% faster than at unit 1 (docs/NVFP4.md, twenty-fifth step); the two-slab dual tile measured
+    // 1% slower there, so it keeps unit 1.
+    constexpr int kReleaseUnit = kS == 1 ? 0 : 1;
     // Warpgroup wg's stages: all of them, or every kWgStride-th from wg (the ring slots it uses
     // are then its own: kStages is a multiple of the stride).
     constexpr int kW = Cfg::kWgStride;
@@ -315,8 +320,8 @@ struct RsMainloop {
         }
         wgmma_wait<1>();  // unit u - 1 has completed: its buffer, the next unit's, is free
         pin(f[(u + 1) % 2]);
-        // The previous stage's last unit is unit u - 1 at u = 0, complete from u = 1 on.
-        if (u == 1 && i > i0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[done]);
+        // The previous stage's last unit is unit u - 1 at u = 0: complete after the wait above.
+        if (u == kReleaseUnit && i > i0 && lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[done]);
         if (!last) convert(f[(u + 1) % 2], u + 1);
         else if (i + kW < count) convert(f[(u + 1) % 2], 0);
       }
