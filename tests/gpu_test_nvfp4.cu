@@ -269,6 +269,12 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
   // Enough 128-row tiles to fill more than half the SMs at their split: `128x128rs`.
   GemmProblem wide{128, 7168, 16384, 1, {}, {}, nullptr};
   EXPECT_EQ(choose_gemm_config(wide, 132).tile, Tile::m128_n128_rs);
+  // ... unless `128x128rs` would need a split above 2: `128x64rs` at half that split.
+  GemmProblem split4{128, 4096, 7168, 1, {}, {}, nullptr};
+  const TileConfig split4_cfg = choose_gemm_config(split4, 132);
+  EXPECT_EQ(split4_cfg.tile, Tile::m128_n64_rs) << describe(split4_cfg);
+  EXPECT_EQ(split4_cfg.split_k, 2) << describe(split4_cfg);
+  run_gemm(128, 4096, 7168, 1, ScaleLayout::plain, split4_cfg, 30);
 }
 
 // One zeroed workspace serves every config in turn: a config with more output tiles must not find

@@ -182,6 +182,11 @@ int ws_split(int64_t tiles, int64_t ktiles, int sm_count, int64_t min_ktiles = 1
 // 56 tiles unsplit: 17.8 against 21.8 us); above that `128x128rs` stays (128x4096x7168: 28.4 at
 // split 4 against 27.5 for `128x64rs` at split 2, within 3.5%; 128x7168x16384: 67.4 at split 2
 // against 83.5 for `128x64rs` unsplit on the same 112 SMs).
+// Twelfth session: with the earlier stage release (docs/NVFP4.md, twenty-fifth step) `128x64rs`,
+// whose warpgroups take alternate stages, gained most; it now also wins where `128x128rs` would
+// need a split above 2 (H100, commit a051023, two runs: 128x4096x7168 `128x64rs` split 2 25.6-25.9
+// us against 28.1-28.6 for `128x128rs` split 4), and ties at split 2 (128x7168x16384: 65.2 unsplit
+// against 64.7), where `128x128rs` stays.
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   TileConfig c;
   if (p.m <= 64) {
@@ -192,7 +197,7 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128) * p.l;
   c.split_k = ws_split(tiles, p.k / 64, sm_count, 24);
   c.tile = Tile::m128_n128_rs;
-  if (2 * tiles * c.split_k <= sm_count) {
+  if (2 * tiles * c.split_k <= sm_count || c.split_k > 2) {
     const int64_t narrow = ceil_div(p.m, 128) * ceil_div(p.n, 64) * p.l;
     c.tile = Tile::m128_n64_rs;
     c.split_k = ws_split(narrow, p.k / 64, sm_count, 24);
