@@ -75,13 +75,6 @@ struct RsCfg {
   static constexpr int kWeightBytes = kWRows * 64;    // 128 k of e2m1 per weight row
   static constexpr int kScaleBytes = kWRows * 16;     // plain: a 16-byte box per row; blocked: 1024 per 128 rows
   static constexpr int kStageBytes = kActBytes + kWeightBytes + kScaleBytes;
-  // Shared memory: every stage's activations, then the weights of stage pairs (one 128-byte-row box
-  // of 256 k per two stages, 128-byte swizzle), then every stage's scales.
-  static constexpr int kPairBytes = 2 * kWeightBytes;
-  static constexpr int kWeightOffset = kStages * kActBytes;
-  static constexpr int kScaleOffset = kWeightOffset + kStages * kWeightBytes;
-  static_assert(kStages % 2 == 0, "weight boxes cover stage pairs of the ring");
-  static_assert(kPairBytes % 1024 == 0 && kWeightOffset % 1024 == 0, "swizzled weight boxes start 1024-byte aligned");
   static constexpr int kSmemAlloc = kStages * kStageBytes + 2 * kStages * 8 + 1024;  // + align slack
   static_assert(kStages >= 2, "the producer must be able to run ahead of the consumers");
   static_assert(kSmemAlloc <= 227 * 1024, "shared memory per CTA");
@@ -124,10 +117,6 @@ struct RsMainloop {
   uint8_t* stages_;  // [kStages][activations | weights | scales], 1024-aligned
   uint64_t* full_;   // per stage: its TMA bytes have landed (1 arrival + bytes)
   uint64_t* empty_;  // per stage: its wgmma have completed (one arrival per consumer warp)
-
-  __device__ uint8_t* stage_act(int s) const { return stages_ + s * Cfg::kActBytes; }
-  __device__ uint8_t* weight_pair(int s) const { return stages_ + Cfg::kWeightOffset + (s / 2) * Cfg::kPairBytes; }
-  __device__ uint8_t* stage_scales(int s) const { return stages_ + Cfg::kScaleOffset + s * Cfg::kScaleBytes; }
 
   __device__ explicit RsMainloop(uint8_t* smem)
       : stages_(smem + ((1024 - (smem_addr(smem) & 1023)) & 1023)),
@@ -175,7 +164,7 @@ struct RsMainloop {
     // Blocked scales: one bulk copy of the stage's two 512-byte units per 128-row block that
     // exists (a block past the operand's last row block is not in memory; its rows are never stored);
     // a 64-row tile copies its block's units whole and reads its half of them.
-    uint32_t bytes = Cfg::kActBytes;  // + the pair's weights on even stages
+    uint32_t bytes = Cfg::kActBytes + Cfg::kWeightBytes;
 #pragma unroll
     for (int o = 0; o < Cfg::kNB; ++o) {
       const TileSrc& w = src[1 + o];
@@ -185,20 +174,17 @@ struct RsMainloop {
         if (w.rk_blocks != 0 && w.row0 + blk * 128 < w.rows) bytes += 2 * 512;
     }
     const int arow0 = static_cast<int>(src[0].row0);
-    // Stage t's weights come with stage t - 1 when t is odd: an even stage copies the pair's box
-    // (256 k; past the CTA's last stage or K it is extra or zero-filled bytes, never read).
     auto copy_weights = [&](int t) {
       const int s = t % Cfg::kStages, kt = kt0 + t;
-      const bool pair = (t & 1) == 0;
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full_[s], bytes + (pair ? Cfg::kPairBytes : 0));
+      uint8_t* st = stages_ + s * Cfg::kStageBytes;
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full_[s], bytes);
 #pragma unroll
       for (int o = 0; o < Cfg::kNB; ++o) {
         const TileSrc& w = src[1 + o];
         const int wrow0 = static_cast<int>(w.row0);
-        if (pair)
-          cute::SM90_TMA_LOAD_3D::copy(weight_map(maps, o), &full_[s], 0, weight_pair(s) + o * Cfg::BN * 128,
-                                       kt * (Cfg::BK / 2), wrow0, batch);
-        uint8_t* sdst = stage_scales(s) + o * Cfg::BN * 16;
+        cute::SM90_TMA_LOAD_3D::copy(weight_map(maps, o), &full_[s], 0, st + Cfg::kActBytes + o * Cfg::BN * 64,
+                                     kt * (Cfg::BK / 2), wrow0, batch);
+        uint8_t* sdst = st + Cfg::kActBytes + Cfg::kWeightBytes + o * Cfg::BN * 16;
         if (w.rk_blocks == 0) {
           cute::SM90_TMA_LOAD_3D::copy(scale_map(maps, o), &full_[s], 0, sdst, (kt & ~1) * (Cfg::BK / 16), wrow0, batch);
         } else {
@@ -212,7 +198,7 @@ struct RsMainloop {
     };
     auto copy_activations = [&](int t) {
       const int s = t % Cfg::kStages, kt = kt0 + t;
-      uint8_t* st = stage_act(s);
+      uint8_t* st = stages_ + s * Cfg::kStageBytes;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         cute::SM90_TMA_LOAD_3D::copy(act_map(maps), &full_[s], 0, st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
@@ -224,10 +210,7 @@ struct RsMainloop {
     pdl_wait();
     for (int t = 0; t < first; ++t) copy_activations(t);
     for (int t = first; t < count; ++t) {
-      const uint32_t parity = ((t / Cfg::kStages) & 1) ^ 1;
-      cutlass::arch::ClusterBarrier::wait(&empty_[t % Cfg::kStages], parity);
-      // The pair's box overwrites the weights of both slots of the previous round.
-      if ((t & 1) == 0) cutlass::arch::ClusterBarrier::wait(&empty_[(t + 1) % Cfg::kStages], parity);
+      cutlass::arch::ClusterBarrier::wait(&empty_[t % Cfg::kStages], ((t / Cfg::kStages) & 1) ^ 1);
       copy_weights(t);
       copy_activations(t);
     }
@@ -256,11 +239,8 @@ struct RsMainloop {
     uint4 raw[kS][2];
     __half2 sc[kS][2];  // {block 2t, block 2t + 1} scales x 64
     auto load = [&](int s, int i) {
-      const uint8_t* scales = stage_scales(s);
-      // The pair's rows are 128 bytes with the 128-byte swizzle: 16-byte chunk c of row r sits at
-      // chunk c ^ (r % 8); this stage's half is chunks 4 (s % 2) .. + 3. Rows g of a warp then hit
-      // distinct banks.
-      const uint8_t* pair = weight_pair(s);
+      const uint8_t* st = stages_ + s * Cfg::kStageBytes;
+      const uint8_t* scales = st + Cfg::kActBytes + Cfg::kWeightBytes;
       // Plain scales: the 16-byte box starts at an even stage (16-byte aligned), this stage's 8
       // bytes are its first or second half.
       const int half = ((kt0 + i) & 1) * 8;
@@ -268,8 +248,7 @@ struct RsMainloop {
       for (int j = 0; j < kS; ++j)
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
-          raw[j][rr] = *reinterpret_cast<const uint4*>(pair + stage_row(j, rr) * 128 +
-                                                       16 * (((s & 1) * 4 + t) ^ (stage_row(j, rr) & 7)));
+          raw[j][rr] = *reinterpret_cast<const uint4*>(st + Cfg::kActBytes + stage_row(j, rr) * 64 + 16 * t);
           sc[j][rr] = scales_x64(*reinterpret_cast<const uint16_t*>(scales + scale_off(j, rr, half)));
         }
     };
@@ -289,7 +268,7 @@ struct RsMainloop {
         for (int i = 0; i < 4; ++i) f[st][i] = p[i][st];
     };
     auto mma = [&](const Frag& f, int s, int u) {
-      const uint32_t base = smem_addr(stage_act(s) + (u / kS) * Cfg::BM * 128);
+      const uint32_t base = smem_addr(stages_ + s * Cfg::kStageBytes + (u / kS) * Cfg::BM * 128);
       wgmma_fence();
 #pragma unroll
       for (int k16 = 0; k16 < 4; ++k16) wgmma_m64n128k16_rs(acc[u % kS], f[k16], sw128_desc(base + k16 * 32));

@@ -119,7 +119,7 @@ void prepare_tma_tile(const GemmArgs& args, int nb, Tile& tile, Tile fallback, T
       }
     for (int o = 1; o <= nb; ++o) {
       const OperandArgs& b = args.b[o - 1];
-      maps.data[o] = make_tma_3d_u8(b.data, args.k / 2, args.n, args.l, args.k / 2, b.data_batch, 128, rows, true);
+      maps.data[o] = make_tma_3d_u8(b.data, args.k / 2, args.n, args.l, args.k / 2, b.data_batch, 64, rows, false);
       if (b.rk_blocks == 0)
         maps.scales[o] = make_tma_3d_u8(b.scales, args.k / 16, args.n, args.l, args.k / 16, b.scale_batch, 16, rows, false);
     }

@@ -75,7 +75,7 @@ bool make_group_maps(const GroupedArgs& args, GroupedRsMaps& maps) {
     const GroupArgs& g = args.g[i];
     const uint32_t rows = static_cast<uint32_t>(GemmM128N128Rs::BN);
     maps.g[i].act = make_tma_a16(g.a16, g.m, g.k, 1, GemmM128N128Rs::BM);
-    maps.g[i].data = make_tma_3d_u8(g.b.data, g.k / 2, g.n, 1, g.k / 2, g.b.data_batch, 128, rows, true);
+    maps.g[i].data = make_tma_3d_u8(g.b.data, g.k / 2, g.n, 1, g.k / 2, g.b.data_batch, 64, rows, false);
     if (g.b.rk_blocks == 0)
       maps.g[i].scales = make_tma_3d_u8(g.b.scales, g.k / 16, g.n, 1, g.k / 16, g.b.scale_batch, 16, rows, false);
   }
