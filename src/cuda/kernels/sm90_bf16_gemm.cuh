@@ -10,9 +10,10 @@
 // swizzled tiles (64-row tiles: 256 threads, one consumer warpgroup). Split-K (blockIdx.z, 2 or 4
 // slices of K) runs as a thread-block cluster along z. After the mainloops each rank owns 1/SplitK
 // of the tile's columns and receives the other ranks' partial sums of those columns through
-// distributed shared memory (into its own stage buffers, idle by then), then adds the SplitK partials in rank order, ((P0 + P1) + P2) + P3: the
-// order is fixed, so results are bitwise reproducible and do not depend on M or on the tile's N
-// (batch invariance), and the exchange moves (SplitK-1)/SplitK of a tile per CTA in parallel.
+// distributed shared memory (into its own stage buffers, idle by then), then adds the SplitK
+// partials in rank order, ((P0 + P1) + P2) + P3: the order is fixed, so results are bitwise
+// reproducible and do not depend on M or on the tile's N (batch invariance), and the exchange moves
+// (SplitK-1)/SplitK of a tile per CTA in parallel.
 // The B operand must be constant for the step (weights): the producer loads the B tile of its
 // first stage before waiting for the previous kernel (programmatic dependent launch), so its
 // latency overlaps the predecessor's tail.
@@ -70,8 +71,9 @@ struct GemmTile {
   static constexpr int kCtasPerSm = CtasPerSm_;
   // One CTA per SM: warpgroup 0 produces (its registers handed to the consumers by setmaxnreg),
   // warpgroups 1-2 consume (1 alone with 64-row tiles). Two CTAs per SM: warpgroups 0-1 consume and
-  // one warp after them produces; no register reconfiguration (setmaxnreg needs whole warpgroups, and ptxas must fit the MMAs
-  // into the launch bound: 288 threads x 2 CTAs leave 112 registers per thread).
+  // one warp after them produces; no register reconfiguration (setmaxnreg needs whole warpgroups,
+  // and ptxas must fit the MMAs into the launch bound: 288 threads x 2 CTAs leave 112 registers per
+  // thread).
   static constexpr int kThreads = kCtasPerSm == 1 ? 128 * (1 + kConsumers) : 128 * kConsumers + 32;
   static constexpr int kFirstConsumerThread = kCtasPerSm == 1 ? 128 : 0;
   static constexpr int kProducerThread = kCtasPerSm == 1 ? 0 : 128 * kConsumers;

@@ -105,8 +105,8 @@ int clusters_per_wave() {
 // 128 tiles (15.9); multicast lowers our L2 reads but not the time. bn 64 with split-K 2:
 // 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024); bn 128 split 2: half the CTAs, more B reuse.
 // bn 128 split 4: 128 CTAs at B = 1 again, each over K/4 with 128 x 128 tiles (half the operand
-// bytes per SM of bn 64 split 2 or cuBLAS's 64 x 64 tiles); bn 256 split 4 is the same summation order with half the operand bytes per output at large
-// M. bn 128 without split (sk1): a different summation order from the split variants; `tune` times
+// bytes per SM of bn 64 split 2 or cuBLAS's 64 x 64 tiles); bn 256 split 4 is the same summation
+// order with half the operand bytes per output at large M. bn 128 without split (sk1): a different summation order from the split variants; `tune` times
 // it and compares its bits with cuBLAS's split-K-free algorithms, which all sum each output as one
 // chain of k-steps as it does. _p: persistent. mc 2: two N tiles share each u tile through TMA
 // multicast (a third less L2 traffic at bn 64). Measured and dropped (tenth session, H100): deeper
