@@ -99,7 +99,8 @@ bool run_check(uint64_t seed) {
                              TileConfig{Tile::m128_n128_ws2, 3}, TileConfig{Tile::m128_n128_wst, 3},
                              TileConfig{Tile::m128_n128_wsta, 3}, TileConfig{Tile::m128_n128_wstc, 3},
                              TileConfig{Tile::m128_n128_rs, 3}, TileConfig{Tile::m128_n256_rs, 3},
-                             TileConfig{Tile::m128_n64_rs, 3}}) {
+                             TileConfig{Tile::m128_n64_rs, 3}, TileConfig{Tile::m128_n128_rs, 1, 5},
+                             TileConfig{Tile::m128_n256_rs, 1, sms}}) {
         DeviceBuffer c(m * n * 2);
         c.fill(0x55);
         p.c = c.get();
@@ -119,7 +120,8 @@ bool run_check(uint64_t seed) {
                              TileConfig{Tile::m128_n64_ws, 3}, TileConfig{Tile::m128_n64_wsr, 3},
                              TileConfig{Tile::m128_n64_ws2, 3}, TileConfig{Tile::m128_n64_wst, 3},
                              TileConfig{Tile::m128_n64_wsta, 3}, TileConfig{Tile::m128_n64_wstc, 3},
-                             TileConfig{Tile::m128_n128_rs, 3}, TileConfig{Tile::m128_n64_rs, 3}}) {
+                             TileConfig{Tile::m128_n128_rs, 3}, TileConfig{Tile::m128_n64_rs, 3},
+                             TileConfig{Tile::m128_n128_rs, 1, 3}}) {
         DeviceBuffer c(m * n * 2);
         c.fill(0x55);
         p.c = c.get();
@@ -372,6 +374,7 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
                  Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs})
     for (int s : {1, 2, 3, 4, 6})
       if (s <= k / 64 / 8) cands.push_back({t, s});
+  for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs}) cands.push_back({t, 1, sms});  // stream-K, a CTA per SM
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
@@ -409,6 +412,7 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
                  Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc, Tile::m128_n128_rs, Tile::m128_n64_rs})
     for (int s : {1, 2, 3, 4})
       cands.push_back({t, s});
+  cands.push_back({Tile::m128_n128_rs, 1, sms});  // stream-K, a CTA per SM
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);

@@ -277,6 +277,19 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
   run_gemm(128, 4096, 7168, 1, ScaleLayout::plain, split4_cfg, 30);
 }
 
+// Stream-K (a persistent grid dividing all tiles' stages evenly): CTA counts that leave several whole
+// tiles in the middle of a CTA's range (7), split every tile among several CTAs (the SM count), and
+// exceed the stages (clamped: one stage per CTA, 32 parts per tile); odd shapes, the smallest K,
+// two batches, both scale layouts, both tiles.
+TEST_F(Nvfp4Gpu, GemmStreamKBitExact) {
+  for (ScaleLayout layout : kLayouts)
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs}) {
+      for (int ctas : {7, sms_, 1000}) run_gemm(300, 520, 4096, 2, layout, {t, 1, ctas}, 38);
+      run_gemm(130, 131, 256, 1, layout, {t, 1, 3}, 39);
+      run_gemm(128, 7168, 2048, 1, layout, {t, 1, sms_}, 40);
+    }
+}
+
 // One zeroed workspace serves every config in turn: a config with more output tiles must not find
 // the previous config's partials where it keeps its arrival counters.
 TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
@@ -296,6 +309,9 @@ TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
   run_gemm(256, 1024, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws, 4}, 102, nullptr, &ws);
   run_gemm(256, 1024, 2048, 2, ScaleLayout::plain, {Tile::m128_n128_rs, 4}, 104, nullptr, &ws);  // fp16 A, other order
   run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wsta, 2}, 105, nullptr, &ws);
+  run_gemm(256, 1024, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 1, 5}, 106, nullptr, &ws);  // stream-K
+  run_gemm(256, 1024, 2048, 2, ScaleLayout::plain, {Tile::m128_n128_rs, 3}, 107, nullptr, &ws);
+  run_gemm(128, 2048, 1024, 1, ScaleLayout::plain, {Tile::m128_n256_rs, 1, 11}, 108, nullptr, &ws);
 }
 
 // The TMA tiles need 16-byte aligned scales, the API only 4-byte: with scales 4 bytes off they fall
@@ -426,6 +442,21 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
       run_dual(200, 264, 1024, 1, ScaleLayout::plain, {t, 1}, 57, nullptr, ls);
       run_dual(130, 136, 1536, 2, ScaleLayout::plain, {t, 3}, 58, nullptr, ls);
     }
+}
+
+// Stream-K for the dual tile (both products reduced before the SwiGLU): the CTA counts of the GEMM
+// test, odd shapes, mixed scale layouts; the same CTA count gives the same bits run after run.
+TEST_F(Nvfp4Gpu, DualGemmStreamK) {
+  for (ScaleLayout layout : kLayouts) {
+    for (int ctas : {7, sms_, 2000}) run_dual(300, 264, 4096, 2, layout, {Tile::m128_n128_rs, 1, ctas}, 64);
+    run_dual(130, 96, 256, 1, layout, {Tile::m128_n128_rs, 1, 3}, 65);
+  }
+  const ScaleLayout mixed[3] = {ScaleLayout::blocked_128x4, ScaleLayout::plain, ScaleLayout::blocked_128x4};
+  run_dual(200, 264, 1536, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 1, 13}, 66, nullptr, mixed);
+  std::vector<uint16_t> first, second;
+  run_dual(512, 3072, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 1, sms_}, 67, &first);
+  run_dual(512, 3072, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 1, sms_}, 67, &second);
+  EXPECT_EQ(first, second);
 }
 
 // NaN scales reach the dual GEMM's output through silu and the product: in B1 and in B2, in both
@@ -601,6 +632,17 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n64_rs, 1}, {}, nullptr); }, "tile 128x64rs is not built");
   // The rs tile's k-tiles are 128 wide: K = 512 has 4, so split 5 is refused.
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 5}, {}, nullptr); }, "min(64, 4 k-tiles)");
+  // Stream-K: only on the tiles that have it, without split-K, a CTA count in range, a workspace,
+  // and weight scales TMA can copy.
+  expect_error([&] { gemm(ok, {Tile::m128_n64_rs, 1, 132}, {}, nullptr); }, "stream_k is built for tile 128x128rs or 128x256rs only, not 128x64rs");
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n64_rs, 1, 132}, {}, nullptr); }, "stream_k is built for tile 128x128rs only");
+  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 2, 132}, {}, nullptr); }, "stream-K replaces split-K");
+  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, -1}, {}, nullptr); }, "stream_k=-1 must be in [0, 4096]");
+  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, 132}, {}, nullptr); }, "zeroed for split-K");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 132}, {}, nullptr); }, "grouped GEMM supports 0");
+  DeviceBuffer shifted;
+  GemmProblem off{128, 128, 512, 1, da.view, with_scales_4_bytes_off(da, shifted), c.buf.get()};
+  expect_error([&] { gemm(off, {Tile::m128_n128_rs, 1, 132}, {}, nullptr); }, "stream_k needs the weight scales 16-byte aligned");
   // Nothing was launched: the output still holds the poison.
   for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
 }

@@ -1,6 +1,7 @@
 // NVFP4 entry points: validate the problem and the config (throwing swapffn::Error that names what
 // is wrong, before anything is launched), lay out the split-K workspace, and call the launchers.
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "cuda/cuda_check.hpp"
@@ -78,12 +79,23 @@ cu::SplitWorkspace split_workspace(const std::string& op, int64_t tiles, int spl
   return w;
 }
 
+// Stream-K: one counter per output tile in the same header, then two partial slots per CTA (a
+// CTA's first and last tile may be partial; nvfp4_stream_k.cuh).
+cu::SplitWorkspace stream_k_workspace(const std::string& op, int64_t tiles, int ctas, int64_t floats_per_cta) {
+  SWAPFFN_REQUIRE(tiles <= kMaxSplitTiles, op + ": stream-K over " + std::to_string(tiles) + " output tiles; at most " +
+                                               std::to_string(kMaxSplitTiles) + " are supported (use stream_k=0)");
+  cu::SplitWorkspace w;
+  w.counter_bytes = kMaxSplitTiles * sizeof(int);
+  w.partial_bytes = 2 * static_cast<size_t>(ctas) * floats_per_cta * sizeof(float);
+  return w;
+}
+
 template <class Args>
 void attach(const std::string& op, const cu::SplitWorkspace& need, Workspace ws, Args& a) {
   if (need.total() == 0) return;
   SWAPFFN_REQUIRE(ws.ptr != nullptr && ws.bytes >= need.total(),
                   op + ": the config needs a workspace of " + std::to_string(need.total()) + " bytes (" +
-                      std::to_string(need.counter_bytes + need.partial_bytes) + " zeroed for split-K, " +
+                      std::to_string(need.counter_bytes + need.partial_bytes) + " zeroed for split-K or stream-K, " +
                       std::to_string(need.a16_bytes) + " for the fp16 copy of A), got " + std::to_string(ws.bytes) +
                       (ws.ptr ? "" : " (null pointer)"));
   SWAPFFN_REQUIRE(aligned(ws.ptr, 256), op + ": workspace is not 256-byte aligned");
@@ -115,6 +127,23 @@ bool dual_tile_ok(Tile t) {
          t == Tile::m128_n64_wsr || t == Tile::m128_n64_ws2 || t == Tile::m128_n64_wst || t == Tile::m128_n64_wsta ||
          t == Tile::m128_n64_wstc || t == Tile::m128_n128_rs || t == Tile::m128_n64_rs;
 }
+constexpr int kMaxStreamKCtas = 4096;
+
+// stream_k: a non-negative CTA count; when set, split_k 1, a tile that has a stream-K kernel, and
+// weight scales the tile can copy by TMA (16-byte aligned; the plain grid falls back to another
+// tile instead, which stream-K has not).
+void check_stream_k(const std::string& op, const TileConfig& c, bool tile_ok, const char* tiles,
+                    std::initializer_list<const Operand*> weights) {
+  SWAPFFN_REQUIRE(c.stream_k >= 0 && c.stream_k <= kMaxStreamKCtas,
+                  op + ": stream_k=" + std::to_string(c.stream_k) + " must be in [0, " + std::to_string(kMaxStreamKCtas) + "]");
+  if (c.stream_k == 0) return;
+  SWAPFFN_REQUIRE(c.split_k == 1, op + ": stream_k=" + std::to_string(c.stream_k) + " with split_k=" +
+                                      std::to_string(c.split_k) + " (stream-K replaces split-K; use split_k=1)");
+  SWAPFFN_REQUIRE(tile_ok, op + ": stream_k is built for tile " + tiles + " only, not " + to_string(c.tile));
+  for (const Operand* w : weights)
+    SWAPFFN_REQUIRE(aligned(w->scales, 16), op + ": stream_k needs the weight scales 16-byte aligned (TMA copies)");
+}
+
 // K per k-tile of a tile kernel (split-K counts these): 128 for the register-operand tiles' stages.
 int64_t tile_k(Tile t) { return cu::is_rs_tile(t) ? 128 : 64; }
 
@@ -135,10 +164,10 @@ void add_a16(cu::SplitWorkspace& w, Tile t, int64_t m, int64_t k, int64_t l) {
 cu::SplitWorkspace tile_ws(const std::string& op, const TileConfig& c, bool dual, int64_t m, int64_t n, int64_t k,
                            int64_t l) {
   const int64_t tiles = ceil_div(m, tile_m(c.tile)) * ceil_div(n, tile_n(c.tile)) * l;
+  const int64_t floats_per_cta = static_cast<int64_t>(cu::tile_threads(c.tile, dual)) * cu::tile_acc_per_thread(c.tile, dual);
   cu::SplitWorkspace w;
-  if (c.split_k > 1)
-    w = split_workspace(op, tiles, c.split_k,
-                        static_cast<int64_t>(cu::tile_threads(c.tile, dual)) * cu::tile_acc_per_thread(c.tile, dual));
+  if (c.stream_k > 0) w = stream_k_workspace(op, tiles, c.stream_k, floats_per_cta);
+  else if (c.split_k > 1) w = split_workspace(op, tiles, c.split_k, floats_per_cta);
   add_a16(w, c.tile, m, k, l);
   return w;
 }
@@ -274,6 +303,7 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
   const std::string op = "nvfp4 gemm";
   SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128wst, 128x128wsta, 128x128wstc, 128x128rs, 128x256rs, 128x64rs)");
   check_split(op, c.split_k, p.k / tile_k(c.tile));
+  check_stream_k(op, c, c.tile == Tile::m128_n128_rs || c.tile == Tile::m128_n256_rs, "128x128rs or 128x256rs", {&p.b});
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b[0] = cu::operand_args(p.b, p.n, p.k);
@@ -283,6 +313,7 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
   a.k = p.k;
   a.l = p.l;
   a.split_k = c.split_k;
+  a.stream_k = c.stream_k;
   attach(op, gemm_ws(p, c), ws, a);
   cu::launch_gemm(a, c.tile, stream);
 }
@@ -292,6 +323,7 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
   const std::string op = "nvfp4 dual_gemm_swiglu";
   SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws, 128x64wsr, 128x64ws2, 128x64wst, 128x64wsta, 128x64wstc, 128x128rs, 128x64rs)");
   check_split(op, c.split_k, p.k / tile_k(c.tile));
+  check_stream_k(op, c, c.tile == Tile::m128_n128_rs, "128x128rs", {&p.b1, &p.b2});
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b[0] = cu::operand_args(p.b1, p.n, p.k);
@@ -302,6 +334,7 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
   a.k = p.k;
   a.l = p.l;
   a.split_k = c.split_k;
+  a.stream_k = c.stream_k;
   attach(op, dual_ws(p, c), ws, a);
   cu::launch_dual_gemm_swiglu(a, c.tile, stream);
 }
@@ -313,6 +346,7 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
   SWAPFFN_REQUIRE(grouped_tile_ok(c.tile),
                   op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128rs)");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
+  SWAPFFN_REQUIRE(c.stream_k == 0, op + ": stream_k=" + std::to_string(c.stream_k) + " (grouped GEMM supports 0)");
   cu::GroupedArgs a;
   a.groups = static_cast<int>(p.groups.size());
   int64_t tiles = 0;

@@ -59,7 +59,8 @@ std::string describe(const GemvConfig& c) {
                                    : std::string());
 }
 std::string describe(const TileConfig& c) {
-  return std::string("tile=") + to_string(c.tile) + " split_k=" + std::to_string(c.split_k);
+  return std::string("tile=") + to_string(c.tile) + " split_k=" + std::to_string(c.split_k) +
+         (c.stream_k > 0 ? " stream_k=" + std::to_string(c.stream_k) : std::string());
 }
 
 namespace {

@@ -53,6 +53,7 @@ struct GemmArgs {
   void* c = nullptr;
   int64_t m = 0, n = 0, k = 0, l = 0;
   int split_k = 1;
+  int stream_k = 0;  // CTAs of a stream-K grid (nvfp4_stream_k.cuh); 0: one CTA per tile and split
   float* partials = nullptr;
   int* counters = nullptr;
   uint8_t* a16 = nullptr;  // `*_wsta` tiles: the workspace's fp16 copy of A (nvfp4_predequant_a.cu)

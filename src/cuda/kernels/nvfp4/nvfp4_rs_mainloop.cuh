@@ -39,6 +39,7 @@
 
 #include "cuda/kernels/nvfp4/nvfp4_dequant.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
+#include "cuda/kernels/nvfp4/nvfp4_stream_k.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_tile_mainloop.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_wgmma.cuh"
 #include "cuda/launch.hpp"
@@ -132,6 +133,56 @@ struct RsMainloop {
   template <class Maps>
   __device__ bool run(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count,
                       Acc& acc) const {
+    if (!start()) {
+      if (threadIdx.x == Cfg::kConsumerThreads) produce(src, maps, batch, kt0, count, 0);
+      return false;
+    }
+    if (count > 0) consume(src, kt0, count, acc, 0);
+    return true;
+  }
+
+  // Stream-K (nvfp4_stream_k.cuh): runs every segment of CTA `cta` of `sk` through one stage ring.
+  // src_of(tile, src, batch) gives a tile's sources and batch. After each segment the consumer
+  // threads call epilogue(segment, acc) with the segment's sums in acc, then acc is zeroed for
+  // the next; the producer's copies of the next segment meanwhile run ahead. All threads must
+  // call it; the epilogue may synchronise the 256 consumer threads (named barrier 1) but must not
+  // touch the stages.
+  template <class Maps, class SrcOf, class Epilogue>
+  __device__ void run_stream_k(const StreamK& sk, int cta, const Maps& maps, SrcOf&& src_of, Epilogue&& epilogue,
+                               Acc& acc) const {
+    static_assert(Cfg::kWgStride == 1, "stream-K segments have any stage count: both warpgroups take every stage");
+    int ring = 0;  // stages through the ring so far
+    // Separate loops per role: ptxas ignores setmaxnreg where consumer code is reachable after the
+    // producer's decrease.
+    if (!start()) {
+      if (threadIdx.x != Cfg::kConsumerThreads) return;
+      sk.for_each(cta, [&](const StreamKSegment& seg) {
+        TileSrc src[1 + Cfg::kNB];
+        int batch = 0;
+        src_of(seg.tile, src, batch);
+        produce(src, maps, batch, seg.kt0, seg.count, ring);
+        ring += seg.count;
+      });
+      return;
+    }
+    sk.for_each(cta, [&](const StreamKSegment& seg) {
+      TileSrc src[1 + Cfg::kNB];
+      int batch = 0;
+      src_of(seg.tile, src, batch);
+      consume(src, seg.kt0, seg.count, acc, ring);
+      ring += seg.count;
+      epilogue(seg, acc);
+#pragma unroll
+      for (int j = 0; j < Cfg::kSlabs; ++j)
+#pragma unroll
+        for (int r = 0; r < 64; ++r) acc[j][r] = 0.0f;
+    });
+  }
+
+ private:
+  // Initialises the ring's barriers and splits the roles: false in the producer warpgroup (which
+  // gives its registers to the consumers), true in the consumer threads.
+  __device__ bool start() const {
     if (threadIdx.x == 0) {
       for (int s = 0; s < Cfg::kStages; ++s) {
         cutlass::arch::ClusterTransactionBarrier::init(&full_[s], 1);
@@ -142,25 +193,17 @@ struct RsMainloop {
     __syncthreads();
     if (threadIdx.x >= Cfg::kConsumerThreads) {
       setmaxnreg_dec<Cfg::kProducerRegs>();
-      if (threadIdx.x == Cfg::kConsumerThreads) produce(src, maps, batch, kt0, count);
       return false;
     }
     setmaxnreg_inc<Cfg::kConsumerRegs>();
-    if (count > 0) {
-      uint32_t blocked = 0;  // bit o: weight operand o's scales are blocked (each has its own layout)
-#pragma unroll
-      for (int o = 0; o < Cfg::kNB; ++o) blocked |= (src[1 + o].rk_blocks != 0 ? 1u : 0u) << o;
-      // Blocked scales of a 64-row tile: its rows' offset in their 128-row block (0 for wider tiles).
-      const int block_row0 = Cfg::BN % 128 == 0 ? 0 : static_cast<int>(src[1].row0 % 128);
-      consume(blocked, block_row0, kt0, count, acc);
-    }
     return true;
   }
 
- private:
+  // Copies stages [kt0, kt0 + count) into the ring, whose first `ring` stages were used before
+  // (by earlier segments of a stream-K CTA); the first segment waits for the pre-pass.
   template <class Maps>
-  __device__ void produce(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0,
-                          int count) const {
+  __device__ void produce(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count,
+                          int ring) const {
     // Blocked scales: one bulk copy of the stage's two 512-byte units per 128-row block that
     // exists (a block past the operand's last row block is not in memory; its rows are never stored);
     // a 64-row tile copies its block's units whole and reads its half of them.
@@ -175,7 +218,7 @@ struct RsMainloop {
     }
     const int arow0 = static_cast<int>(src[0].row0);
     auto copy_weights = [&](int t) {
-      const int s = t % Cfg::kStages, kt = kt0 + t;
+      const int s = (ring + t) % Cfg::kStages, kt = kt0 + t;
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full_[s], bytes);
 #pragma unroll
@@ -197,7 +240,7 @@ struct RsMainloop {
       }
     };
     auto copy_activations = [&](int t) {
-      const int s = t % Cfg::kStages, kt = kt0 + t;
+      const int s = (ring + t) % Cfg::kStages, kt = kt0 + t;
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
@@ -205,12 +248,13 @@ struct RsMainloop {
     };
     // The first stages' weights go out before waiting for the pre-pass that writes the activations
     // (this grid is its programmatic dependent).
-    const int first = count < Cfg::kStages ? count : Cfg::kStages;
+    const int first = ring > 0 ? 0 : count < Cfg::kStages ? count : Cfg::kStages;
     for (int t = 0; t < first; ++t) copy_weights(t);
-    pdl_wait();
+    if (ring == 0) pdl_wait();
     for (int t = 0; t < first; ++t) copy_activations(t);
     for (int t = first; t < count; ++t) {
-      cutlass::arch::ClusterBarrier::wait(&empty_[t % Cfg::kStages], ((t / Cfg::kStages) & 1) ^ 1);
+      const int g = ring + t;
+      if (g >= Cfg::kStages) cutlass::arch::ClusterBarrier::wait(&empty_[g % Cfg::kStages], ((g / Cfg::kStages) & 1) ^ 1);
       copy_weights(t);
       copy_activations(t);
     }
@@ -218,7 +262,15 @@ struct RsMainloop {
 
   using Frag = uint32_t[4][4];  // [k16 step][fragment register]
 
-  __device__ void consume(uint32_t blocked, int block_row0, int kt0, int count, Acc& acc) const {
+  // Consumes stages [kt0, kt0 + count) of the tile `src` describes from the ring, after `ring`
+  // stages of earlier segments, and releases the last one too (a following segment's producer
+  // waits for it).
+  __device__ void consume(const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count, Acc& acc, int ring) const {
+    uint32_t blocked = 0;  // bit o: weight operand o's scales are blocked (each has its own layout)
+#pragma unroll
+    for (int o = 0; o < Cfg::kNB; ++o) blocked |= (src[1 + o].rk_blocks != 0 ? 1u : 0u) << o;
+    // Blocked scales of a 64-row tile: its rows' offset in their 128-row block (0 for wider tiles).
+    const int block_row0 = Cfg::BN % 128 == 0 ? 0 : static_cast<int>(src[1].row0 % 128);
     constexpr int kS = Cfg::kSlabs, kUnits = 2 * kS;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
@@ -295,8 +347,8 @@ struct RsMainloop {
     const int i0 = kW == 1 ? 0 : wg;
     if (i0 >= count) return;  // no stage for this warpgroup: its sums stay zero
     Frag f[2];
-    int s = i0 % Cfg::kStages, prev = s;
-    uint32_t phase = (i0 / Cfg::kStages) & 1;
+    int s = (ring + i0) % Cfg::kStages, prev = s;
+    uint32_t phase = ((ring + i0) / Cfg::kStages) & 1;
     cutlass::arch::ClusterTransactionBarrier::wait(&full_[s], phase);
     load(s, i0);
     convert(f[0], 0);
@@ -329,6 +381,7 @@ struct RsMainloop {
     wgmma_wait<0>();
     pin(f[0]);
     pin(f[1]);
+    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[prev]);
   }
 };
 

@@ -339,15 +339,18 @@ __device__ __forceinline__ void acc_threads_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(N) : "memory");
 }
 
-// Split-K in a fixed order: every CTA of an output tile stores its fp32 partials (kAcc floats in
-// each of threads [0, kThreads)), the last one to arrive (per-tile counter) sums all partials in
-// split order 0..S-1 and returns true with `flat` holding the total; the others return false. The
-// order never depends on arrival, so results are bitwise deterministic. The last CTA resets the
-// counter for the next launch.
-template <int kAcc, int kThreads>
-__device__ bool splitk_reduce(float* flat, float* partials, int* counter, int split, int nsplit) {
+// Partial sums reduced in a fixed order: each of the `parts` CTAs of an output tile stores its fp32
+// partials (kAcc floats in each of threads [0, kThreads)) in its slot of `partials` (part j's slot
+// is slot_of(j)), and the last one to arrive (per-tile counter) sums all parts in order 0..parts-1
+// and returns true with `flat` holding the total; the others return false. The order never
+// depends on arrival, so results are bitwise deterministic. The last CTA resets the counter for
+// the next launch.
+template <int kAcc, int kThreads, class SlotOf>
+__device__ bool ordered_reduce(float* flat, float* partials, int* counter, int part, int parts, SlotOf slot_of) {
   constexpr int kVec = kAcc / 4;
-  float4* mine = reinterpret_cast<float4*>(partials) + static_cast<int64_t>(split) * kVec * kThreads;
+  float4* all = reinterpret_cast<float4*>(partials);
+  auto slot = [&](int j) { return all + static_cast<int64_t>(slot_of(j)) * kVec * kThreads; };
+  float4* mine = slot(part);
 #pragma unroll
   for (int v = 0; v < kVec; ++v)
     __stcg(mine + v * kThreads + threadIdx.x,
@@ -355,23 +358,22 @@ __device__ bool splitk_reduce(float* flat, float* partials, int* counter, int sp
   __threadfence();
   acc_threads_sync<kThreads>();
   __shared__ int is_last;
-  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == nsplit - 1;
+  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == parts - 1;
   acc_threads_sync<kThreads>();
   if (!is_last) return false;
   __threadfence();
-  // Split by split, up to 8 float4 groups' loads issued together (one L2 round trip per split
-  // and chunk of groups; with the splits innermost every group waited for the previous group's
-  // sums: kVec x nsplit trips). Every value is still summed in split order 0..nsplit-1.
+  // Part by part, up to 8 float4 groups' loads issued together (one L2 round trip per part and
+  // chunk of groups; with the parts innermost every group waited for the previous group's sums:
+  // kVec x parts trips). Every value is still summed in part order 0..parts-1.
   constexpr int kChunk = kVec < 8 ? kVec : 8;  // 32 registers of loads in flight (more spill the 128-register tiles)
   static_assert(kVec % kChunk == 0, "whole chunks of float4 groups");
-  const float4* all = reinterpret_cast<const float4*>(partials);
 #pragma unroll
   for (int c0 = 0; c0 < kVec; c0 += kChunk) {
-    for (int s = 0; s < nsplit; ++s) {
+    for (int s = 0; s < parts; ++s) {
+      const float4* src = slot(s);
       float4 p[kChunk];
 #pragma unroll
-      for (int v = 0; v < kChunk; ++v)
-        p[v] = __ldcg(all + (static_cast<int64_t>(s) * kVec + c0 + v) * kThreads + threadIdx.x);
+      for (int v = 0; v < kChunk; ++v) p[v] = __ldcg(src + (c0 + v) * kThreads + threadIdx.x);
 #pragma unroll
       for (int v = 0; v < kChunk; ++v) {
         float* f = flat + 4 * (c0 + v);
@@ -384,6 +386,12 @@ __device__ bool splitk_reduce(float* flat, float* partials, int* counter, int sp
   }
   if (threadIdx.x == 0) *counter = 0;
   return true;
+}
+
+// Split-K: the tile's splits are its parts, their slots consecutive from `partials`.
+template <int kAcc, int kThreads>
+__device__ bool splitk_reduce(float* flat, float* partials, int* counter, int split, int nsplit) {
+  return ordered_reduce<kAcc, kThreads>(flat, partials, counter, split, nsplit, [](int j) { return j; });
 }
 
 // Store value(mt, nt, i) of this thread's accumulator positions as fp16 into row-major c (N

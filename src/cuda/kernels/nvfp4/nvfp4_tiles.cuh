@@ -183,4 +183,18 @@ void dispatch_dual_tile(Tile tile, F&& f) {
   }
 }
 
+// Stream-K launches (TileConfig::stream_k): the stages of all output tiles (tiles x K / BK), and
+// the launch of `kernel` on min(args.stream_k, iters) CTAs, so that every CTA has a stage, as the
+// pre-pass's programmatic dependent.
+inline int64_t stream_k_iters(const GemmArgs& a, int bm, int bn, int bk) {
+  return ((a.m + bm - 1) / bm) * ((a.n + bn - 1) / bn) * a.l * (a.k / bk);
+}
+template <class Kernel>
+void launch_stream_k(Kernel kernel, const GemmArgs& args, int threads, int smem_bytes, int64_t iters,
+                     const TmaOperands& maps, cudaStream_t stream) {
+  const auto ctas = static_cast<unsigned>(args.stream_k < iters ? args.stream_k : iters);
+  launch_kernel_ex(kernel, dim3(ctas), dim3(threads), dim3(1, 1, 1), smem_bytes, stream, true, args, maps);
+  SWAPFFN_CHECK_LAUNCH();
+}
+
 }  // namespace swapffn::cuda::nvfp4
