@@ -360,7 +360,7 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
-Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
+Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const std::vector<int>& sk_ctas, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
   Result r;
   r.op = "gemm";
   r.shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
@@ -374,7 +374,8 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
                  Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs})
     for (int s : {1, 2, 3, 4, 6})
       if (s <= k / 64 / 8) cands.push_back({t, s});
-  for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs}) cands.push_back({t, 1, sms});  // stream-K, a CTA per SM
+  for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs})
+    for (int ctas : sk_ctas) cands.push_back({t, 1, ctas});  // stream-K
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
@@ -397,7 +398,7 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
-Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
+Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const std::vector<int>& sk_ctas, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
   Result r;
   r.op = "dual";
   r.shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
@@ -412,7 +413,7 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
                  Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc, Tile::m128_n128_rs, Tile::m128_n64_rs})
     for (int s : {1, 2, 3, 4})
       cands.push_back({t, s});
-  cands.push_back({Tile::m128_n128_rs, 1, sms});  // stream-K, a CTA per SM
+  for (int ctas : sk_ctas) cands.push_back({Tile::m128_n128_rs, 1, ctas});  // stream-K
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
@@ -494,9 +495,10 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
 // shapes: "MxNxK" strings for --op gemm or dual; when given they replace the shapes (no
 // B200 reference then).
 void run_bench(const std::string& op, const std::string& json_path, int reps, Flush flush,
-               const std::vector<std::string>& shapes, ScaleLayout layout) {
+               const std::vector<std::string>& shapes, ScaleLayout layout, std::vector<int> sk_ctas) {
   require_hopper();
   const GpuInfo g = query_gpu();
+  if (sk_ctas.empty()) sk_ctas.push_back(g.sm_count);
   Timer timer(reps, g.l2_bytes, flush, g.sm_count);
   Cublas blas;
   const Ceilings ceil = measure_ceilings(timer, blas, g.sm_count);
@@ -512,8 +514,8 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
       std::istringstream in(sh);
       SWAPFFN_REQUIRE(in >> m >> x1 >> n >> x2 >> k && x1 == 'x' && x2 == 'x' && in.peek() == EOF,
                       "nvfp4 bench --shape '" + sh + "' is not MxNxK");
-      rows.push_back(op == "gemm" ? bench_gemm(timer, blas, ceil, g.sm_count, m, n, k, 0.0, layout)
-                                  : bench_dual(timer, blas, ceil, g.sm_count, m, n, k, 0.0, layout));
+      rows.push_back(op == "gemm" ? bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, m, n, k, 0.0, layout)
+                                  : bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, m, n, k, 0.0, layout));
     }
   }
   const bool all = op == "all" && shapes.empty();
@@ -523,15 +525,15 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
     rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 7168, 2048, 4, 12.6, layout));
   }
   if (shapes.empty() && (all || op == "gemm")) {
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 7168, 16384, 18.3, layout));
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 4096, 7168, 8.29, layout));
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, 128, 7168, 2048, 6.54, layout));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, 128, 7168, 16384, 18.3, layout));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, 128, 4096, 7168, 8.29, layout));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, 128, 7168, 2048, 6.54, layout));
   }
   if (shapes.empty() && (all || op == "dual")) {
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 256, 4096, 7168, 12.4, layout));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 512, 4096, 7168, 16.4, layout));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 256, 3072, 4096, 9.43, layout));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, 512, 3072, 7168, 16.3, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, 256, 4096, 7168, 12.4, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, 512, 4096, 7168, 16.4, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, 256, 3072, 4096, 9.43, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, 512, 3072, 7168, 16.3, layout));
   }
   if (shapes.empty() && (all || op == "grouped")) {
     rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 4096, 7168, {80, 176, 128, 72, 64, 248, 96, 160}, 27.9, layout));
@@ -607,6 +609,7 @@ void add_nvfp4_command(CLI::App& app) {
   auto flush = std::make_shared<std::string>("write");
   auto shapes = std::make_shared<std::vector<std::string>>();
   auto scales = std::make_shared<std::string>("plain");
+  auto sk_ctas = std::make_shared<std::vector<int>>();
   auto* bench = cmd->add_subcommand("bench", "the issue's 14 shapes vs Hopper SOL, B200 best and cuBLAS bf16");
   bench->add_option("--op", *op, "gemv, gemm, dual, grouped or all")->check(CLI::IsMember({"gemv", "gemm", "dual", "grouped", "all"}));
   bench->add_option("--json", *json, "write the results as JSON to this file");
@@ -619,12 +622,14 @@ void add_nvfp4_command(CLI::App& app) {
   bench->add_option("--shape", *shapes, "MxNxK shapes (repeatable) for --op gemm or dual instead of the issue's");
   bench->add_option("--scales", *scales, "scale layout of every operand: plain (the default) or blocked (128x4)")
       ->check(CLI::IsMember({"plain", "blocked"}));
-  bench->callback([op, json, reps, flush, shapes, scales] {
+  bench->add_option("--stream-k", *sk_ctas, "CTA counts of the stream-K candidates for gemm and dual (repeatable; default: the SM count)")
+      ->check(CLI::Range(1, 4096));
+  bench->callback([op, json, reps, flush, shapes, scales, sk_ctas] {
 #ifdef SWAPFFN_WITH_CUDA
     run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : *flush == "none" ? Flush::none : Flush::write, *shapes,
-              *scales == "blocked" ? ScaleLayout::blocked_128x4 : ScaleLayout::plain);
+              *scales == "blocked" ? ScaleLayout::blocked_128x4 : ScaleLayout::plain, *sk_ctas);
 #else
-    (void)op, (void)json, (void)reps, (void)flush, (void)shapes, (void)scales;
+    (void)op, (void)json, (void)reps, (void)flush, (void)shapes, (void)scales, (void)sk_ctas;
     SWAPFFN_FAIL("swapffn nvfp4 needs a CUDA build");
 #endif
   });

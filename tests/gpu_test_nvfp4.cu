@@ -278,13 +278,14 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
 }
 
 // Stream-K (a persistent grid dividing all tiles' stages evenly): CTA counts that leave several whole
-// tiles in the middle of a CTA's range (7), split every tile among several CTAs (the SM count), and
-// exceed the stages (clamped: one stage per CTA, 32 parts per tile); odd shapes, the smallest K,
-// two batches, both scale layouts, both tiles.
+// tiles in the middle of a CTA's range (7), split every tile among several CTAs (the SM count:
+// 4-5 parts of 32 stages each), and exceed the stages (clamped: one stage per CTA, 4 parts per
+// tile); odd shapes, the smallest K, two batches, both scale layouts, both tiles.
 TEST_F(Nvfp4Gpu, GemmStreamKBitExact) {
   for (ScaleLayout layout : kLayouts)
     for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs}) {
-      for (int ctas : {7, sms_, 1000}) run_gemm(300, 520, 4096, 2, layout, {t, 1, ctas}, 38);
+      for (int ctas : {7, sms_}) run_gemm(300, 520, 4096, 2, layout, {t, 1, ctas}, 38);
+      run_gemm(130, 131, 1024, 1, layout, {t, 1, sms_}, 39);
       run_gemm(130, 131, 256, 1, layout, {t, 1, 3}, 39);
       run_gemm(128, 7168, 2048, 1, layout, {t, 1, sms_}, 40);
     }
@@ -448,7 +449,8 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
 // test, odd shapes, mixed scale layouts; the same CTA count gives the same bits run after run.
 TEST_F(Nvfp4Gpu, DualGemmStreamK) {
   for (ScaleLayout layout : kLayouts) {
-    for (int ctas : {7, sms_, 2000}) run_dual(300, 264, 4096, 2, layout, {Tile::m128_n128_rs, 1, ctas}, 64);
+    for (int ctas : {7, sms_}) run_dual(300, 264, 4096, 2, layout, {Tile::m128_n128_rs, 1, ctas}, 64);
+    run_dual(130, 96, 1024, 1, layout, {Tile::m128_n128_rs, 1, sms_}, 65);  // clamped: one stage per CTA
     run_dual(130, 96, 256, 1, layout, {Tile::m128_n128_rs, 1, 3}, 65);
   }
   const ScaleLayout mixed[3] = {ScaleLayout::blocked_128x4, ScaleLayout::plain, ScaleLayout::blocked_128x4};
@@ -638,6 +640,7 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n64_rs, 1, 132}, {}, nullptr); }, "stream_k is built for tile 128x128rs only");
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 2, 132}, {}, nullptr); }, "stream-K replaces split-K");
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, -1}, {}, nullptr); }, "stream_k=-1 must be in [0, 4096]");
+  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, sms_ + 1}, {}, nullptr); }, "SMs (every CTA of a stream-K grid must be resident)");
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, 132}, {}, nullptr); }, "zeroed for split-K");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 132}, {}, nullptr); }, "grouped GEMM supports 0");
   DeviceBuffer shifted;

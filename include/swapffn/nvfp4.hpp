@@ -123,11 +123,11 @@ const char* to_string(Tile t);
 int tile_m(Tile t);
 int tile_n(Tile t);
 
-// stream_k > 0 (GEMM tiles 128x128rs and 128x256rs, dual GEMM tile 128x128rs; split_k 1): a
-// persistent grid of that many CTAs (the SM count is the intended value) divides the tiles' 128-k
-// stages evenly, a CTA's range crossing tile boundaries, instead of one CTA per tile and split.
-// A tile covered by several CTAs is summed in CTA order by the last one to finish its part, so
-// results stay deterministic for a given stream_k. 0: one CTA per tile and split.
+// stream_k > 0 (GEMM tiles 128x128rs and 128x256rs, dual GEMM tile 128x128rs; split_k 1; at most
+// the SM count): a persistent grid of that many CTAs divides the tiles' 128-k stages evenly, a
+// CTA's range crossing tile boundaries, instead of one CTA per tile and split. A tile covered by
+// several CTAs is summed in CTA order by the CTA of its first part, so results stay deterministic
+// for a given stream_k. 0: one CTA per tile and split.
 struct TileConfig {
   Tile tile = Tile::m128_n128;
   int split_k = 1;

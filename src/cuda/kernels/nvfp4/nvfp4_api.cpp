@@ -129,14 +129,20 @@ bool dual_tile_ok(Tile t) {
 }
 constexpr int kMaxStreamKCtas = 4096;
 
-// stream_k: a non-negative CTA count; when set, split_k 1, a tile that has a stream-K kernel, and
-// weight scales the tile can copy by TMA (16-byte aligned; the plain grid falls back to another
-// tile instead, which stream-K has not).
+// stream_k: a non-negative CTA count; when set, at most the device's SM count (a tile's first CTA
+// waits for the CTAs of its other parts, so all must be resident, and an rs CTA takes a whole SM),
+// split_k 1, a tile that has a stream-K kernel, and weight scales the tile can copy by TMA (16-byte
+// aligned; the plain grid falls back to another tile instead, which stream-K has not).
 void check_stream_k(const std::string& op, const TileConfig& c, bool tile_ok, const char* tiles,
                     std::initializer_list<const Operand*> weights) {
   SWAPFFN_REQUIRE(c.stream_k >= 0 && c.stream_k <= kMaxStreamKCtas,
                   op + ": stream_k=" + std::to_string(c.stream_k) + " must be in [0, " + std::to_string(kMaxStreamKCtas) + "]");
   if (c.stream_k == 0) return;
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SWAPFFN_REQUIRE(c.stream_k <= sms, op + ": stream_k=" + std::to_string(c.stream_k) + " exceeds the device's " +
+                                         std::to_string(sms) + " SMs (every CTA of a stream-K grid must be resident)");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": stream_k=" + std::to_string(c.stream_k) + " with split_k=" +
                                       std::to_string(c.split_k) + " (stream-K replaces split-K; use split_k=1)");
   SWAPFFN_REQUIRE(tile_ok, op + ": stream_k is built for tile " + tiles + " only, not " + to_string(c.tile));

@@ -6,8 +6,8 @@
 // leaves SMs idle (dual 512x3072x7168: 96 tiles; GEMM 128x7168x16384 at split 2: 112 CTAs), and
 // an integer split cannot balance them (a split tile's CTAs all run its K / split stages).
 //
-// A tile covered by several CTAs gets one partial sum per CTA; the last CTA to finish its part
-// adds them in CTA order (ordered_reduce), so the result depends on P but never on timing.
+// A tile covered by several CTAs gets one partial sum per CTA, added in CTA order by the CTA of its
+// first part (stream_k_fixup), so the result depends on P but never on timing.
 #pragma once
 #include <cstdint>
 
@@ -51,5 +51,63 @@ struct StreamK {
     return 2 * c + (begin(c) / stages == tile ? 0 : 1);
   }
 };
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The fixup of a tile split among CTAs. Part 0 is the last segment of its CTA (its range ends
+// inside the tile), so it finishes last or nearly; it owns the tile: the other parts store their
+// fp32 partials (kAcc floats in each of threads [0, kThreads)) in their slots and count
+// themselves in, and the owner waits for all of them, then adds them to its own sums in part order
+// 1..parts-1 and returns true with `flat` holding the total (the others return false). The owner
+// never stores its own part, and the reads happen once, in the CTA that needs them. Waiting is safe
+// because every CTA of the grid is resident (the API keeps stream_k at most the SM count, and an rs
+// CTA takes an SM) and a non-owner part never waits. The owner resets the counter for the next launch.
+template <int kAcc, int kThreads, class SlotOf>
+__device__ bool stream_k_fixup(float* flat, float* partials, int* counter, int part, int parts, SlotOf slot_of) {
+  constexpr int kVec = kAcc / 4;
+  float4* all = reinterpret_cast<float4*>(partials);
+  auto slot = [&](int j) { return all + static_cast<int64_t>(slot_of(j)) * kVec * kThreads; };
+  if (part != 0) {
+    float4* mine = slot(part);
+#pragma unroll
+    for (int v = 0; v < kVec; ++v)
+      __stcg(mine + v * kThreads + threadIdx.x, make_float4(flat[4 * v], flat[4 * v + 1], flat[4 * v + 2], flat[4 * v + 3]));
+    __threadfence();
+    acc_threads_sync<kThreads>();
+    if (threadIdx.x == 0) atomicAdd(counter, 1);
+    return false;
+  }
+  if (threadIdx.x == 0) {
+    while (load_acquire(counter) != parts - 1) __nanosleep(100);
+    *counter = 0;
+    __threadfence();
+  }
+  acc_threads_sync<kThreads>();
+  // Up to 8 float4 groups' loads of a part in flight together (as ordered_reduce).
+  constexpr int kChunk = kVec < 8 ? kVec : 8;
+  static_assert(kVec % kChunk == 0, "whole chunks of float4 groups");
+#pragma unroll
+  for (int c0 = 0; c0 < kVec; c0 += kChunk) {
+    for (int s = 1; s < parts; ++s) {
+      const float4* src = slot(s);
+      float4 p[kChunk];
+#pragma unroll
+      for (int v = 0; v < kChunk; ++v) p[v] = __ldcg(src + (c0 + v) * kThreads + threadIdx.x);
+#pragma unroll
+      for (int v = 0; v < kChunk; ++v) {
+        float* f = flat + 4 * (c0 + v);
+        f[0] += p[v].x;
+        f[1] += p[v].y;
+        f[2] += p[v].z;
+        f[3] += p[v].w;
+      }
+    }
+  }
+  return true;
+}
 
 }  // namespace swapffn::cuda::nvfp4

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   using Acc = typename RsMainloop<Cfg>::Acc;
   auto epilogue = [&](const StreamKSegment& seg, Acc& acc) {
-    if (seg.parts > 1 && !ordered_reduce<Cfg::kAcc, Cfg::kAccThreads>(reinterpret_cast<float*>(&acc), args.partials,
+    if (seg.parts > 1 && !stream_k_fixup<Cfg::kAcc, Cfg::kAccThreads>(reinterpret_cast<float*>(&acc), args.partials,
                                                                        args.counters + seg.tile, seg.index, seg.parts,
                                                                        [&](int j) { return sk.slot(seg.tile, j); }))
       return;

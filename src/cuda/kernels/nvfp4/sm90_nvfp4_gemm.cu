@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
 // Stream-K (TileConfig::stream_k, nvfp4_stream_k.cuh) over the rs tiles that keep both consumer
 // warpgroups on every stage: one CTA per SM walks its range of the tiles' stages; a tile split
-// across CTAs is summed in CTA order by the last of them, which stores it. Tiles are numbered
+// across CTAs is summed in CTA order by the CTA of its first part, which stores it. Tiles are numbered
 // m-fastest, as the plain grid's CTAs, so the tiles that share a weight tile are neighbours.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   using Acc = typename RsMainloop<Cfg>::Acc;
   auto epilogue = [&](const StreamKSegment& seg, Acc& acc) {
-    if (seg.parts > 1 && !ordered_reduce<Cfg::kAcc, Cfg::kAccThreads>(reinterpret_cast<float*>(&acc), args.partials,
+    if (seg.parts > 1 && !stream_k_fixup<Cfg::kAcc, Cfg::kAccThreads>(reinterpret_cast<float*>(&acc), args.partials,
                                                                        args.counters + seg.tile, seg.index, seg.parts,
                                                                        [&](int j) { return sk.slot(seg.tile, j); }))
       return;
