@@ -221,6 +221,13 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
 // 256x4096x7168, 128 tiles, 58.7 us against 82.2 for `128x128rs` split 2 and 82.4 for `wsta`;
 // 256x3072x4096, 96 tiles, 36.9 against 58.6 and 51.2); at M = 512 its 192-256 tiles take two
 // waves (106.2 / 108.8 against 97.5 / 97.6 for `128x128rs`). Its split follows the same rule.
+// Thirteenth session: stream-K (`stream_k` = the SM count: every SM takes an equal share of all
+// tiles' stages) where the unsplit `128x128rs` tiles leave at least a fifth of the SMs idle (H100,
+// commit c704fd5: 512x3072x7168, 96 tiles, 89.4 us against 91.6-94.0 unsplit; 128 CTAs 87.2).
+// Not where the tiles nearly fill the SMs: 512x4096x7168, 128 tiles, took 104.1 us at 132 CTAs
+// against 94.6 unsplit (most tiles split in two for 3% less work per CTA). Rejected for the GEMM:
+// 128x7168x16384 65.5 us at 132 CTAs against 65.2 for `128x128rs` split 2, 128x7168x2048 21.5
+// against 16.7 for `128x64rs` (docs/NVFP4.md, twenty-seventh step).
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   TileConfig c;
   const int64_t rs_tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128) * p.l;
@@ -232,6 +239,7 @@ TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   c.tile = 2 * rs_tiles > sm_count ? Tile::m128_n128_rs : Tile::m128_n64_rs;
   const int64_t tiles = ceil_div(p.m, 128) * ceil_div(p.n, tile_n(c.tile)) * p.l;
   c.split_k = ws_split(tiles, p.k / 64, sm_count, 24);
+  if (c.tile == Tile::m128_n128_rs && c.split_k == 1 && 5 * tiles <= 4 * sm_count) c.stream_k = sm_count;
   return c;
 }
 
