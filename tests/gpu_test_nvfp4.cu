@@ -424,9 +424,10 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   const DualGemmProblem wide{512, 4096, 7168, 1, {}, {}, {}, nullptr}, narrow{256, 3072, 4096, 1, {}, {}, {}, nullptr};
   EXPECT_EQ(choose_dual_config(wide, 132).tile, Tile::m128_n128_rs);
   EXPECT_EQ(choose_dual_config(narrow, 132).tile, Tile::m128_n64_rs);
-  // 96 tiles of `128x128rs` on 132 SMs: stream-K over all SMs; 128 tiles: one CTA each.
+  // 96 tiles of `128x128rs` on 132 SMs: stream-K, 128 CTAs of 42 stages each (the largest count
+  // from 119 that divides the 5376 stages); 128 tiles: one CTA each.
   const DualGemmProblem idle{512, 3072, 7168, 1, {}, {}, {}, nullptr};
-  EXPECT_EQ(choose_dual_config(idle, 132).stream_k, 132) << describe(choose_dual_config(idle, 132));
+  EXPECT_EQ(choose_dual_config(idle, 132).stream_k, 128) << describe(choose_dual_config(idle, 132));
   EXPECT_EQ(choose_dual_config(wide, 132).stream_k, 0);
   const DualGemmProblem few{256, 512, 4096, 1, {}, {}, {}, nullptr};
   const TileConfig few_cfg = choose_dual_config(few, sms_);
