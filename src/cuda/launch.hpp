@@ -19,12 +19,18 @@ inline int sm_count() {
   return n;
 }
 
+// Lets `kernel` take smem_bytes of dynamic shared memory (above 48 KB it must opt in).
+template <class Kernel>
+void allow_dynamic_smem(Kernel kernel, int smem_bytes) {
+  if (smem_bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+}
+
 // Thread-block clusters of `kernel` resident at once (cudaOccupancyMaxActiveClusters), and CTAs for
 // a kernel launched without clusters: what one wave of the grid holds.
 template <class Kernel>
 int max_active_clusters(Kernel kernel, dim3 block, dim3 cluster, int smem_bytes) {
-  if (smem_bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  allow_dynamic_smem(kernel, smem_bytes);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(cluster.x, cluster.y, cluster.z);
   cfg.blockDim = block;
@@ -42,8 +48,7 @@ int max_active_clusters(Kernel kernel, dim3 block, dim3 cluster, int smem_bytes)
 }
 template <class Kernel>
 int max_ctas_per_wave(Kernel kernel, dim3 block, int smem_bytes) {
-  if (smem_bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  allow_dynamic_smem(kernel, smem_bytes);
   int per_sm = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x * block.y * block.z),
                                                            static_cast<size_t>(smem_bytes)));
@@ -53,8 +58,7 @@ int max_ctas_per_wave(Kernel kernel, dim3 block, int smem_bytes) {
 template <class Kernel, class... Args>
 void launch_kernel_ex(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int smem_bytes, cudaStream_t stream, bool pdl,
                       Args... args) {
-  if (smem_bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  allow_dynamic_smem(kernel, smem_bytes);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;

@@ -355,20 +355,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
         if (j / OB != split) continue;
         const int jj = j % OB;
         float* own = &acc[4 * j];
-        float4 sum = make_float4(own[0], own[1], own[2], own[3]);
+        auto part = [&](int src) {
+          return src == split ? make_float4(own[0], own[1], own[2], own[3])
+                              : recv[((slot_of(src, split) * Tile::kConsumers + c) * OB + jj) * 128 + t];
+        };
+        float4 sum = part(0);
   #pragma unroll
-        for (int src = 0; src < KS; ++src) {
-          const float4 p =
-              src == split ? make_float4(own[0], own[1], own[2], own[3])
-                           : recv[((slot_of(src, split) * Tile::kConsumers + c) * OB + jj) * 128 + t];
-          if (src == 0) {
-            sum = p;
-          } else {
-            sum.x += p.x;
-            sum.y += p.y;
-            sum.z += p.z;
-            sum.w += p.w;
-          }
+        for (int src = 1; src < KS; ++src) {
+          const float4 p = part(src);
+          sum.x += p.x;
+          sum.y += p.y;
+          sum.z += p.z;
+          sum.w += p.w;
         }
         own[0] = sum.x;
         own[1] = sum.y;

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tile_mainloop.cuh"
 
 namespace swapffn::cuda::nvfp4 {
@@ -52,6 +53,23 @@ struct StreamK {
   }
 };
 
+// The output tiles of a stream-K GEMM or dual GEMM launch of BM x BN tiles and BK-k stages,
+// numbered m-fastest (as the plain grid's CTAs, so the tiles that share a weight tile are
+// neighbours), and the schedule of this grid's CTAs over their stages.
+template <int BM, int BN, int BK>
+struct StreamKTiles {
+  int tiles_m, tiles_n;
+  StreamK sk;
+
+  __device__ explicit StreamKTiles(const GemmArgs& a)
+      : tiles_m(static_cast<int>((a.m + BM - 1) / BM)), tiles_n(static_cast<int>((a.n + BN - 1) / BN)),
+        sk{static_cast<int64_t>(tiles_m) * tiles_n * a.l * (a.k / BK), static_cast<int>(gridDim.x),
+           static_cast<int>(a.k / BK)} {}
+  __device__ int m_tile(int tile) const { return tile % tiles_m; }
+  __device__ int n_tile(int tile) const { return (tile / tiles_m) % tiles_n; }
+  __device__ int batch(int tile) const { return tile / (tiles_m * tiles_n); }
+};
+
 __device__ __forceinline__ int load_acquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -68,14 +86,10 @@ __device__ __forceinline__ int load_acquire(const int* p) {
 // CTA takes an SM) and a non-owner part never waits. The owner resets the counter for the next launch.
 template <int kAcc, int kThreads, class SlotOf>
 __device__ bool stream_k_fixup(float* flat, float* partials, int* counter, int part, int parts, SlotOf slot_of) {
-  constexpr int kVec = kAcc / 4;
   float4* all = reinterpret_cast<float4*>(partials);
-  auto slot = [&](int j) { return all + static_cast<int64_t>(slot_of(j)) * kVec * kThreads; };
+  auto slot = [&](int j) { return all + static_cast<int64_t>(slot_of(j)) * (kAcc / 4) * kThreads; };
   if (part != 0) {
-    float4* mine = slot(part);
-#pragma unroll
-    for (int v = 0; v < kVec; ++v)
-      __stcg(mine + v * kThreads + threadIdx.x, make_float4(flat[4 * v], flat[4 * v + 1], flat[4 * v + 2], flat[4 * v + 3]));
+    store_part<kAcc, kThreads>(flat, slot(part));
     __threadfence();
     acc_threads_sync<kThreads>();
     if (threadIdx.x == 0) atomicAdd(counter, 1);
@@ -87,26 +101,7 @@ __device__ bool stream_k_fixup(float* flat, float* partials, int* counter, int p
     __threadfence();
   }
   acc_threads_sync<kThreads>();
-  // Up to 8 float4 groups' loads of a part in flight together (as ordered_reduce).
-  constexpr int kChunk = kVec < 8 ? kVec : 8;
-  static_assert(kVec % kChunk == 0, "whole chunks of float4 groups");
-#pragma unroll
-  for (int c0 = 0; c0 < kVec; c0 += kChunk) {
-    for (int s = 1; s < parts; ++s) {
-      const float4* src = slot(s);
-      float4 p[kChunk];
-#pragma unroll
-      for (int v = 0; v < kChunk; ++v) p[v] = __ldcg(src + (c0 + v) * kThreads + threadIdx.x);
-#pragma unroll
-      for (int v = 0; v < kChunk; ++v) {
-        float* f = flat + 4 * (c0 + v);
-        f[0] += p[v].x;
-        f[1] += p[v].y;
-        f[2] += p[v].z;
-        f[3] += p[v].w;
-      }
-    }
-  }
+  sum_parts<kAcc, kThreads>(flat, slot, 1, parts);
   return true;
 }
 

@@ -339,37 +339,18 @@ __device__ __forceinline__ void acc_threads_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(N) : "memory");
 }
 
-// Partial sums reduced in a fixed order: each of the `parts` CTAs of an output tile stores its fp32
-// partials (kAcc floats in each of threads [0, kThreads)) in its slot of `partials` (part j's slot
-// is slot_of(j)), and the last one to arrive (per-tile counter) sums all parts in order 0..parts-1
-// and returns true with `flat` holding the total; the others return false. The order never
-// depends on arrival, so results are bitwise deterministic. The last CTA resets the counter for
-// the next launch.
-template <int kAcc, int kThreads, class SlotOf>
-__device__ bool ordered_reduce(float* flat, float* partials, int* counter, int part, int parts, SlotOf slot_of) {
+// Adds parts [from, parts) of a tile's fp32 partials (slot(j): part j's float4 groups, kAcc / 4 of
+// them per thread of [0, kThreads)) to `flat` in part order; with from = 0 part 0 is assigned.
+// Part by part, up to 8 float4 groups' loads issued together (one L2 round trip per part and chunk
+// of groups; with the parts innermost every group waited for the previous group's sums).
+template <int kAcc, int kThreads, class Slot>
+__device__ void sum_parts(float* flat, Slot slot, int from, int parts) {
   constexpr int kVec = kAcc / 4;
-  float4* all = reinterpret_cast<float4*>(partials);
-  auto slot = [&](int j) { return all + static_cast<int64_t>(slot_of(j)) * kVec * kThreads; };
-  float4* mine = slot(part);
-#pragma unroll
-  for (int v = 0; v < kVec; ++v)
-    __stcg(mine + v * kThreads + threadIdx.x,
-           make_float4(flat[4 * v], flat[4 * v + 1], flat[4 * v + 2], flat[4 * v + 3]));
-  __threadfence();
-  acc_threads_sync<kThreads>();
-  __shared__ int is_last;
-  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == parts - 1;
-  acc_threads_sync<kThreads>();
-  if (!is_last) return false;
-  __threadfence();
-  // Part by part, up to 8 float4 groups' loads issued together (one L2 round trip per part and
-  // chunk of groups; with the parts innermost every group waited for the previous group's sums:
-  // kVec x parts trips). Every value is still summed in part order 0..parts-1.
   constexpr int kChunk = kVec < 8 ? kVec : 8;  // 32 registers of loads in flight (more spill the 128-register tiles)
   static_assert(kVec % kChunk == 0, "whole chunks of float4 groups");
 #pragma unroll
   for (int c0 = 0; c0 < kVec; c0 += kChunk) {
-    for (int s = 0; s < parts; ++s) {
+    for (int s = from; s < parts; ++s) {
       const float4* src = slot(s);
       float4 p[kChunk];
 #pragma unroll
@@ -384,6 +365,35 @@ __device__ bool ordered_reduce(float* flat, float* partials, int* counter, int p
       }
     }
   }
+}
+
+// Stores this thread's kAcc accumulators into a part's slot (float4 groups, thread-minor).
+template <int kAcc, int kThreads>
+__device__ void store_part(const float* flat, float4* slot) {
+#pragma unroll
+  for (int v = 0; v < kAcc / 4; ++v)
+    __stcg(slot + v * kThreads + threadIdx.x, make_float4(flat[4 * v], flat[4 * v + 1], flat[4 * v + 2], flat[4 * v + 3]));
+}
+
+// Partial sums reduced in a fixed order: each of the `parts` CTAs of an output tile stores its fp32
+// partials (kAcc floats in each of threads [0, kThreads)) in its slot of `partials` (part j's slot
+// is slot_of(j)), and the last one to arrive (per-tile counter) sums all parts in order 0..parts-1
+// and returns true with `flat` holding the total; the others return false. The order never
+// depends on arrival, so results are bitwise deterministic. The last CTA resets the counter for
+// the next launch.
+template <int kAcc, int kThreads, class SlotOf>
+__device__ bool ordered_reduce(float* flat, float* partials, int* counter, int part, int parts, SlotOf slot_of) {
+  float4* all = reinterpret_cast<float4*>(partials);
+  auto slot = [&](int j) { return all + static_cast<int64_t>(slot_of(j)) * (kAcc / 4) * kThreads; };
+  store_part<kAcc, kThreads>(flat, slot(part));
+  __threadfence();
+  acc_threads_sync<kThreads>();
+  __shared__ int is_last;
+  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == parts - 1;
+  acc_threads_sync<kThreads>();
+  if (!is_last) return false;
+  __threadfence();
+  sum_parts<kAcc, kThreads>(flat, slot, 0, parts);
   if (threadIdx.x == 0) *counter = 0;
   return true;
 }

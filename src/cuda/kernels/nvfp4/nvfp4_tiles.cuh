@@ -183,6 +183,36 @@ void dispatch_dual_tile(Tile tile, F&& f) {
   }
 }
 
+// The body of the stream-K GEMM and dual GEMM kernels (TileConfig::stream_k, nvfp4_stream_k.cuh)
+// over an rs tile whose consumer warpgroups both take every stage: this CTA's segments through the
+// rs mainloop, each tile split among CTAs summed by the CTA of its first part, which calls
+// store(c, row0, col0, acc) for the finished tile (c: the tile's batch of the output).
+template <class Cfg, class Store>
+__device__ void run_stream_k_tiles(uint8_t* smem, const GemmArgs& args, const TmaOperands& tma, Store&& store) {
+  const StreamKTiles<Cfg::BM, Cfg::BN, Cfg::BK> tiles(args);
+  auto src_of = [&](int tile, TileSrc (&src)[1 + Cfg::kNB], int& batch) {
+    batch = tiles.batch(tile);
+    src[0] = {nullptr, nullptr, args.m, static_cast<int64_t>(tiles.m_tile(tile)) * Cfg::BM, args.k, 0};  // from the fp16 map
+#pragma unroll
+    for (int b = 0; b < Cfg::kNB; ++b)
+      src[1 + b] = {args.b[b].data + batch * args.b[b].data_batch, args.b[b].scales + batch * args.b[b].scale_batch,
+                    args.n, static_cast<int64_t>(tiles.n_tile(tile)) * Cfg::BN, args.k, args.b[b].rk_blocks};
+  };
+  using Acc = typename RsMainloop<Cfg>::Acc;
+  auto epilogue = [&](const StreamKSegment& seg, Acc& acc) {
+    if (seg.parts > 1 && !stream_k_fixup<Cfg::kAcc, Cfg::kAccThreads>(reinterpret_cast<float*>(&acc), args.partials,
+                                                                       args.counters + seg.tile, seg.index, seg.parts,
+                                                                       [&](int j) { return tiles.sk.slot(seg.tile, j); }))
+      return;
+    store(static_cast<__half*>(args.c) + tiles.batch(seg.tile) * args.m * args.n,
+          static_cast<int64_t>(tiles.m_tile(seg.tile)) * Cfg::BM, static_cast<int64_t>(tiles.n_tile(seg.tile)) * Cfg::BN,
+          acc);
+  };
+  Acc acc = {};
+  static_assert(sizeof(acc) == sizeof(float) * Cfg::kAcc, "the reduction treats the accumulators as kAcc floats");
+  RsMainloop<Cfg>(smem).run_stream_k(tiles.sk, static_cast<int>(blockIdx.x), tma, src_of, epilogue, acc);
+}
+
 // Stream-K launches (TileConfig::stream_k): the stages of all output tiles (tiles x K / BK), and
 // the launch of `kernel` on min(args.stream_k, iters) CTAs, so that every CTA has a stage, as the
 // pre-pass's programmatic dependent.

@@ -84,33 +84,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     nvfp4_dual_gemm_swiglu_stream_k_kernel(const GemmArgs args, const __grid_constant__ TmaOperands tma) {
   static_assert(Cfg::kNB == 2 && Cfg::kSlabs == 2, "B1's and B2's slabs in every consumer warpgroup");
   extern __shared__ __align__(128) uint8_t smem[];
-  const int tiles_m = static_cast<int>((args.m + Cfg::BM - 1) / Cfg::BM);
-  const int tiles_n = static_cast<int>((args.n + Cfg::BN - 1) / Cfg::BN);
-  const int stages = static_cast<int>(args.k / Cfg::BK);
-  const StreamK sk{static_cast<int64_t>(tiles_m) * tiles_n * args.l * stages, static_cast<int>(gridDim.x), stages};
-  auto src_of = [&](int tile, TileSrc (&src)[3], int& batch) {
-    const int m_tile = tile % tiles_m, n_tile = (tile / tiles_m) % tiles_n;
-    batch = tile / (tiles_m * tiles_n);
-    src[0] = {nullptr, nullptr, args.m, static_cast<int64_t>(m_tile) * Cfg::BM, args.k, 0};  // from the fp16 map
-#pragma unroll
-    for (int b = 0; b < 2; ++b)
-      src[1 + b] = {args.b[b].data + batch * args.b[b].data_batch, args.b[b].scales + batch * args.b[b].scale_batch,
-                    args.n, static_cast<int64_t>(n_tile) * Cfg::BN, args.k, args.b[b].rk_blocks};
-  };
-  using Acc = typename RsMainloop<Cfg>::Acc;
-  auto epilogue = [&](const StreamKSegment& seg, Acc& acc) {
-    if (seg.parts > 1 && !stream_k_fixup<Cfg::kAcc, Cfg::kAccThreads>(reinterpret_cast<float*>(&acc), args.partials,
-                                                                       args.counters + seg.tile, seg.index, seg.parts,
-                                                                       [&](int j) { return sk.slot(seg.tile, j); }))
-      return;
-    const int m_tile = seg.tile % tiles_m, n_tile = (seg.tile / tiles_m) % tiles_n, batch = seg.tile / (tiles_m * tiles_n);
-    __half* c = static_cast<__half*>(args.c) + batch * args.m * args.n;
-    const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
+  run_stream_k_tiles<Cfg>(smem, args, tma, [&](__half* c, int64_t row0, int64_t col0, const auto& acc) {
     store_slab_rs(c, args.m, args.n, row0, slab_col_rs<Cfg>(col0, 0), [&](int r) { return swiglu(acc[0][r], acc[1][r]); });
-  };
-  Acc acc = {};
-  static_assert(sizeof(acc) == sizeof(float) * Cfg::kAcc, "the reduction treats the accumulators as kAcc floats");
-  RsMainloop<Cfg>(smem).run_stream_k(sk, static_cast<int>(blockIdx.x), tma, src_of, epilogue, acc);
+  });
 }
 
 }  // namespace

@@ -76,39 +76,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
 // Stream-K (TileConfig::stream_k, nvfp4_stream_k.cuh) over the rs tiles that keep both consumer
 // warpgroups on every stage: one CTA per SM walks its range of the tiles' stages; a tile split
-// across CTAs is summed in CTA order by the CTA of its first part, which stores it. Tiles are numbered
-// m-fastest, as the plain grid's CTAs, so the tiles that share a weight tile are neighbours.
+// across CTAs is summed in CTA order by the CTA of its first part, which stores it
+// (run_stream_k_tiles).
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     nvfp4_gemm_stream_k_kernel(const GemmArgs args, const __grid_constant__ TmaOperands tma) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const int tiles_m = static_cast<int>((args.m + Cfg::BM - 1) / Cfg::BM);
-  const int tiles_n = static_cast<int>((args.n + Cfg::BN - 1) / Cfg::BN);
-  const int stages = static_cast<int>(args.k / Cfg::BK);
-  const StreamK sk{static_cast<int64_t>(tiles_m) * tiles_n * args.l * stages, static_cast<int>(gridDim.x), stages};
-  auto src_of = [&](int tile, TileSrc (&src)[2], int& batch) {
-    const int m_tile = tile % tiles_m, n_tile = (tile / tiles_m) % tiles_n;
-    batch = tile / (tiles_m * tiles_n);
-    src[0] = {nullptr, nullptr, args.m, static_cast<int64_t>(m_tile) * Cfg::BM, args.k, 0};  // from the fp16 map
-    src[1] = {args.b[0].data + batch * args.b[0].data_batch, args.b[0].scales + batch * args.b[0].scale_batch,
-              args.n, static_cast<int64_t>(n_tile) * Cfg::BN, args.k, args.b[0].rk_blocks};
-  };
-  using Acc = typename RsMainloop<Cfg>::Acc;
-  auto epilogue = [&](const StreamKSegment& seg, Acc& acc) {
-    if (seg.parts > 1 && !stream_k_fixup<Cfg::kAcc, Cfg::kAccThreads>(reinterpret_cast<float*>(&acc), args.partials,
-                                                                       args.counters + seg.tile, seg.index, seg.parts,
-                                                                       [&](int j) { return sk.slot(seg.tile, j); }))
-      return;
-    const int m_tile = seg.tile % tiles_m, n_tile = (seg.tile / tiles_m) % tiles_n, batch = seg.tile / (tiles_m * tiles_n);
-    __half* c = static_cast<__half*>(args.c) + batch * args.m * args.n;
-    const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
+  run_stream_k_tiles<Cfg>(smem, args, tma, [&](__half* c, int64_t row0, int64_t col0, const auto& acc) {
 #pragma unroll
     for (int j = 0; j < Cfg::kSlabs; ++j)
       store_slab_rs(c, args.m, args.n, row0, slab_col_rs<Cfg>(col0, j), [&](int r) { return acc[j][r]; });
-  };
-  Acc acc = {};
-  static_assert(sizeof(acc) == sizeof(float) * Cfg::kAcc, "the reduction treats the accumulators as kAcc floats");
-  RsMainloop<Cfg>(smem).run_stream_k(sk, static_cast<int>(blockIdx.x), tma, src_of, epilogue, acc);
+  });
 }
 
 }  // namespace
