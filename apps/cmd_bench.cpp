@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "swapffn_commit.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/engine.hpp"
 #include "swapffn/error.hpp"
@@ -65,7 +66,7 @@ double time_host_decode(Engine& e, const State& initial, const BenchArgs& a) {
 }
 
 // The source commit to report: SWAPFFN_COMMIT when set (a binary carried to another machine is
-// labelled with the commit it was built for), else the commit CMake saw at configure time.
+// labelled with the commit it was built for), else the commit of the build (swapffn_commit.hpp).
 std::string source_commit() {
   const char* c = std::getenv("SWAPFFN_COMMIT");
   return c && *c ? c : SWAPFFN_GIT_COMMIT;
@@ -117,7 +118,7 @@ void run_bench(const BenchArgs& a) {
 #ifdef SWAPFFN_WITH_CUDA
   if (gpu.present) peak = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10);
 #endif
-  std::printf("swapffn bench: %s, commit %s (build configured at %s), %s\n",
+  std::printf("swapffn bench: %s, commit %s (binary built at %s), %s\n",
               gpu.present ? gpu.name.c_str() : "no GPU", source_commit().c_str(), SWAPFFN_GIT_COMMIT,
               utc_now().c_str());
   std::printf("config %s: %.4g GFLOP per token per sequence; %d tokens x %d repeats (+%d warm-up) per point\n",

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "commands.hpp"
+#include "swapffn_commit.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/engine.hpp"
 #include "swapffn/error.hpp"

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "swapffn_commit.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
 #ifdef SWAPFFN_WITH_CUDA

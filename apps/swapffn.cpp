@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "commands.hpp"
+#include "swapffn_commit.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"swapffn: Swap-FFN decode on Hopper GPUs, with a CPU reference"};
