@@ -269,6 +269,8 @@ struct Result {
   std::string op, shape, config, default_config;
   double us = 0, default_us = 0, sol_us = 0, b200_us = 0, cublas_us = 0, bytes = 0, flops = 0;
   double read_us = 0;  // GEMV: a stream read of as many bytes as the operands, under the same flush
+  std::vector<std::pair<std::string, double>> probes;  // --probe: config -> us of its data path alone
+  double probe_bytes = 0;                              // what each probe config copies into shared memory
   int64_t mismatches = 0;
   bool exact = true;
 };
@@ -361,7 +363,26 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
-Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const std::vector<int>& sk_ctas, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
+// --probe (TileConfig::probe): the data path alone of the default config's tile, if it is an rs
+// tile, at splits 1, 2 and 4 (the CTA count changes, the copies do not): every copy of a stage,
+// the activations or the weights alone, the activations as one bulk copy, and no copies (the
+// launch, its pre-pass and the ring's hand-offs, which every probe time includes). `run` runs a config;
+// nb weight operands. Fills r.probes and r.probe_bytes (every copy of every stage of the grid).
+void run_probes(Timer& timer, Result& r, const TileConfig& def, int64_t m, int64_t n, int64_t k, int nb, ScaleLayout layout,
+                const std::function<void(const TileConfig&)>& run) {
+  if (def.tile != Tile::m128_n128_rs && def.tile != Tile::m128_n256_rs && def.tile != Tile::m128_n64_rs) return;
+  const int64_t bn = tile_n(def.tile), stages = ((m + 127) / 128) * ((n + bn - 1) / bn) * (k / 128);
+  const int64_t scale_bytes = layout == ScaleLayout::plain ? bn * 16 : (bn + 127) / 128 * 1024;
+  r.probe_bytes = static_cast<double>(stages) * (128 * 128 * 2 + nb * (bn * 64 + scale_bytes));
+  for (int split : {1, 2, 4})
+    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::bulk_activations, Probe::ring}) {
+      const TileConfig cfg{def.tile, split, 0, pr};
+      if (split > k / 128 || (pr == Probe::bulk_activations && m % 128 != 0)) continue;
+      r.probes.emplace_back(describe(cfg), timer.median_us([&] { run(cfg); }));
+    }
+}
+
+Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const std::vector<int>& sk_ctas, bool probe, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
   Result r;
   r.op = "gemm";
   r.shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
@@ -379,8 +400,11 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
     for (int ctas : sk_ctas) cands.push_back({t, 1, ctas});  // stream-K
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
+  for (int s : {1, 2, 4}) ws_bytes = std::max(ws_bytes, workspace_bytes(p, TileConfig{cands[0].tile, s}));
   DeviceBuffer ws = make_workspace(ws_bytes);
-  const auto [best, bi] = search<TileConfig>(timer, cands, [&](const TileConfig& cfg) { gemm(p, cfg, {ws.get(), ws.bytes()}, nullptr); }, &r.default_us);
+  const std::function<void(const TileConfig&)> run = [&](const TileConfig& cfg) { gemm(p, cfg, {ws.get(), ws.bytes()}, nullptr); };
+  if (probe) run_probes(timer, r, cands[0], m, n, k, 1, layout, run);
+  const auto [best, bi] = search<TileConfig>(timer, cands, run, &r.default_us);
   r.us = best;
   r.config = describe(cands[bi]);
   r.default_config = describe(cands[0]);
@@ -399,7 +423,7 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
-Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const std::vector<int>& sk_ctas, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
+Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const std::vector<int>& sk_ctas, bool probe, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
   Result r;
   r.op = "dual";
   r.shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
@@ -417,8 +441,11 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   for (int ctas : sk_ctas) cands.push_back({Tile::m128_n128_rs, 1, ctas});  // stream-K
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
+  for (int s : {1, 2, 4}) ws_bytes = std::max(ws_bytes, workspace_bytes(p, TileConfig{cands[0].tile, s}));
   DeviceBuffer ws = make_workspace(ws_bytes);
-  const auto [best, bi] = search<TileConfig>(timer, cands, [&](const TileConfig& cfg) { dual_gemm_swiglu(p, cfg, {ws.get(), ws.bytes()}, nullptr); }, &r.default_us);
+  const std::function<void(const TileConfig&)> run = [&](const TileConfig& cfg) { dual_gemm_swiglu(p, cfg, {ws.get(), ws.bytes()}, nullptr); };
+  if (probe) run_probes(timer, r, cands[0], m, n, k, 2, layout, run);
+  const auto [best, bi] = search<TileConfig>(timer, cands, run, &r.default_us);
   r.us = best;
   r.config = describe(cands[bi]);
   r.default_config = describe(cands[0]);
@@ -496,7 +523,7 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
 // shapes: "MxNxK" strings for --op gemm or dual; when given they replace the shapes (no
 // B200 reference then).
 void run_bench(const std::string& op, const std::string& json_path, int reps, Flush flush,
-               const std::vector<std::string>& shapes, ScaleLayout layout, std::vector<int> sk_ctas) {
+               const std::vector<std::string>& shapes, ScaleLayout layout, std::vector<int> sk_ctas, bool probe) {
   require_hopper();
   const GpuInfo g = query_gpu();
   if (sk_ctas.empty()) sk_ctas.push_back(g.sm_count);
@@ -515,8 +542,8 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
       std::istringstream in(sh);
       SWAPFFN_REQUIRE(in >> m >> x1 >> n >> x2 >> k && x1 == 'x' && x2 == 'x' && in.peek() == EOF,
                       "nvfp4 bench --shape '" + sh + "' is not MxNxK");
-      rows.push_back(op == "gemm" ? bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, m, n, k, 0.0, layout)
-                                  : bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, m, n, k, 0.0, layout));
+      rows.push_back(op == "gemm" ? bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, probe, m, n, k, 0.0, layout)
+                                  : bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, m, n, k, 0.0, layout));
     }
   }
   const bool all = op == "all" && shapes.empty();
@@ -526,15 +553,15 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
     rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 7168, 2048, 4, 12.6, layout));
   }
   if (shapes.empty() && (all || op == "gemm")) {
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, 128, 7168, 16384, 18.3, layout));
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, 128, 4096, 7168, 8.29, layout));
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, 128, 7168, 2048, 6.54, layout));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, probe, 128, 7168, 16384, 18.3, layout));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, probe, 128, 4096, 7168, 8.29, layout));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, probe, 128, 7168, 2048, 6.54, layout));
   }
   if (shapes.empty() && (all || op == "dual")) {
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, 256, 4096, 7168, 12.4, layout));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, 512, 4096, 7168, 16.4, layout));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, 256, 3072, 4096, 9.43, layout));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, 512, 3072, 7168, 16.3, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, 256, 4096, 7168, 12.4, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, 512, 4096, 7168, 16.4, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, 256, 3072, 4096, 9.43, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, 512, 3072, 7168, 16.3, layout));
   }
   if (shapes.empty() && (all || op == "grouped")) {
     rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 4096, 7168, {80, 176, 128, 72, 64, 248, 96, 160}, 27.9, layout));
@@ -552,6 +579,17 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
                 r.sol_us, 100.0 * r.sol_us / r.us, read, r.b200_us, r.cublas_us, r.default_us, r.config.c_str(),
                 r.mismatches ? (std::to_string(r.mismatches) + " MISMATCHES").c_str() : (r.exact ? "bit-exact" : "within tol"));
     all_ok &= r.mismatches == 0;
+  }
+  for (const auto& r : rows) {
+    if (r.probes.empty()) continue;
+    std::printf("\n%s %s, the data path alone (--probe; %.1f MB into shared memory per run):\n", r.op.c_str(), r.shape.c_str(),
+                r.probe_bytes * 1e-6);
+    for (const auto& [cfg, us] : r.probes) {
+      const bool all_copies = cfg.find("probe=stages") != std::string::npos;
+      std::printf("  %-52s %9.2f us", cfg.c_str(), us);
+      if (all_copies) std::printf("  %.2f TB/s", r.probe_bytes / (us * 1e6));
+      std::printf("\n");
+    }
   }
   if (!json_path.empty()) {
     nlohmann::json j;
@@ -578,8 +616,11 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
                               {"cublas_bf16_us", r.cublas_us}, {"default_config", r.default_config},
                               {"default_us", r.default_us}, {"best_config", r.config}, {"bytes", r.bytes},
                               {"flops", r.flops}, {"mismatches_vs_cublas", r.mismatches}});
-    for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t i = 0; i < rows.size(); ++i) {
       if (rows[i].read_us > 0) j["results"][i]["stream_read_us"] = rows[i].read_us;
+      for (const auto& [cfg, us] : rows[i].probes) j["results"][i]["probes_us"][cfg] = us;
+      if (!rows[i].probes.empty()) j["results"][i]["probe_stage_bytes"] = rows[i].probe_bytes;
+    }
     std::ofstream(json_path) << j.dump(2) << "\n";
     std::printf("wrote %s\n", json_path.c_str());
   }
@@ -611,6 +652,7 @@ void add_nvfp4_command(CLI::App& app) {
   auto shapes = std::make_shared<std::vector<std::string>>();
   auto scales = std::make_shared<std::string>("plain");
   auto sk_ctas = std::make_shared<std::vector<int>>();
+  auto probe = std::make_shared<bool>(false);
   auto* bench = cmd->add_subcommand("bench", "the issue's 14 shapes vs Hopper SOL, B200 best and cuBLAS bf16");
   bench->add_option("--op", *op, "gemv, gemm, dual, grouped or all")->check(CLI::IsMember({"gemv", "gemm", "dual", "grouped", "all"}));
   bench->add_option("--json", *json, "write the results as JSON to this file");
@@ -625,12 +667,15 @@ void add_nvfp4_command(CLI::App& app) {
       ->check(CLI::IsMember({"plain", "blocked"}));
   bench->add_option("--stream-k", *sk_ctas, "CTA counts of the stream-K candidates for gemm and dual (repeatable; default: the SM count)")
       ->check(CLI::Range(1, 4096));
-  bench->callback([op, json, reps, flush, shapes, scales, sk_ctas] {
+  bench->add_flag("--probe", *probe,
+                  "gemm and dual: also time the default rs tile's data path alone (its stage copies, or a part of them, "
+                  "without arithmetic; TileConfig::probe) at splits 1, 2 and 4");
+  bench->callback([op, json, reps, flush, shapes, scales, sk_ctas, probe] {
 #ifdef SWAPFFN_WITH_CUDA
     run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : *flush == "none" ? Flush::none : Flush::write, *shapes,
-              *scales == "blocked" ? ScaleLayout::blocked_128x4 : ScaleLayout::plain, *sk_ctas);
+              *scales == "blocked" ? ScaleLayout::blocked_128x4 : ScaleLayout::plain, *sk_ctas, *probe);
 #else
-    (void)op, (void)json, (void)reps, (void)flush, (void)shapes, (void)scales, (void)sk_ctas;
+    (void)op, (void)json, (void)reps, (void)flush, (void)shapes, (void)scales, (void)sk_ctas, (void)probe;
     SWAPFFN_FAIL("swapffn nvfp4 needs a CUDA build");
 #endif
   });

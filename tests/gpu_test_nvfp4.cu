@@ -651,8 +651,41 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   DeviceBuffer shifted;
   GemmProblem off{128, 128, 512, 1, da.view, with_scales_4_bytes_off(da, shifted), c.buf.get()};
   expect_error([&] { gemm(off, {Tile::m128_n128_rs, 1, 132}, {}, nullptr); }, "stream_k needs the weight scales 16-byte aligned");
+  // The data-path probes: rs tiles of the GEMM and dual GEMM only, the plain grid, TMA-copyable
+  // weight scales, whole 128-row tiles for the bulk activations.
+  expect_error([&] { gemm(ok, {Tile::m128_n128_wsta, 1, 0, Probe::stages}, {}, nullptr); }, "probe=stages runs only the rs tiles, not 128x128wsta");
+  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, 132, Probe::weights}, {}, nullptr); }, "probe=weights runs the plain grid (stream_k=0)");
+  expect_error([&] { gemm(off, {Tile::m128_n128_rs, 1, 0, Probe::activations}, {}, nullptr); }, "probe=activations needs the weight scales 16-byte aligned");
+  GemmProblem rows100{100, 128, 512, 1, da.view, da.view, c.buf.get()};
+  expect_error([&] { gemm(rows100, {Tile::m128_n128_rs, 1, 0, Probe::bulk_activations}, {}, nullptr); }, "probe=bulk_activations needs M a multiple of 128, not 100");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 0, Probe::ring}, {}, nullptr); }, "probe=ring (the probes run the GEMM and dual GEMM tiles)");
   // Nothing was launched: the output still holds the poison.
   for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
+}
+
+// The probes run every rs tile's copies (the consumers wait for each stage's bytes, so a copy that
+// never lands would hang the test rather than pass), over two batches, split-K, both scale layouts,
+// and never write c, which a dual GEMM then fills correctly from the same workspace.
+TEST_F(Nvfp4Gpu, ProbesRunTheCopiesAndLeaveTheOutput) {
+  const int64_t m = 256, n = 384, k = 1024, l = 2;
+  for (ScaleLayout layout : kLayouts) {
+    const HostOperand a = make_operand(InputKind::dual, m, k, l, 51), b1 = make_operand(InputKind::dual, n, k, l, 52),
+                      b2 = make_operand(InputKind::dual, n, k, l, 53);
+    const DeviceOperand da = upload(a, layout), d1 = upload(b1, layout), d2 = upload(b2, layout);
+    Out c(m * n * l);
+    GemmProblem gp{m, n, k, l, da.view, d1.view, c.buf.get()};
+    DualGemmProblem dp{m, n, k, l, da.view, d1.view, d2.view, c.buf.get()};
+    DeviceBuffer ws = make_workspace(size_t{16} << 20);
+    const Workspace w{ws.get(), ws.bytes()};
+    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::bulk_activations, Probe::ring})
+      for (int split : {1, 3}) {
+        for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs}) gemm(gp, {t, split, 0, pr}, w, nullptr);
+        for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs}) dual_gemm_swiglu(dp, {t, split, 0, pr}, w, nullptr);
+      }
+    for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555) << "a probe wrote c (" << to_string(layout) << ")";
+    dual_gemm_swiglu(dp, {Tile::m128_n128_rs, 3}, w, nullptr);
+    EXPECT_EQ(tolerance_mismatches(c.get(), reference_dual_gemm_swiglu(a, b1, b2), "dual GEMM after the probes"), 0);
+  }
 }
 
 }  // namespace

@@ -128,10 +128,21 @@ int tile_n(Tile t);
 // CTA's range crossing tile boundaries, instead of one CTA per tile and split. A tile covered by
 // several CTAs is summed in CTA order by the CTA of its first part, so results stay deterministic
 // for a given stream_k. 0: one CTA per tile and split.
+// Diagnostics, not results (`swapffn nvfp4 bench --probe`, docs/NVFP4.md): `probe` != none runs
+// only the data path of an rs tile's plain grid (GEMM 128x128rs, 128x256rs, 128x64rs; dual GEMM
+// 128x128rs, 128x64rs; stream_k 0): each stage's copies through the same ring, with no conversion,
+// MMA or epilogue, and c is not written. stages: every copy; activations, weights: only those (the
+// weights with their scales); bulk_activations: the weights, and the activations as one 32 KB bulk
+// copy per stage, the bytes a pre-swizzled layout would move (M a multiple of 128); ring: no copies,
+// the ring's hand-offs and the launch with its pre-pass (the fixed cost under the others).
+enum class Probe { none, stages, activations, weights, bulk_activations, ring };
+const char* to_string(Probe p);
+
 struct TileConfig {
   Tile tile = Tile::m128_n128;
   int split_k = 1;
   int stream_k = 0;
+  Probe probe = Probe::none;
 };
 
 std::string describe(const GemvConfig& c);

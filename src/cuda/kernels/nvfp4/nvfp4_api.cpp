@@ -150,6 +150,21 @@ void check_stream_k(const std::string& op, const TileConfig& c, bool tile_ok, co
     SWAPFFN_REQUIRE(aligned(w->scales, 16), op + ": stream_k needs the weight scales 16-byte aligned (TMA copies)");
 }
 
+// probe (diagnostics, TileConfig::probe): an rs tile's plain grid, with the weight scales 16-byte
+// aligned (the plain kernels fall back to another tile otherwise; the probe must time the rs
+// tile's copies or nothing), and for the bulk activations whole 128-row tiles (their flat blocks
+// must stay inside the fp16 copy of A).
+void check_probe(const std::string& op, const TileConfig& c, int64_t m, std::initializer_list<const Operand*> weights) {
+  if (c.probe == Probe::none) return;
+  const std::string what = op + ": probe=" + to_string(c.probe);
+  SWAPFFN_REQUIRE(cu::is_rs_tile(c.tile), what + " runs only the rs tiles, not " + to_string(c.tile));
+  SWAPFFN_REQUIRE(c.stream_k == 0, what + " runs the plain grid (stream_k=0), not stream_k=" + std::to_string(c.stream_k));
+  for (const Operand* w : weights)
+    SWAPFFN_REQUIRE(aligned(w->scales, 16), what + " needs the weight scales 16-byte aligned (TMA copies)");
+  SWAPFFN_REQUIRE(c.probe != Probe::bulk_activations || m % 128 == 0,
+                  what + " needs M a multiple of 128, not " + std::to_string(m));
+}
+
 // K per k-tile of a tile kernel (split-K counts these): 128 for the register-operand tiles' stages.
 int64_t tile_k(Tile t) { return cu::is_rs_tile(t) ? 128 : 64; }
 
@@ -310,6 +325,7 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
   SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128wst, 128x128wsta, 128x128wstc, 128x128rs, 128x256rs, 128x64rs)");
   check_split(op, c.split_k, p.k / tile_k(c.tile));
   check_stream_k(op, c, c.tile == Tile::m128_n128_rs || c.tile == Tile::m128_n256_rs, "128x128rs or 128x256rs", {&p.b});
+  check_probe(op, c, p.m, {&p.b});
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b[0] = cu::operand_args(p.b, p.n, p.k);
@@ -321,7 +337,8 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
   a.split_k = c.split_k;
   a.stream_k = c.stream_k;
   attach(op, gemm_ws(p, c), ws, a);
-  cu::launch_gemm(a, c.tile, stream);
+  if (c.probe != Probe::none) cu::launch_rs_probe(a, c.tile, 1, c.probe, stream);
+  else cu::launch_gemm(a, c.tile, stream);
 }
 
 void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
@@ -330,6 +347,7 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
   SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws, 128x64wsr, 128x64ws2, 128x64wst, 128x64wsta, 128x64wstc, 128x128rs, 128x64rs)");
   check_split(op, c.split_k, p.k / tile_k(c.tile));
   check_stream_k(op, c, c.tile == Tile::m128_n128_rs, "128x128rs", {&p.b1, &p.b2});
+  check_probe(op, c, p.m, {&p.b1, &p.b2});
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b[0] = cu::operand_args(p.b1, p.n, p.k);
@@ -342,7 +360,8 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
   a.split_k = c.split_k;
   a.stream_k = c.stream_k;
   attach(op, dual_ws(p, c), ws, a);
-  cu::launch_dual_gemm_swiglu(a, c.tile, stream);
+  if (c.probe != Probe::none) cu::launch_rs_probe(a, c.tile, 2, c.probe, stream);
+  else cu::launch_dual_gemm_swiglu(a, c.tile, stream);
 }
 
 void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
@@ -353,6 +372,7 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
                   op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128rs)");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
   SWAPFFN_REQUIRE(c.stream_k == 0, op + ": stream_k=" + std::to_string(c.stream_k) + " (grouped GEMM supports 0)");
+  SWAPFFN_REQUIRE(c.probe == Probe::none, op + ": probe=" + std::string(to_string(c.probe)) + " (the probes run the GEMM and dual GEMM tiles)");
   cu::GroupedArgs a;
   a.groups = static_cast<int>(p.groups.size());
   int64_t tiles = 0;

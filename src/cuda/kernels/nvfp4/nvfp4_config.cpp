@@ -58,9 +58,22 @@ std::string describe(const GemvConfig& c) {
          (c.load == GemvLoad::tma ? " load=tma stages=" + std::to_string(c.stages) + " step_k=" + std::to_string(c.step_k)
                                    : std::string());
 }
+const char* to_string(Probe p) {
+  switch (p) {
+    case Probe::none: return "none";
+    case Probe::stages: return "stages";
+    case Probe::activations: return "activations";
+    case Probe::weights: return "weights";
+    case Probe::bulk_activations: return "bulk_activations";
+    case Probe::ring: return "ring";
+  }
+  return "?";
+}
+
 std::string describe(const TileConfig& c) {
   return std::string("tile=") + to_string(c.tile) + " split_k=" + std::to_string(c.split_k) +
-         (c.stream_k > 0 ? " stream_k=" + std::to_string(c.stream_k) : std::string());
+         (c.stream_k > 0 ? " stream_k=" + std::to_string(c.stream_k) : std::string()) +
+         (c.probe != Probe::none ? std::string(" probe=") + to_string(c.probe) : std::string());
 }
 
 namespace {

@@ -150,5 +150,9 @@ void launch_gemv_tma(const GemvArgs& args, int warps, int stages, int step_k, cu
 void launch_gemm(const GemmArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
 void launch_dual_gemm_swiglu(const GemmArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
 void launch_grouped_gemm(const GroupedArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
+// TileConfig::probe (sm90_nvfp4_rs_probe.cu): the data path alone of rs tile `tile`'s plain grid, of
+// the GEMM (nb = 1) or the dual GEMM (nb = 2); the API has checked that the tile and probe apply.
+void launch_rs_probe(const GemmArgs& args, swapffn::nvfp4::Tile tile, int nb, swapffn::nvfp4::Probe probe,
+                     cudaStream_t stream);
 
 }  // namespace swapffn::cuda::nvfp4

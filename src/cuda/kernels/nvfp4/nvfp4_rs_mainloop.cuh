@@ -50,6 +50,16 @@ namespace swapffn::cuda::nvfp4 {
 // weight operands (1: GEMM; 2: dual GEMM, B1 and B2); BK = 128 k per stage (two 64-k halves).
 // WgStride 2: the two consumer warpgroups split the tile's K, warpgroup w taking stages w, w + 2,
 // ... of the same 64 weight rows (the GEMM's `128x64rs`); their partial sums are added at the end.
+// A stage's copies, as bits: the GEMM kernels issue kCopyAll; the data-path probes
+// (TileConfig::probe, sm90_nvfp4_rs_probe.cu) issue a subset, or the activations as one contiguous
+// bulk copy instead of two swizzled boxes of 128-byte rows.
+enum StageCopies : unsigned {
+  kCopyActBoxes = 1u,
+  kCopyWeights = 2u,  // the weight rows and their scales
+  kCopyActBulk = 4u,
+  kCopyAll = kCopyActBoxes | kCopyWeights
+};
+
 template <int Stages_, int BN_, int NB_, int WgStride_ = 1>
 struct RsCfg {
   static constexpr int BM = 128, BN = BN_, BK = 128;
@@ -141,6 +151,25 @@ struct RsMainloop {
     return true;
   }
 
+  // The data-path probe: the producer issues the `Copies` of stages [kt0, kt0 + count) through the
+  // same ring, and the consumers only wait for each of their stages and release it (no conversion,
+  // no MMA, no sums). With kCopyActBulk, src[0].data is this batch's fp16 activations, read as
+  // 32 KB blocks (m tile, stage) laid end to end: the bytes of a pre-swizzled layout, not their
+  // values. All threads must call it.
+  template <unsigned Copies, class Maps>
+  __device__ void run_probe(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count) const {
+    if (!start()) {
+      if (threadIdx.x == Cfg::kConsumerThreads) produce<Copies>(src, maps, batch, kt0, count, 0);
+      return;
+    }
+    const int lane = threadIdx.x & 31, wg = threadIdx.x >> 7;
+    constexpr int kW = Cfg::kWgStride;
+    for (int i = kW == 1 ? 0 : wg; i < count; i += kW) {
+      cutlass::arch::ClusterTransactionBarrier::wait(&full_[i % Cfg::kStages], (i / Cfg::kStages) & 1);
+      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[i % Cfg::kStages]);
+    }
+  }
+
   // Stream-K (nvfp4_stream_k.cuh): runs every segment of CTA `cta` of `sk` through one stage ring.
   // src_of(tile, src, batch) gives a tile's sources and batch. After each segment the consumer
   // threads call epilogue(segment, acc) with the segment's sums in acc, then acc is zeroed for
@@ -201,15 +230,16 @@ struct RsMainloop {
 
   // Copies stages [kt0, kt0 + count) into the ring, whose first `ring` stages were used before
   // (by earlier segments of a stream-K CTA); the first segment waits for the pre-pass.
-  template <class Maps>
+  template <unsigned Copies = kCopyAll, class Maps>
   __device__ void produce(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count,
                           int ring) const {
+    constexpr bool kAct = (Copies & (kCopyActBoxes | kCopyActBulk)) != 0, kWeights = (Copies & kCopyWeights) != 0;
     // Blocked scales: one bulk copy of the stage's two 512-byte units per 128-row block that
     // exists (a block past the operand's last row block is not in memory; its rows are never stored);
     // a 64-row tile copies its block's units whole and reads its half of them.
-    uint32_t bytes = Cfg::kActBytes + Cfg::kWeightBytes;
+    uint32_t bytes = (kAct ? Cfg::kActBytes : 0) + (kWeights ? Cfg::kWeightBytes : 0);
 #pragma unroll
-    for (int o = 0; o < Cfg::kNB; ++o) {
+    for (int o = 0; o < Cfg::kNB && kWeights; ++o) {
       const TileSrc& w = src[1 + o];
       if (w.rk_blocks == 0) bytes += Cfg::BN * 16;
 #pragma unroll
@@ -222,7 +252,7 @@ struct RsMainloop {
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full_[s], bytes);
 #pragma unroll
-      for (int o = 0; o < Cfg::kNB; ++o) {
+      for (int o = 0; o < Cfg::kNB && kWeights; ++o) {
         const TileSrc& w = src[1 + o];
         const int wrow0 = static_cast<int>(w.row0);
         cute::SM90_TMA_LOAD_3D::copy(weight_map(maps, o), &full_[s], 0, st + Cfg::kActBytes + o * Cfg::BN * 64,
@@ -242,9 +272,14 @@ struct RsMainloop {
     auto copy_activations = [&](int t) {
       const int s = (ring + t) % Cfg::kStages, kt = kt0 + t;
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
+      if constexpr ((Copies & kCopyActBoxes) != 0) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        cute::SM90_TMA_LOAD_3D::copy(act_map(maps), &full_[s], 0, st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
+        for (int h = 0; h < 2; ++h)
+          cute::SM90_TMA_LOAD_3D::copy(act_map(maps), &full_[s], 0, st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
+      } else if constexpr ((Copies & kCopyActBulk) != 0) {
+        const int64_t block = static_cast<int64_t>(arow0 / Cfg::BM) * (src[0].k / Cfg::BK) + kt;
+        cute::SM90_BULK_COPY_G2S::copy(src[0].data + block * Cfg::kActBytes, &full_[s], st, Cfg::kActBytes);
+      }
     };
     // The first stages' weights go out before waiting for the pre-pass that writes the activations
     // (this grid is its programmatic dependent).

@@ -1,0 +1,75 @@
+// The data-path probe of the rs tiles (TileConfig::probe): a GEMM or dual GEMM grid that runs only
+// its stage copies.
+//
+// Why it exists: the rs tiles' stage time is set by their data path, not by the MMA or the
+// conversion (docs/NVFP4.md, twenty-third and twenty-seventh steps), and what limits that path (an
+// aggregate L2-to-shared-memory rate, the box shapes, the activations' bytes) could only be
+// inferred from ablations of the whole kernel. This grid issues the production producer's copies
+// (RsMainloop::produce, the same ring and barriers) to consumers that only release each stage, so
+// the bench can time the copies alone, or a subset of them, on the shapes and grids of the kernels.
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
+#include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
+#include "cuda/launch.hpp"
+
+namespace swapffn::cuda::nvfp4 {
+
+namespace {
+
+template <class Cfg, unsigned Copies>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    nvfp4_rs_probe_kernel(const GemmArgs args, const __grid_constant__ TmaOperands tma) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int m_tile = blockIdx.x, n_tile = blockIdx.y;
+  const int batch = blockIdx.z / args.split_k, split = blockIdx.z % args.split_k;
+  TileSrc src[1 + Cfg::kNB];
+  // The activations' fp16 copy: through its tensor map, or (kCopyActBulk) as flat 32 KB blocks.
+  src[0] = {args.a16 + batch * args.m * args.k * 2, nullptr, args.m, static_cast<int64_t>(m_tile) * Cfg::BM, args.k, 0};
+#pragma unroll
+  for (int b = 0; b < Cfg::kNB; ++b)
+    src[1 + b] = {args.b[b].data + batch * args.b[b].data_batch, args.b[b].scales + batch * args.b[b].scale_batch,
+                  args.n, static_cast<int64_t>(n_tile) * Cfg::BN, args.k, args.b[b].rk_blocks};
+  static_assert(Cfg::kSplitUnit == 1, "rs split-K boundaries are whole stages");
+  const int stages = static_cast<int>(args.k / Cfg::BK);
+  const int kt0 = split * stages / args.split_k, kt1 = (split + 1) * stages / args.split_k;
+  RsMainloop<Cfg>(smem).template run_probe<Copies>(src, tma, batch, kt0, kt1 - kt0);
+}
+
+template <class Cfg, unsigned Copies>
+void launch(const GemmArgs& args, const TmaOperands& maps, cudaStream_t stream) {
+  auto kernel = nvfp4_rs_probe_kernel<Cfg, Copies>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
+  const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
+                  static_cast<unsigned>(args.l * args.split_k));
+  launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
+  SWAPFFN_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_rs_probe(const GemmArgs& args, Tile tile, int nb, swapffn::nvfp4::Probe probe, cudaStream_t stream) {
+  using swapffn::nvfp4::Probe;
+  TmaOperands maps{};
+  Tile prepared = tile;
+  prepare_tma_tile(args, nb, prepared, tile, maps, stream);  // the pre-pass and the maps; no fallback (API-checked)
+  auto run = [&](auto cfg, auto path) {
+    using Cfg = decltype(cfg);
+    if constexpr (decltype(path)::value == Path::rs) {
+      switch (probe) {
+        case Probe::stages: launch<Cfg, kCopyAll>(args, maps, stream); return;
+        case Probe::activations: launch<Cfg, kCopyActBoxes>(args, maps, stream); return;
+        case Probe::weights: launch<Cfg, kCopyWeights>(args, maps, stream); return;
+        case Probe::bulk_activations: launch<Cfg, kCopyActBulk | kCopyWeights>(args, maps, stream); return;
+        case Probe::ring: launch<Cfg, 0u>(args, maps, stream); return;
+        case Probe::none: break;
+      }
+      SWAPFFN_FAIL("launch_rs_probe: probe=none runs the kernel itself");
+    } else {
+      SWAPFFN_FAIL(std::string("NVFP4 probe: tile ") + swapffn::nvfp4::to_string(tile) + " is not an rs tile");
+    }
+  };
+  if (nb == 1) dispatch_gemm_tile(tile, run);
+  else dispatch_dual_tile(tile, run);
+}
+
+}  // namespace swapffn::cuda::nvfp4
