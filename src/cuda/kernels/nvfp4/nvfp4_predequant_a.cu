@@ -31,61 +31,93 @@ namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
+constexpr int kThreads = 256;
+// Fragment order: a warp stages its output in shared memory, 8 groups of 4 chunks (one 128-k step
+// of one row: 256 contiguous output bytes), each group padded to 272 bytes so that the 32 lanes'
+// scattered 4-byte writes fall in 32 different banks; then each lane stores 64 contiguous bytes.
+constexpr int kGroupPitch = 272;
+constexpr int kWarpStaging = 8 * kGroupPitch;
+
 // Chunk i (16 raw bytes: 32 elements, two scales) of an (m, k, l) operand, into `out` ([l][m][k]
-// fp16 in kOrder's k order). Consecutive threads take consecutive chunks: a warp reads 512
-// contiguous bytes of a row and writes 2 KB of fp16, each k-tile's 128 bytes by the chunk pair of
-// that k-tile.
+// fp16 in kOrder's k order), for i < total. Called by all 32 lanes of a warp for 32 consecutive
+// chunks (i = a multiple of 32 + lane), with the warp's kWarpStaging bytes of shared memory.
+// Consecutive lanes take consecutive chunks: a warp reads 512 contiguous bytes of a row and writes
+// 2 KB of fp16. K % 256 == 0, so every 4-lane group is one whole 128-k step of one row, and
+// total % 8 == 0, so a group's lanes are all in range or all past it.
+//
+// Why the staging: in fragment order each of a chunk's 16 result words lands 4 bytes from the
+// neighbouring chunk's, so direct stores were 16 scattered 4-byte stores per lane, each warp
+// store touching 8 half-written sectors; the pre-pass took 11-12 us on 512 x 7168 activations
+// (Nsight Compute, fourteenth session), more than the launch it runs beside.
 template <A16Order kOrder>
-__device__ __forceinline__ void predequant_chunk(const OperandArgs& a, int64_t m, int64_t k, int64_t i, uint8_t* out) {
+__device__ __forceinline__ void predequant_chunk(const OperandArgs& a, int64_t m, int64_t k, int64_t i, int64_t total,
+                                                 uint8_t* out, uint8_t* staging) {
+  const bool valid = i < total;
   const int64_t chunks_per_row = k / 32;
   const int64_t b = i / (m * chunks_per_row), rem = i % (m * chunks_per_row);
   const int64_t r = rem / chunks_per_row, chunk = rem % chunks_per_row;
-  const int64_t kt = chunk / 2;
-  const int q = static_cast<int>(chunk % 2);
-  const uint4 raw = *reinterpret_cast<const uint4*>(a.data + b * a.data_batch + r * (k / 2) + chunk * 16);
-  const int64_t j = chunk * 2;  // first of the chunk's two scale columns (j % 4 == 2q)
-  const int64_t soff = a.rk_blocks == 0
-                           ? r * (k / 16) + j
-                           : (r / 128) * a.rk_blocks * 512 + (j / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (j % 4);
-  const uint32_t two_scales = *reinterpret_cast<const uint16_t*>(a.scales + b * a.scale_batch + soff);
   uint32_t h[16];
-  dequant32(raw, two_scales, h);
+  if (valid) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(a.data + b * a.data_batch + r * (k / 2) + chunk * 16);
+    const int64_t j = chunk * 2;  // first of the chunk's two scale columns (j % 4 == 2q)
+    const int64_t soff = a.rk_blocks == 0
+                             ? r * (k / 16) + j
+                             : (r / 128) * a.rk_blocks * 512 + (j / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (j % 4);
+    const uint32_t two_scales = *reinterpret_cast<const uint16_t*>(a.scales + b * a.scale_batch + soff);
+    dequant32(raw, two_scales, h);
+  }
   if constexpr (kOrder == A16Order::stage) {
+    if (!valid) return;
+    const int64_t kt = chunk / 2;
+    const int q = static_cast<int>(chunk % 2);
     uint8_t* row = out + ((b * m + r) * k + kt * 64) * 2;
 #pragma unroll
     for (int c = 0; c < 4; ++c)
       *reinterpret_cast<uint4*>(row + (q + 2 * c) * 16) = make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
   } else {
-    const int t = static_cast<int>(chunk % 4);
+    const int lane = threadIdx.x & 31, t = lane & 3;  // t == chunk % 4
+    uint8_t* group = staging + (lane >> 2) * kGroupPitch;
+    __syncwarp();  // the previous chunks' reads of the staging buffer are done
+    if (valid)
+#pragma unroll
+      for (int w = 0; w < 4; ++w)  // word w = 2 h + u of the chunk
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          *reinterpret_cast<uint32_t*>(group + (w / 2) * 128 + 32 * s + 16 * (w % 2) + 4 * t) = h[4 * w + s];
+    __syncwarp();
+    if (!valid) return;
     uint8_t* step = out + ((b * m + r) * k + (chunk / 4) * 128) * 2;
 #pragma unroll
-    for (int w = 0; w < 4; ++w)  // word w = 2 h + u of the chunk
-#pragma unroll
-      for (int s = 0; s < 4; ++s)
-        *reinterpret_cast<uint32_t*>(step + (w / 2) * 128 + 32 * s + 16 * (w % 2) + 4 * t) = h[4 * w + s];
+    for (int q = 0; q < 4; ++q)
+      *reinterpret_cast<uint4*>(step + 64 * t + 16 * q) = *reinterpret_cast<const uint4*>(group + 64 * t + 16 * q);
   }
 }
 
+// Chunks [0, total) of an operand, warp by warp (a warp's chunks are consecutive).
 template <A16Order kOrder>
-__global__ void __launch_bounds__(256) predequant_a_kernel(const OperandArgs a, int64_t m, int64_t k, int64_t l,
-                                                           uint8_t* out) {
+__device__ __forceinline__ void predequant_all(const OperandArgs& a, int64_t m, int64_t k, int64_t total, uint8_t* out,
+                                               unsigned blocks, unsigned block) {
+  __shared__ __align__(16) uint8_t staging[kThreads / 32][kWarpStaging];
+  const int lane = threadIdx.x & 31;
+  for (int64_t base = static_cast<int64_t>(block) * kThreads + (threadIdx.x & ~31); base < total;
+       base += static_cast<int64_t>(blocks) * kThreads)
+    predequant_chunk<kOrder>(a, m, k, base + lane, total, out, staging[threadIdx.x >> 5]);
+}
+
+template <A16Order kOrder>
+__global__ void __launch_bounds__(kThreads) predequant_a_kernel(const OperandArgs a, int64_t m, int64_t k, int64_t l,
+                                                                uint8_t* out) {
   // The GEMM that reads `out` is launched as a programmatic dependent: it may start its prologue
   // and first B copies now, and waits (griddepcontrol.wait) before its first copy of A.
   pdl_launch_dependents();
-  const int64_t total = l * m * (k / 32);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    predequant_chunk<kOrder>(a, m, k, i, out);
+  predequant_all<kOrder>(a, m, k, l * m * (k / 32), out, gridDim.x, blockIdx.x);
 }
 
 // The grouped GEMM's pre-pass: grid row y converts group y's activations into its g.a16.
-__global__ void __launch_bounds__(256) predequant_a_grouped_kernel(const __grid_constant__ GroupedArgs args) {
+__global__ void __launch_bounds__(kThreads) predequant_a_grouped_kernel(const __grid_constant__ GroupedArgs args) {
   pdl_launch_dependents();
   const GroupArgs& g = args.g[blockIdx.y];
-  const int64_t total = static_cast<int64_t>(g.m) * (g.k / 32);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    predequant_chunk<A16Order::fragment>(g.a, g.m, g.k, i, g.a16);
+  predequant_all<A16Order::fragment>(g.a, g.m, g.k, static_cast<int64_t>(g.m) * (g.k / 32), g.a16, gridDim.x, blockIdx.x);
 }
 
 }  // namespace
@@ -94,19 +126,19 @@ size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l) { return static_cast<
 
 void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stream) {
   const int64_t threads = args.l * args.m * (args.k / 32);
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, 4096));
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + kThreads - 1) / kThreads, 4096));
   if (order == A16Order::stage)
-    predequant_a_kernel<A16Order::stage><<<blocks, 256, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
+    predequant_a_kernel<A16Order::stage><<<blocks, kThreads, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
   else
-    predequant_a_kernel<A16Order::fragment><<<blocks, 256, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
+    predequant_a_kernel<A16Order::fragment><<<blocks, kThreads, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
   SWAPFFN_CHECK_LAUNCH();
 }
 
 void launch_predequant_a_grouped(const GroupedArgs& args, cudaStream_t stream) {
   int64_t most = 0;
   for (int g = 0; g < args.groups; ++g) most = std::max<int64_t>(most, static_cast<int64_t>(args.g[g].m) * (args.g[g].k / 32));
-  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((most + 255) / 256, 1, 4096 / args.groups));
-  predequant_a_grouped_kernel<<<dim3(blocks, static_cast<unsigned>(args.groups)), 256, 0, stream>>>(args);
+  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((most + kThreads - 1) / kThreads, 1, 4096 / args.groups));
+  predequant_a_grouped_kernel<<<dim3(blocks, static_cast<unsigned>(args.groups)), kThreads, 0, stream>>>(args);
   SWAPFFN_CHECK_LAUNCH();
 }
 
