@@ -46,10 +46,6 @@
 
 namespace swapffn::cuda::nvfp4 {
 
-// BM activation rows (problem M: wgmma's N); BN weight rows per weight operand (problem N), NB
-// weight operands (1: GEMM; 2: dual GEMM, B1 and B2); BK = 128 k per stage (two 64-k halves).
-// WgStride 2: the two consumer warpgroups split the tile's K, warpgroup w taking stages w, w + 2,
-// ... of the same 64 weight rows (the GEMM's `128x64rs`); their partial sums are added at the end.
 // A stage's copies, as bits: the GEMM kernels issue kCopyAll; the data-path probes
 // (TileConfig::probe, sm90_nvfp4_rs_probe.cu) issue a subset, or the activations as one contiguous
 // bulk copy instead of two swizzled boxes of 128-byte rows.
@@ -60,6 +56,10 @@ enum StageCopies : unsigned {
   kCopyAll = kCopyActBoxes | kCopyWeights
 };
 
+// BM activation rows (problem M: wgmma's N); BN weight rows per weight operand (problem N), NB
+// weight operands (1: GEMM; 2: dual GEMM, B1 and B2); BK = 128 k per stage (two 64-k halves).
+// WgStride 2: the two consumer warpgroups split the tile's K, warpgroup w taking stages w, w + 2,
+// ... of the same 64 weight rows (the GEMM's `128x64rs`); their partial sums are added at the end.
 template <int Stages_, int BN_, int NB_, int WgStride_ = 1>
 struct RsCfg {
   static constexpr int BM = 128, BN = BN_, BK = 128;
