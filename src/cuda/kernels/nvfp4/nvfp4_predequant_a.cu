@@ -47,8 +47,9 @@ constexpr int kWarpStaging = 8 * kGroupPitch;
 //
 // Why the staging: in fragment order each of a chunk's 16 result words lands 4 bytes from the
 // neighbouring chunk's, so direct stores were 16 scattered 4-byte stores per lane, each warp
-// store touching 8 half-written sectors; the pre-pass took 11-12 us on 512 x 7168 activations
-// (Nsight Compute, fourteenth session), more than the launch it runs beside.
+// store touching 8 half-written sectors. Staged, the pre-pass on 512 x 7168 activations went from
+// 11.1-12.5 to 9.8-10.0 us (Nsight Compute, docs/NVFP4.md, twenty-ninth step); the rest of its
+// time is not in its stores.
 template <A16Order kOrder>
 __device__ __forceinline__ void predequant_chunk(const OperandArgs& a, int64_t m, int64_t k, int64_t i, int64_t total,
                                                  uint8_t* out, uint8_t* staging) {
@@ -97,11 +98,15 @@ __device__ __forceinline__ void predequant_chunk(const OperandArgs& a, int64_t m
 template <A16Order kOrder>
 __device__ __forceinline__ void predequant_all(const OperandArgs& a, int64_t m, int64_t k, int64_t total, uint8_t* out,
                                                unsigned blocks, unsigned block) {
-  __shared__ __align__(16) uint8_t staging[kThreads / 32][kWarpStaging];
+  uint8_t* warp_staging = nullptr;  // stage order stores straight from registers
+  if constexpr (kOrder == A16Order::fragment) {
+    __shared__ __align__(16) uint8_t staging[kThreads / 32][kWarpStaging];
+    warp_staging = staging[threadIdx.x >> 5];
+  }
   const int lane = threadIdx.x & 31;
   for (int64_t base = static_cast<int64_t>(block) * kThreads + (threadIdx.x & ~31); base < total;
        base += static_cast<int64_t>(blocks) * kThreads)
-    predequant_chunk<kOrder>(a, m, k, base + lane, total, out, staging[threadIdx.x >> 5]);
+    predequant_chunk<kOrder>(a, m, k, base + lane, total, out, warp_staging);
 }
 
 template <A16Order kOrder>

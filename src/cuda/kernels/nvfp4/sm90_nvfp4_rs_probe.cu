@@ -38,7 +38,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 template <class Cfg, unsigned Copies>
 void launch(const GemmArgs& args, const TmaOperands& maps, cudaStream_t stream) {
   auto kernel = nvfp4_rs_probe_kernel<Cfg, Copies>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
   const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
                   static_cast<unsigned>(args.l * args.split_k));
   launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
