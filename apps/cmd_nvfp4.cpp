@@ -365,8 +365,9 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
 
 // --probe (TileConfig::probe): the data path alone of the default config's tile, if it is an rs
 // tile, at splits 1, 2 and 4 (the CTA count changes, the copies do not): every copy of a stage,
-// the activations or the weights alone, the activations as one bulk copy, and no copies (the
-// launch, its pre-pass and the ring's hand-offs, which every probe time includes). `run` runs a config;
+// the activations or the weights alone, the activations as one bulk copy, no copies (the launch,
+// its pre-pass and the ring's hand-offs, which every probe time includes), and two parts of that
+// fixed cost: the pre-pass alone and the grid's launch alone. `run` runs a config;
 // nb weight operands. Fills r.probes and r.probe_bytes (every copy of every stage of the grid).
 void run_probes(Timer& timer, Result& r, const TileConfig& def, int64_t m, int64_t n, int64_t k, int nb, ScaleLayout layout,
                 const std::function<void(const TileConfig&)>& run) {
@@ -375,7 +376,8 @@ void run_probes(Timer& timer, Result& r, const TileConfig& def, int64_t m, int64
   const int64_t scale_bytes = layout == ScaleLayout::plain ? bn * 16 : (bn + 127) / 128 * 1024;
   r.probe_bytes = static_cast<double>(stages) * (128 * 128 * 2 + nb * (bn * 64 + scale_bytes));
   for (int split : {1, 2, 4})
-    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::bulk_activations, Probe::ring}) {
+    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::bulk_activations, Probe::ring, Probe::prepass,
+                     Probe::launch}) {
       const TileConfig cfg{def.tile, split, 0, pr};
       if (split > k / 128 || (pr == Probe::bulk_activations && m % 128 != 0)) continue;
       r.probes.emplace_back(describe(cfg), timer.median_us([&] { run(cfg); }));

@@ -677,7 +677,8 @@ TEST_F(Nvfp4Gpu, ProbesRunTheCopiesAndLeaveTheOutput) {
     DualGemmProblem dp{m, n, k, l, da.view, d1.view, d2.view, c.buf.get()};
     DeviceBuffer ws = make_workspace(size_t{16} << 20);
     const Workspace w{ws.get(), ws.bytes()};
-    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::bulk_activations, Probe::ring})
+    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::bulk_activations, Probe::ring, Probe::prepass,
+                     Probe::launch})
       for (int split : {1, 3}) {
         for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs}) gemm(gp, {t, split, 0, pr}, w, nullptr);
         for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs}) dual_gemm_swiglu(dp, {t, split, 0, pr}, w, nullptr);

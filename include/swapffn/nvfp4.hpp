@@ -134,8 +134,10 @@ int tile_n(Tile t);
 // MMA or epilogue, and c is not written. stages: every copy; activations, weights: only those (the
 // weights with their scales); bulk_activations: the weights, and the activations as one 32 KB bulk
 // copy per stage, the bytes a pre-swizzled layout would move (M a multiple of 128); ring: no copies,
-// the ring's hand-offs and the launch with its pre-pass (the fixed cost under the others).
-enum class Probe { none, stages, activations, weights, bulk_activations, ring };
+// the ring's hand-offs and the launch with its pre-pass (the fixed cost under the others). The
+// fixed cost's parts: prepass, the activations' pre-pass alone (no GEMM grid); launch, the grid
+// alone with no pre-pass, each CTA returning at once (what launching it costs).
+enum class Probe { none, stages, activations, weights, bulk_activations, ring, prepass, launch };
 const char* to_string(Probe p);
 
 struct TileConfig {

@@ -66,6 +66,8 @@ const char* to_string(Probe p) {
     case Probe::weights: return "weights";
     case Probe::bulk_activations: return "bulk_activations";
     case Probe::ring: return "ring";
+    case Probe::prepass: return "prepass";
+    case Probe::launch: return "launch";
   }
   return "?";
 }

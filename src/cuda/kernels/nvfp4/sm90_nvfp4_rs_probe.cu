@@ -35,9 +35,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   RsMainloop<Cfg>(smem).template run_probe<Copies>(src, tma, batch, kt0, kt1 - kt0);
 }
 
-template <class Cfg, unsigned Copies>
+// Probe::launch: the same grid, block, shared memory and launch attributes; every CTA returns at once.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) nvfp4_rs_empty_kernel(const GemmArgs, const __grid_constant__ TmaOperands) {}
+
+template <class Cfg, unsigned Copies, bool kEmpty = false>
 void launch(const GemmArgs& args, const TmaOperands& maps, cudaStream_t stream) {
-  auto kernel = nvfp4_rs_probe_kernel<Cfg, Copies>;
+  auto kernel = kEmpty ? nvfp4_rs_empty_kernel<Cfg> : nvfp4_rs_probe_kernel<Cfg, Copies>;
   const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
                   static_cast<unsigned>(args.l * args.split_k));
   launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
@@ -50,7 +54,8 @@ void launch_rs_probe(const GemmArgs& args, Tile tile, int nb, swapffn::nvfp4::Pr
   using swapffn::nvfp4::Probe;
   TmaOperands maps{};
   Tile prepared = tile;
-  prepare_tma_tile(args, nb, prepared, tile, maps, stream);  // the pre-pass and the maps; no fallback (API-checked)
+  if (probe != Probe::launch) prepare_tma_tile(args, nb, prepared, tile, maps, stream);  // the pre-pass and the maps; no fallback (API-checked)
+  if (probe == Probe::prepass) return;
   auto run = [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
     if constexpr (decltype(path)::value == Path::rs) {
@@ -60,9 +65,11 @@ void launch_rs_probe(const GemmArgs& args, Tile tile, int nb, swapffn::nvfp4::Pr
         case Probe::weights: launch<Cfg, kCopyWeights>(args, maps, stream); return;
         case Probe::bulk_activations: launch<Cfg, kCopyActBulk | kCopyWeights>(args, maps, stream); return;
         case Probe::ring: launch<Cfg, 0u>(args, maps, stream); return;
+        case Probe::launch: launch<Cfg, 0u, true>(args, maps, stream); return;
+        case Probe::prepass:
         case Probe::none: break;
       }
-      SWAPFFN_FAIL("launch_rs_probe: probe=none runs the kernel itself");
+      SWAPFFN_FAIL(std::string("launch_rs_probe: probe=") + swapffn::nvfp4::to_string(probe) + " launches no grid here");
     } else {
       SWAPFFN_FAIL(std::string("NVFP4 probe: tile ") + swapffn::nvfp4::to_string(tile) + " is not an rs tile");
     }
