@@ -20,12 +20,14 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <string>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_dequant.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/tma.hpp"
+#include "swapffn/error.hpp"
 
 namespace swapffn::cuda::nvfp4 {
 
@@ -43,38 +45,39 @@ constexpr int kWarpStaging = 8 * kGroupPitch;
 // chunks (i = a multiple of 32 + lane), with the warp's kWarpStaging bytes of shared memory.
 // Consecutive lanes take consecutive chunks: a warp reads 512 contiguous bytes of a row and writes
 // 2 KB of fp16. K % 256 == 0, so every 4-lane group is one whole 128-k step of one row, and
-// total % 8 == 0, so a group's lanes are all in range or all past it.
+// total % 8 == 0, so a group's lanes are all in range or all past it. total < 2^31 (the launcher
+// checks), so the index arithmetic is 32-bit: 64-bit divisions are long dependent chains in front
+// of the one load each thread waits for.
 //
 // Why the staging: in fragment order each of a chunk's 16 result words lands 4 bytes from the
 // neighbouring chunk's, so direct stores were 16 scattered 4-byte stores per lane, each warp
-// store touching 8 half-written sectors. Staged, the pre-pass on 512 x 7168 activations went from
-// 11.1-12.5 to 9.8-10.0 us (Nsight Compute, docs/NVFP4.md, twenty-ninth step); the rest of its
-// time is not in its stores.
+// store touching 8 half-written sectors. Staged, the 4 lanes of a group store its 256 bytes as
+// 4 x 64 contiguous bytes, whole 32-byte sectors (docs/NVFP4.md, twenty-ninth and thirtieth steps).
 template <A16Order kOrder>
-__device__ __forceinline__ void predequant_chunk(const OperandArgs& a, int64_t m, int64_t k, int64_t i, int64_t total,
+__device__ __forceinline__ void predequant_chunk(const OperandArgs& a, uint32_t m, uint32_t k, uint32_t i, uint32_t total,
                                                  uint8_t* out, uint8_t* staging) {
   const bool valid = i < total;
-  const int64_t chunks_per_row = k / 32;
-  const int64_t b = i / (m * chunks_per_row), rem = i % (m * chunks_per_row);
-  const int64_t r = rem / chunks_per_row, chunk = rem % chunks_per_row;
+  const uint32_t chunks_per_row = k / 32;
+  const uint32_t row = i / chunks_per_row, chunk = i - row * chunks_per_row;  // row over all batches: b * m + r
+  const uint32_t b = row / m, r = row - b * m;
   uint32_t h[16];
   if (valid) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(a.data + b * a.data_batch + r * (k / 2) + chunk * 16);
-    const int64_t j = chunk * 2;  // first of the chunk's two scale columns (j % 4 == 2q)
+    const uint4 raw = *reinterpret_cast<const uint4*>(a.data + b * a.data_batch + static_cast<int64_t>(r) * (k / 2) + chunk * 16);
+    const uint32_t j = chunk * 2;  // first of the chunk's two scale columns (j % 4 == 2q)
     const int64_t soff = a.rk_blocks == 0
-                             ? r * (k / 16) + j
-                             : (r / 128) * a.rk_blocks * 512 + (j / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (j % 4);
+                             ? static_cast<int64_t>(r) * (k / 16) + j
+                             : static_cast<int64_t>(r / 128) * a.rk_blocks * 512 + (j / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (j % 4);
     const uint32_t two_scales = *reinterpret_cast<const uint16_t*>(a.scales + b * a.scale_batch + soff);
     dequant32(raw, two_scales, h);
   }
+  uint8_t* const row_out = out + static_cast<int64_t>(row) * k * 2;
   if constexpr (kOrder == A16Order::stage) {
     if (!valid) return;
-    const int64_t kt = chunk / 2;
-    const int q = static_cast<int>(chunk % 2);
-    uint8_t* row = out + ((b * m + r) * k + kt * 64) * 2;
+    const uint32_t kt = chunk / 2, q = chunk % 2;
+    uint8_t* const tile = row_out + kt * 128;
 #pragma unroll
     for (int c = 0; c < 4; ++c)
-      *reinterpret_cast<uint4*>(row + (q + 2 * c) * 16) = make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
+      *reinterpret_cast<uint4*>(tile + (q + 2 * c) * 16) = make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
   } else {
     const int lane = threadIdx.x & 31, t = lane & 3;  // t == chunk % 4
     uint8_t* group = staging + (lane >> 2) * kGroupPitch;
@@ -87,25 +90,24 @@ __device__ __forceinline__ void predequant_chunk(const OperandArgs& a, int64_t m
           *reinterpret_cast<uint32_t*>(group + (w / 2) * 128 + 32 * s + 16 * (w % 2) + 4 * t) = h[4 * w + s];
     __syncwarp();
     if (!valid) return;
-    uint8_t* step = out + ((b * m + r) * k + (chunk / 4) * 128) * 2;
+    uint8_t* const step = row_out + (chunk / 4) * 256;
 #pragma unroll
     for (int q = 0; q < 4; ++q)
-      *reinterpret_cast<uint4*>(step + 64 * t + 16 * q) = *reinterpret_cast<const uint4*>(group + 64 * t + 16 * q);
+      *reinterpret_cast<uint4*>(step + 64 * q + 16 * t) = *reinterpret_cast<const uint4*>(group + 64 * q + 16 * t);
   }
 }
 
 // Chunks [0, total) of an operand, warp by warp (a warp's chunks are consecutive).
 template <A16Order kOrder>
-__device__ __forceinline__ void predequant_all(const OperandArgs& a, int64_t m, int64_t k, int64_t total, uint8_t* out,
+__device__ __forceinline__ void predequant_all(const OperandArgs& a, uint32_t m, uint32_t k, uint32_t total, uint8_t* out,
                                                unsigned blocks, unsigned block) {
   uint8_t* warp_staging = nullptr;  // stage order stores straight from registers
   if constexpr (kOrder == A16Order::fragment) {
     __shared__ __align__(16) uint8_t staging[kThreads / 32][kWarpStaging];
     warp_staging = staging[threadIdx.x >> 5];
   }
-  const int lane = threadIdx.x & 31;
-  for (int64_t base = static_cast<int64_t>(block) * kThreads + (threadIdx.x & ~31); base < total;
-       base += static_cast<int64_t>(blocks) * kThreads)
+  const uint32_t lane = threadIdx.x & 31;
+  for (uint32_t base = block * kThreads + (threadIdx.x & ~31u); base < total; base += blocks * kThreads)
     predequant_chunk<kOrder>(a, m, k, base + lane, total, out, warp_staging);
 }
 
@@ -115,22 +117,35 @@ __global__ void __launch_bounds__(kThreads) predequant_a_kernel(const OperandArg
   // The GEMM that reads `out` is launched as a programmatic dependent: it may start its prologue
   // and first B copies now, and waits (griddepcontrol.wait) before its first copy of A.
   pdl_launch_dependents();
-  predequant_all<kOrder>(a, m, k, l * m * (k / 32), out, gridDim.x, blockIdx.x);
+  predequant_all<kOrder>(a, static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(l * m * (k / 32)), out,
+                         gridDim.x, blockIdx.x);
 }
 
 // The grouped GEMM's pre-pass: grid row y converts group y's activations into its g.a16.
 __global__ void __launch_bounds__(kThreads) predequant_a_grouped_kernel(const __grid_constant__ GroupedArgs args) {
   pdl_launch_dependents();
   const GroupArgs& g = args.g[blockIdx.y];
-  predequant_all<A16Order::fragment>(g.a, g.m, g.k, static_cast<int64_t>(g.m) * (g.k / 32), g.a16, gridDim.x, blockIdx.x);
+  predequant_all<A16Order::fragment>(g.a, static_cast<uint32_t>(g.m), static_cast<uint32_t>(g.k), static_cast<uint32_t>(static_cast<int64_t>(g.m) * (g.k / 32)),
+                                     g.a16, gridDim.x, blockIdx.x);
 }
 
 }  // namespace
 
 size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l) { return static_cast<size_t>(l * m * k * 2); }
 
+namespace {
+
+// The kernels index chunks in 32 bits (predequant_chunk).
+void check_chunk_count(int64_t chunks) {
+  SWAPFFN_REQUIRE(chunks < (int64_t{1} << 31), "NVFP4 activations pre-pass: " + std::to_string(chunks) +
+                                                   " 32-element chunks; at most 2^31 - 1 (an fp16 copy of 128 GiB)");
+}
+
+}  // namespace
+
 void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stream) {
   const int64_t threads = args.l * args.m * (args.k / 32);
+  check_chunk_count(threads);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + kThreads - 1) / kThreads, 4096));
   if (order == A16Order::stage)
     predequant_a_kernel<A16Order::stage><<<blocks, kThreads, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
@@ -142,6 +157,7 @@ void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stre
 void launch_predequant_a_grouped(const GroupedArgs& args, cudaStream_t stream) {
   int64_t most = 0;
   for (int g = 0; g < args.groups; ++g) most = std::max<int64_t>(most, static_cast<int64_t>(args.g[g].m) * (args.g[g].k / 32));
+  check_chunk_count(most);
   const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((most + kThreads - 1) / kThreads, 1, 4096 / args.groups));
   predequant_a_grouped_kernel<<<dim3(blocks, static_cast<unsigned>(args.groups)), kThreads, 0, stream>>>(args);
   SWAPFFN_CHECK_LAUNCH();
