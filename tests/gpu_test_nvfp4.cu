@@ -567,7 +567,7 @@ TEST_F(Nvfp4Gpu, GroupedGemmBitExact) {
 // The rs tile: long K (several rounds of its 4-stage ring), groups in different scale layouts
 // (each group's weights carry their own), a group whose N ends inside a 128-row block, one CTA
 // per group and many, more tiles than SMs; B scales only 4-byte aligned (the fallback tile,
-// same bits); last m tiles of every wgmma width; determinism; the default config's choice.
+// same bits); short last m tiles; determinism; the default config's choice.
 TEST_F(Nvfp4Gpu, GroupedGemmRsTile) {
   const TileConfig rs{Tile::m128_n128_rs, 1};
   const std::vector<ScaleLayout> mixed{ScaleLayout::plain, ScaleLayout::blocked_128x4};
@@ -578,7 +578,7 @@ TEST_F(Nvfp4Gpu, GroupedGemmRsTile) {
   run_grouped({72, 200}, {328, 256}, {2048, 1024}, mixed, rs, 82, true);
   // More tiles than SMs (256 + 64 + 2), of groups with different K, in two or three waves.
   run_grouped({130, 9, 40}, {16384, 8192, 200}, {256, 1024, 512}, mixed, rs, 83);
-  // Short last m tiles at the edges of the wgmma widths (rows rounded up to 32, 64, 96, 128).
+  // Short last m tiles of many sizes (1 to 127 rows past a multiple of 128).
   run_grouped({32, 33, 224, 97, 255}, {136, 136, 136, 136, 136}, {512, 512, 512, 512, 512}, mixed, rs, 84);
   GroupedGemmProblem p;
   for (int64_t m : {80, 176, 128, 72}) p.groups.push_back(GemmProblem{m, 4096, 7168, 1, {}, {}, nullptr});

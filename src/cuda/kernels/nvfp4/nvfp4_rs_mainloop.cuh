@@ -139,16 +139,15 @@ struct RsMainloop {
   // plain scales scale_map(maps, o)). Returns true in consumer threads, whose `acc` (zeroed by the
   // caller) then holds the slabs' sums in wgmma's accumulator layout with weight rows as rows; the
   // producer warpgroup returns false and must leave. All threads must call it (it starts with a CTA
-  // barrier). kActRows < BM: only the tile's first kActRows activation rows exist (the rest of the
-  // stage is the TMA's zero fill), so the wgmma skip the others and their sums stay zero.
-  template <int kActRows = Cfg::BM, class Maps>
+  // barrier).
+  template <class Maps>
   __device__ bool run(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count,
                       Acc& acc) const {
     if (!start()) {
       if (threadIdx.x == Cfg::kConsumerThreads) produce(src, maps, batch, kt0, count, 0);
       return false;
     }
-    if (count > 0) consume<kActRows>(src, kt0, count, acc, 0);
+    if (count > 0) consume(src, kt0, count, acc, 0);
     return true;
   }
 
@@ -301,9 +300,7 @@ struct RsMainloop {
   // Consumes stages [kt0, kt0 + count) of the tile `src` describes from the ring, after `ring`
   // stages of earlier segments, and releases the last one too (a following segment's producer
   // waits for it).
-  template <int kActRows = Cfg::BM>
   __device__ void consume(const TileSrc (&src)[1 + Cfg::kNB], int kt0, int count, Acc& acc, int ring) const {
-    static_assert(kActRows <= Cfg::BM, "a tile has BM activation rows");
     uint32_t blocked = 0;  // bit o: weight operand o's scales are blocked (each has its own layout)
 #pragma unroll
     for (int o = 0; o < Cfg::kNB; ++o) blocked |= (src[1 + o].rk_blocks != 0 ? 1u : 0u) << o;
@@ -361,7 +358,7 @@ struct RsMainloop {
       const uint32_t base = smem_addr(stages_ + s * Cfg::kStageBytes + (u / kS) * Cfg::BM * 128);
       wgmma_fence();
 #pragma unroll
-      for (int k16 = 0; k16 < 4; ++k16) wgmma_m64k16_rs<kActRows>(acc[u % kS], f[k16], sw128_desc(base + k16 * 32));
+      for (int k16 = 0; k16 < 4; ++k16) wgmma_m64n128k16_rs(acc[u % kS], f[k16], sw128_desc(base + k16 * 32));
       wgmma_commit();
     };
     auto pin = [](Frag& f) {

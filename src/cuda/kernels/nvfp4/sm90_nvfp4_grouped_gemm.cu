@@ -12,8 +12,6 @@
 // second kernel parameter carries each group's three tensor maps.
 #include <cuda_fp16.h>
 
-#include <type_traits>
-
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
@@ -64,17 +62,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   src[0] = {nullptr, nullptr, p.m, row0, p.k, 0};  // the activations come from maps.g[g].act
   src[1] = {p.b.data, p.b.scales, p.n, col0, p.k, p.b.rk_blocks};
   typename RsMainloop<Cfg>::Acc acc = {};
-  // A group's last m tile is often short (m_i is not a multiple of 128): its MMAs cover the tile's
-  // rows rounded up to 32, not 128 (docs/NVFP4.md, thirty-first step). The choice is uniform over
-  // the CTA and made once, outside the mainloop.
-  const int64_t act_rows = p.m - row0;
-  const RsMainloop<Cfg> mainloop(smem);
-  auto run = [&](auto rows) { return mainloop.template run<decltype(rows)::value>(src, maps.g[g], 0, 0, p.k / Cfg::BK, acc); };
-  const bool consumer = act_rows <= 32   ? run(std::integral_constant<int, 32>{})
-                        : act_rows <= 64 ? run(std::integral_constant<int, 64>{})
-                        : act_rows <= 96 ? run(std::integral_constant<int, 96>{})
-                                         : run(std::integral_constant<int, 128>{});
-  if (!consumer) return;
+  if (!RsMainloop<Cfg>(smem).run(src, maps.g[g], 0, 0, p.k / Cfg::BK, acc)) return;
   store_slab_rs(static_cast<__half*>(p.c), p.m, p.n, row0, slab_col_rs<Cfg>(col0, 0), [&](int r) { return acc[0][r]; });
 }
 
