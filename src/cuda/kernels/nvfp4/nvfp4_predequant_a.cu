@@ -114,8 +114,10 @@ __device__ __forceinline__ void predequant_all(const OperandArgs& a, uint32_t m,
 template <A16Order kOrder>
 __global__ void __launch_bounds__(kThreads) predequant_a_kernel(const OperandArgs a, int64_t m, int64_t k, int64_t l,
                                                                 uint8_t* out) {
-  // The GEMM that reads `out` is launched as a programmatic dependent: it may start its prologue
-  // and first B copies now, and waits (griddepcontrol.wait) before its first copy of A.
+  // The GEMM that reads `out` is launched as a programmatic dependent: its CTAs may start their
+  // prologue and first B copies as soon as an SM has room (the rs CTAs need a whole SM's registers,
+  // so in practice as this grid's blocks leave), and wait (griddepcontrol.wait) before their first
+  // copy of A.
   pdl_launch_dependents();
   predequant_all<kOrder>(a, static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(l * m * (k / 32)), out,
                          gridDim.x, blockIdx.x);

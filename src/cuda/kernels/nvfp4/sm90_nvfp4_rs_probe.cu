@@ -7,6 +7,8 @@
 // inferred from ablations of the whole kernel. This grid issues the production producer's copies
 // (RsMainloop::produce, the same ring and barriers) to consumers that only release each stage, so
 // the bench can time the copies alone, or a subset of them, on the shapes and grids of the kernels.
+// Two more split the fixed cost under every probe: the activations' pre-pass alone, and the same
+// grid with CTAs that return at once (what its launch costs).
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
