@@ -671,7 +671,8 @@ void add_nvfp4_command(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   bench->add_flag("--probe", *probe,
                   "gemm and dual: also time the default rs tile's data path alone (its stage copies, or a part of them, "
-                  "without arithmetic; TileConfig::probe) at splits 1, 2 and 4");
+                  "without arithmetic; TileConfig::probe) and the parts of its fixed cost (the pre-pass alone, the "
+                  "grid's launch alone) at splits 1, 2 and 4");
   bench->callback([op, json, reps, flush, shapes, scales, sk_ctas, probe] {
 #ifdef SWAPFFN_WITH_CUDA
     run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : *flush == "none" ? Flush::none : Flush::write, *shapes,

@@ -106,10 +106,11 @@ int clusters_per_wave() {
 // 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024); bn 128 split 2: half the CTAs, more B reuse.
 // bn 128 split 4: 128 CTAs at B = 1 again, each over K/4 with 128 x 128 tiles (half the operand
 // bytes per SM of bn 64 split 2 or cuBLAS's 64 x 64 tiles); bn 256 split 4 is the same summation
-// order with half the operand bytes per output at large M. bn 128 without split (sk1): a different summation order from the split variants; `tune` times
-// it and compares its bits with cuBLAS's split-K-free algorithms, which all sum each output as one
-// chain of k-steps as it does. _p: persistent. mc 2: two N tiles share each u tile through TMA
-// multicast (a third less L2 traffic at bn 64). Measured and dropped (tenth session, H100): deeper
+// order with half the operand bytes per output at large M. bn 128 without split (sk1): a different
+// summation order from the split variants; `tune` times it and compares its bits with cuBLAS's
+// split-K-free algorithms, which all sum each output as one chain of k-steps as it does. _p:
+// persistent. mc 2: two N tiles share each u tile through TMA multicast (a third less L2 traffic
+// at bn 64). Measured and dropped (tenth session, H100): deeper
 // pipelines with split (bn64 st8, bn128 st6: the same times as st6 / st4, so the k-step time at
 // small M does not follow the bytes in flight). Split 4 is slower than split 2 at every M on an
 // H100: only 30 four-CTA clusters of these tiles are resident at once (128 CTAs at B = 1 take two

@@ -224,7 +224,6 @@ void launch_stream_k(Kernel kernel, const GemmArgs& args, int threads, int smem_
                      const TmaOperands& maps, cudaStream_t stream) {
   const auto ctas = static_cast<unsigned>(args.stream_k < iters ? args.stream_k : iters);
   launch_kernel_ex(kernel, dim3(ctas), dim3(threads), dim3(1, 1, 1), smem_bytes, stream, true, args, maps);
-  SWAPFFN_CHECK_LAUNCH();
 }
 
 }  // namespace swapffn::cuda::nvfp4

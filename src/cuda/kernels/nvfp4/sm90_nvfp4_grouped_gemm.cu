@@ -92,7 +92,6 @@ void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream
       launch_predequant_a_grouped(args, stream);
       launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<Cfg>, dim3(static_cast<unsigned>(args.total_tiles)),
                        dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, true, args, maps);
-      SWAPFFN_CHECK_LAUNCH();
       return;
     }
     // The fallback tiles the groups the same way (128 x 128), so args' tile indices still hold.
@@ -105,7 +104,7 @@ void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream
       SWAPFFN_FAIL(std::string("NVFP4 grouped GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
     } else {
       auto kernel = nvfp4_grouped_gemm_kernel<Cfg, decltype(path)::value>;
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemAlloc));
+      allow_dynamic_smem(kernel, Cfg::kSmemAlloc);
       kernel<<<static_cast<unsigned>(args.total_tiles), Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args);
       SWAPFFN_CHECK_LAUNCH();
     }

@@ -47,7 +47,6 @@ void launch(const GemmArgs& args, const TmaOperands& maps, cudaStream_t stream) 
   const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
                   static_cast<unsigned>(args.l * args.split_k));
   launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
-  SWAPFFN_CHECK_LAUNCH();
 }
 
 }  // namespace
