@@ -364,25 +364,32 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
 }
 
 // --probe (TileConfig::probe): the data path alone of the default config's tile, if it is an rs
-// tile, at splits 1, 2 and 4 (the CTA count changes, the copies do not): every copy of a stage,
-// the activations or the weights alone, the activations as one bulk copy, no copies (the launch,
-// its pre-pass and the ring's hand-offs, which every probe time includes), and two parts of that
-// fixed cost: the pre-pass alone and the grid's launch alone. `run` runs a config;
-// nb weight operands. Fills r.probes and r.probe_bytes (every copy of every stage of the grid).
-void run_probes(Timer& timer, Result& r, const TileConfig& def, int64_t m, int64_t n, int64_t k, int nb, ScaleLayout layout,
-                const std::function<void(const TileConfig&)>& run) {
+// tile, at splits 1, 2 and 4 where the op splits (the CTA count changes, the copies do not): every
+// copy of a stage, the activations or the weights alone, the weights through a deeper weight-only
+// ring, the activations as one bulk copy (GEMM and dual GEMM), no copies (the launch, its pre-pass
+// and the ring's hand-offs, which every probe time includes), and two parts of that fixed cost:
+// the pre-pass alone and the grid's launch alone. `tile_stages`: the grid's 128-k stages over all
+// its tiles; nb weight operands; `grouped`: no split, no bulk activations. `run` runs a config.
+// Fills r.probes and r.probe_bytes (every copy of every stage of the grid).
+void run_probes(Timer& timer, Result& r, const TileConfig& def, int64_t tile_stages, int64_t m, int64_t k, int nb,
+                ScaleLayout layout, bool grouped, const std::function<void(const TileConfig&)>& run) {
   if (def.tile != Tile::m128_n128_rs && def.tile != Tile::m128_n256_rs && def.tile != Tile::m128_n64_rs) return;
-  const int64_t bn = tile_n(def.tile), stages = ((m + 127) / 128) * ((n + bn - 1) / bn) * (k / 128);
+  const int64_t bn = tile_n(def.tile);
   const int64_t scale_bytes = layout == ScaleLayout::plain ? bn * 16 : (bn + 127) / 128 * 1024;
-  r.probe_bytes = static_cast<double>(stages) * (128 * 128 * 2 + nb * (bn * 64 + scale_bytes));
+  r.probe_bytes = static_cast<double>(tile_stages) * (128 * 128 * 2 + nb * (bn * 64 + scale_bytes));
   for (int split : {1, 2, 4})
-    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::bulk_activations, Probe::ring, Probe::prepass,
-                     Probe::launch}) {
+    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::weight_ring, Probe::bulk_activations,
+                     Probe::ring, Probe::prepass, Probe::launch}) {
       const TileConfig cfg{def.tile, split, 0, pr};
-      if (split > k / 128 || (pr == Probe::bulk_activations && m % 128 != 0)) continue;
+      if (split > k / 128 || (grouped && split > 1) ||
+          (pr == Probe::bulk_activations && (grouped || m % 128 != 0)))
+        continue;
       r.probes.emplace_back(describe(cfg), timer.median_us([&] { run(cfg); }));
     }
 }
+
+// The 128-k stages of an m x n output in tiles of 128 x bn.
+int64_t tile_stages(int64_t m, int64_t n, int64_t k, int64_t bn) { return ((m + 127) / 128) * ((n + bn - 1) / bn) * (k / 128); }
 
 Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const std::vector<int>& sk_ctas, bool probe, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
   Result r;
@@ -405,7 +412,7 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   for (int s : {1, 2, 4}) ws_bytes = std::max(ws_bytes, workspace_bytes(p, TileConfig{cands[0].tile, s}));
   DeviceBuffer ws = make_workspace(ws_bytes);
   const std::function<void(const TileConfig&)> run = [&](const TileConfig& cfg) { gemm(p, cfg, {ws.get(), ws.bytes()}, nullptr); };
-  if (probe) run_probes(timer, r, cands[0], m, n, k, 1, layout, run);
+  if (probe) run_probes(timer, r, cands[0], tile_stages(m, n, k, tile_n(cands[0].tile)), m, k, 1, layout, false, run);
   const auto [best, bi] = search<TileConfig>(timer, cands, run, &r.default_us);
   r.us = best;
   r.config = describe(cands[bi]);
@@ -446,7 +453,7 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   for (int s : {1, 2, 4}) ws_bytes = std::max(ws_bytes, workspace_bytes(p, TileConfig{cands[0].tile, s}));
   DeviceBuffer ws = make_workspace(ws_bytes);
   const std::function<void(const TileConfig&)> run = [&](const TileConfig& cfg) { dual_gemm_swiglu(p, cfg, {ws.get(), ws.bytes()}, nullptr); };
-  if (probe) run_probes(timer, r, cands[0], m, n, k, 2, layout, run);
+  if (probe) run_probes(timer, r, cands[0], tile_stages(m, n, k, tile_n(cands[0].tile)), m, k, 2, layout, false, run);
   const auto [best, bi] = search<TileConfig>(timer, cands, run, &r.default_us);
   r.us = best;
   r.config = describe(cands[bi]);
@@ -475,7 +482,7 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
-Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t n, int64_t k,
+Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, bool probe, int64_t n, int64_t k,
                      const std::vector<int64_t>& ms, double b200, ScaleLayout layout) {
   std::string shape = std::to_string(n) + "x" + std::to_string(k) + " m=";
   for (size_t g = 0; g < ms.size(); ++g) shape += (g ? "," : "") + std::to_string(ms[g]);
@@ -500,7 +507,13 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
   const Workspace w{ws.get(), ws.bytes()};
-  const auto [best, bi] = search<TileConfig>(timer, cands, [&](const TileConfig& cfg) { grouped_gemm(p, cfg, w, nullptr); }, &r.default_us);
+  const std::function<void(const TileConfig&)> run = [&](const TileConfig& cfg) { grouped_gemm(p, cfg, w, nullptr); };
+  if (probe) {
+    int64_t stages = 0;
+    for (int64_t m : ms) stages += tile_stages(m, n, k, tile_n(cands[0].tile));
+    run_probes(timer, r, cands[0], stages, -1, k, 1, layout, true, run);
+  }
+  const auto [best, bi] = search<TileConfig>(timer, cands, run, &r.default_us);
   r.us = best;
   r.config = describe(cands[bi]);
   r.default_config = describe(cands[0]);
@@ -566,10 +579,10 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
     rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, 512, 3072, 7168, 16.3, layout));
   }
   if (shapes.empty() && (all || op == "grouped")) {
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 4096, 7168, {80, 176, 128, 72, 64, 248, 96, 160}, 27.9, layout));
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 7168, 2048, {40, 76, 168, 72, 164, 148, 196, 160}, 19.4, layout));
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 3072, 4096, {192, 320}, 8.48, layout));
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, 4096, 1536, {128, 384}, 6.43, layout));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, probe, 4096, 7168, {80, 176, 128, 72, 64, 248, 96, 160}, 27.9, layout));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, probe, 7168, 2048, {40, 76, 168, 72, 164, 148, 196, 160}, 19.4, layout));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, probe, 3072, 4096, {192, 320}, 8.48, layout));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, probe, 4096, 1536, {128, 384}, 6.43, layout));
   }
   std::printf("\n%-8s %-36s %9s %9s %7s %9s %9s %9s %9s  %-22s %s\n", "op", "shape", "ours_us", "SOL_us", "%SOL", "read_us",
               "B200_us", "cuBLAS_us", "default", "best config", "check vs cuBLAS");
@@ -670,9 +683,10 @@ void add_nvfp4_command(CLI::App& app) {
   bench->add_option("--stream-k", *sk_ctas, "CTA counts of the stream-K candidates for gemm and dual (repeatable; default: the SM count)")
       ->check(CLI::Range(1, 4096));
   bench->add_flag("--probe", *probe,
-                  "gemm and dual: also time the default rs tile's data path alone (its stage copies, or a part of them, "
-                  "without arithmetic; TileConfig::probe) and the parts of its fixed cost (the pre-pass alone, the "
-                  "grid's launch alone) at splits 1, 2 and 4");
+                  "gemm, dual and grouped: also time the default rs tile's data path alone (its stage copies, or a part "
+                  "of them, without arithmetic, or the weights through a deeper weight-only ring; TileConfig::probe) "
+                  "and the parts of its fixed cost (the pre-pass alone, the grid's launch alone), at splits 1, 2 and 4 "
+                  "(grouped: 1)");
   bench->callback([op, json, reps, flush, shapes, scales, sk_ctas, probe] {
 #ifdef SWAPFFN_WITH_CUDA
     run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : *flush == "none" ? Flush::none : Flush::write, *shapes,

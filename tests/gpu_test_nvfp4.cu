@@ -660,7 +660,12 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   expect_error([&] { gemm(off, {Tile::m128_n128_rs, 1, 0, Probe::activations}, {}, nullptr); }, "probe=activations needs the weight scales 16-byte aligned");
   GemmProblem rows100{100, 128, 512, 1, da.view, da.view, c.buf.get()};
   expect_error([&] { gemm(rows100, {Tile::m128_n128_rs, 1, 0, Probe::bulk_activations}, {}, nullptr); }, "probe=bulk_activations needs M a multiple of 128, not 100");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 0, Probe::ring}, {}, nullptr); }, "probe=ring (the probes run the GEMM and dual GEMM tiles)");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 0, Probe::bulk_activations}, {}, nullptr); }, "probe=bulk_activations is not built for the grouped GEMM");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128, 1, 0, Probe::ring}, {}, nullptr); }, "probe=ring runs only the rs tiles, not 128x128");
+  GroupedGemmProblem grouped_off;
+  grouped_off.groups.push_back(ok);
+  grouped_off.groups.push_back(off);
+  expect_error([&] { grouped_gemm(grouped_off, {Tile::m128_n128_rs, 1, 0, Probe::weight_ring}, {}, nullptr); }, "probe=weight_ring needs the weight scales 16-byte aligned");
   // Nothing was launched: the output still holds the poison.
   for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
 }
@@ -679,8 +684,8 @@ TEST_F(Nvfp4Gpu, ProbesRunTheCopiesAndLeaveTheOutput) {
     DualGemmProblem dp{m, n, k, l, da.view, d1.view, d2.view, c.buf.get()};
     DeviceBuffer ws = make_workspace(size_t{16} << 20);
     const Workspace w{ws.get(), ws.bytes()};
-    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::bulk_activations, Probe::ring, Probe::prepass,
-                     Probe::launch})
+    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::weight_ring, Probe::bulk_activations, Probe::ring,
+                     Probe::prepass, Probe::launch})
       for (int split : {1, 3}) {
         for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs}) gemm(gp, {t, split, 0, pr}, w, nullptr);
         for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs}) dual_gemm_swiglu(dp, {t, split, 0, pr}, w, nullptr);
@@ -689,6 +694,35 @@ TEST_F(Nvfp4Gpu, ProbesRunTheCopiesAndLeaveTheOutput) {
     dual_gemm_swiglu(dp, {Tile::m128_n128_rs, 3}, w, nullptr);
     EXPECT_EQ(tolerance_mismatches(c.get(), reference_dual_gemm_swiglu(a, b1, b2), "dual GEMM after the probes"), 0);
   }
+}
+
+// The same for the grouped GEMM's rs grid: groups of different m, n and K, in both scale layouts,
+// whose outputs stay untouched; the grouped GEMM then fills them bit-exactly from the same workspace.
+TEST_F(Nvfp4Gpu, GroupedProbesRunTheCopiesAndLeaveTheOutput) {
+  const std::vector<int64_t> ms{72, 200, 9}, ns{384, 256, 136}, ks{1024, 2048, 512};
+  std::vector<HostOperand> as, bs;
+  std::vector<DeviceOperand> das, dbs;
+  std::vector<Out> cs;
+  GroupedGemmProblem p;
+  for (size_t g = 0; g < ms.size(); ++g) {
+    const ScaleLayout layout = kLayouts[g % 2];
+    as.push_back(make_operand(InputKind::grouped, ms[g], ks[g], 1, 91 + 2 * g));
+    bs.push_back(make_operand(InputKind::grouped, ns[g], ks[g], 1, 92 + 2 * g));
+    das.push_back(upload(as.back(), layout));
+    dbs.push_back(upload(bs.back(), layout));
+    cs.emplace_back(ms[g] * ns[g]);
+  }
+  for (size_t g = 0; g < ms.size(); ++g) p.groups.push_back(GemmProblem{ms[g], ns[g], ks[g], 1, das[g].view, dbs[g].view, cs[g].buf.get()});
+  DeviceBuffer ws = make_workspace(workspace_bytes(p, {Tile::m128_n128_rs, 1}));
+  const Workspace w{ws.get(), ws.bytes()};
+  for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::weight_ring, Probe::ring, Probe::prepass, Probe::launch})
+    grouped_gemm(p, {Tile::m128_n128_rs, 1, 0, pr}, w, nullptr);
+  for (const Out& c : cs)
+    for (uint16_t v : c.get()) ASSERT_EQ(v, kPoison) << "a grouped probe wrote c";
+  grouped_gemm(p, {Tile::m128_n128_rs, 1}, w, nullptr);
+  const auto ref = reference_grouped_gemm(as, bs);
+  for (size_t g = 0; g < ms.size(); ++g)
+    EXPECT_EQ(exact_mismatches(cs[g].get(), ref[g], "grouped group " + std::to_string(g) + " after the probes"), 0);
 }
 
 }  // namespace

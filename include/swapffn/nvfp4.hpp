@@ -130,14 +130,17 @@ int tile_n(Tile t);
 // for a given stream_k. 0: one CTA per tile and split.
 // Diagnostics, not results (`swapffn nvfp4 bench --probe`, docs/NVFP4.md): `probe` != none runs
 // only the data path of an rs tile's plain grid (GEMM 128x128rs, 128x256rs, 128x64rs; dual GEMM
-// 128x128rs, 128x64rs; stream_k 0): each stage's copies through the same ring, with no conversion,
-// MMA or epilogue, and c is not written. stages: every copy; activations, weights: only those (the
-// weights with their scales); bulk_activations: the weights, and the activations as one 32 KB bulk
-// copy per stage, the bytes a pre-swizzled layout would move (M a multiple of 128); ring: no copies,
-// the ring's hand-offs and the launch with its pre-pass (the fixed cost under the others). The
-// fixed cost's parts: prepass, the activations' pre-pass alone (no GEMM grid); launch, the grid
-// alone with no pre-pass, each CTA returning at once (what launching it costs).
-enum class Probe { none, stages, activations, weights, bulk_activations, ring, prepass, launch };
+// 128x128rs, 128x64rs; grouped GEMM 128x128rs; stream_k 0): each stage's copies through the same
+// ring, with no conversion, MMA or epilogue, and c is not written. stages: every copy; activations,
+// weights: only those (the weights with their scales); weight_ring: the weights alone through a
+// ring of weight-only stages that fills the shared memory of the tile's whole ring (16 stages
+// instead of 4 for 128x128rs: what more weight bytes in flight would give); bulk_activations: the
+// weights, and the activations as one 32 KB bulk copy per stage, the bytes a pre-swizzled layout
+// would move (GEMM and dual GEMM, M a multiple of 128); ring: no copies, the ring's hand-offs and
+// the launch with its pre-pass (the fixed cost under the others). The fixed cost's parts: prepass,
+// the activations' pre-pass alone (no GEMM grid); launch, the grid alone with no pre-pass, each
+// CTA returning at once (what launching it costs).
+enum class Probe { none, stages, activations, weights, bulk_activations, ring, prepass, launch, weight_ring };
 const char* to_string(Probe p);
 
 struct TileConfig {

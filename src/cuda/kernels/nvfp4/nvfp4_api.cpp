@@ -153,7 +153,7 @@ void check_stream_k(const std::string& op, const TileConfig& c, bool tile_ok, co
 // probe (diagnostics, TileConfig::probe): an rs tile's plain grid, with the weight scales 16-byte
 // aligned (the plain kernels fall back to another tile otherwise; the probe must time the rs
 // tile's copies or nothing), and for the bulk activations whole 128-row tiles (their flat blocks
-// must stay inside the fp16 copy of A).
+// must stay inside the fp16 copy of A; `m` < 0: the grouped GEMM, which has no such blocks).
 void check_probe(const std::string& op, const TileConfig& c, int64_t m, std::initializer_list<const Operand*> weights) {
   if (c.probe == Probe::none) return;
   const std::string what = op + ": probe=" + to_string(c.probe);
@@ -161,6 +161,7 @@ void check_probe(const std::string& op, const TileConfig& c, int64_t m, std::ini
   SWAPFFN_REQUIRE(c.stream_k == 0, what + " runs the plain grid (stream_k=0), not stream_k=" + std::to_string(c.stream_k));
   for (const Operand* w : weights)
     SWAPFFN_REQUIRE(aligned(w->scales, 16), what + " needs the weight scales 16-byte aligned (TMA copies)");
+  SWAPFFN_REQUIRE(c.probe != Probe::bulk_activations || m >= 0, what + " is not built for the grouped GEMM");
   SWAPFFN_REQUIRE(c.probe != Probe::bulk_activations || m % 128 == 0,
                   what + " needs M a multiple of 128, not " + std::to_string(m));
 }
@@ -372,7 +373,7 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
                   op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128rs)");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
   SWAPFFN_REQUIRE(c.stream_k == 0, op + ": stream_k=" + std::to_string(c.stream_k) + " (grouped GEMM supports 0)");
-  SWAPFFN_REQUIRE(c.probe == Probe::none, op + ": probe=" + std::string(to_string(c.probe)) + " (the probes run the GEMM and dual GEMM tiles)");
+  for (const GemmProblem& q : p.groups) check_probe(op, c, -1, {&q.b});
   cu::GroupedArgs a;
   a.groups = static_cast<int>(p.groups.size());
   int64_t tiles = 0;
@@ -398,7 +399,8 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
     a.g[i].a16 = wa.a16 + off;
     off += group_a16_bytes(p.groups[i]);
   }
-  cu::launch_grouped_gemm(a, c.tile, stream);
+  if (c.probe != Probe::none) cu::launch_grouped_rs_probe(a, c.probe, stream);
+  else cu::launch_grouped_gemm(a, c.tile, stream);
 }
 
 }  // namespace swapffn::nvfp4

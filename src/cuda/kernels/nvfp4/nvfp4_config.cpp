@@ -68,6 +68,7 @@ const char* to_string(Probe p) {
     case Probe::ring: return "ring";
     case Probe::prepass: return "prepass";
     case Probe::launch: return "launch";
+    case Probe::weight_ring: return "weight_ring";
   }
   return "?";
 }

@@ -119,6 +119,27 @@ using Acc = typename AccOf<Cfg, P>::type;
 template <Path P>
 using TmaParam = std::conditional_t<P == Path::wst || P == Path::rs, TmaOperands, NoTma>;
 
+// A grouped grid's CTA: its group (found by scanning the groups' first tile indices; G <= 64) and
+// its tile's first row and column (a group's m tiles of one n tile are adjacent in launch order).
+struct GroupTile {
+  int g;
+  int64_t row0, col0;
+};
+template <class Cfg>
+__device__ __forceinline__ GroupTile group_tile(const GroupedArgs& args) {
+  int g = 0;
+  while (g + 1 < args.groups && static_cast<int>(blockIdx.x) >= args.g[g + 1].tile_begin) ++g;
+  const GroupArgs& p = args.g[g];
+  const int local = static_cast<int>(blockIdx.x) - p.tile_begin;
+  return {g, static_cast<int64_t>(local % p.tiles_m) * Cfg::BM, static_cast<int64_t>(local / p.tiles_m) * Cfg::BN};
+}
+// The rs mainloop's sources of a grouped tile: the activations come from the group's tensor map
+// (GroupMaps::act), so src[0] carries only their rows.
+__device__ __forceinline__ void group_rs_sources(const GroupArgs& p, const GroupTile& t, TileSrc (&src)[2]) {
+  src[0] = {nullptr, nullptr, p.m, t.row0, p.k, 0};
+  src[1] = {p.b.data, p.b.scales, p.n, t.col0, p.k, p.b.rk_blocks};
+}
+
 // The rs tiles' K split across consumer warpgroups (RsCfg::kWgStride); 1 for every other tile.
 template <class Cfg>
 constexpr int wg_stride() {

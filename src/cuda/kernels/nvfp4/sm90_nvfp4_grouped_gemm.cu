@@ -22,23 +22,16 @@ namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
-__device__ __forceinline__ int group_of(const GroupedArgs& args) {
-  int g = 0;
-  while (g + 1 < args.groups && static_cast<int>(blockIdx.x) >= args.g[g + 1].tile_begin) ++g;
-  return g;
-}
-
 template <class Cfg, Path P>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_gemm_kernel(const __grid_constant__ GroupedArgs args) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const GroupArgs& p = args.g[group_of(args)];
-  const int local = static_cast<int>(blockIdx.x) - p.tile_begin;
-  const int m_tile = local % p.tiles_m, n_tile = local / p.tiles_m;
+  const GroupTile gt = group_tile<Cfg>(args);
+  const GroupArgs& p = args.g[gt.g];
+  const int64_t row0 = gt.row0, col0 = gt.col0;
   TileSrc src[2];
-  src[0] = {p.a.data, p.a.scales, p.m, static_cast<int64_t>(m_tile) * Cfg::BM, p.k, p.a.rk_blocks};
-  src[1] = {p.b.data, p.b.scales, p.n, static_cast<int64_t>(n_tile) * Cfg::BN, p.k, p.b.rk_blocks};
+  src[0] = {p.a.data, p.a.scales, p.m, row0, p.k, p.a.rk_blocks};
+  src[1] = {p.b.data, p.b.scales, p.n, col0, p.k, p.b.rk_blocks};
 
-  const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
   __half* c = static_cast<__half*>(p.c);
   Acc<Cfg, P> acc = {};
   if (!run_mainloop<Cfg, P>(smem, src, 0, p.k / Cfg::BK, acc, {}, 0)) return;
@@ -53,21 +46,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     nvfp4_grouped_gemm_rs_kernel(const __grid_constant__ GroupedArgs args, const __grid_constant__ GroupedRsMaps maps) {
   static_assert(Cfg::kNB == 1 && Cfg::kSlabs == 1, "the grouped GEMM runs the one-slab GEMM tile");
   extern __shared__ __align__(128) uint8_t smem[];
-  const int g = group_of(args);
-  const GroupArgs& p = args.g[g];
-  const int local = static_cast<int>(blockIdx.x) - p.tile_begin;
-  const int m_tile = local % p.tiles_m, n_tile = local / p.tiles_m;
-  const int64_t row0 = static_cast<int64_t>(m_tile) * Cfg::BM, col0 = static_cast<int64_t>(n_tile) * Cfg::BN;
+  const GroupTile gt = group_tile<Cfg>(args);
+  const GroupArgs& p = args.g[gt.g];
   TileSrc src[2];
-  src[0] = {nullptr, nullptr, p.m, row0, p.k, 0};  // the activations come from maps.g[g].act
-  src[1] = {p.b.data, p.b.scales, p.n, col0, p.k, p.b.rk_blocks};
+  group_rs_sources(p, gt, src);
   typename RsMainloop<Cfg>::Acc acc = {};
-  if (!RsMainloop<Cfg>(smem).run(src, maps.g[g], 0, 0, p.k / Cfg::BK, acc)) return;
-  store_slab_rs(static_cast<__half*>(p.c), p.m, p.n, row0, slab_col_rs<Cfg>(col0, 0), [&](int r) { return acc[0][r]; });
+  if (!RsMainloop<Cfg>(smem).run(src, maps.g[gt.g], 0, 0, p.k / Cfg::BK, acc)) return;
+  store_slab_rs(static_cast<__half*>(p.c), p.m, p.n, gt.row0, slab_col_rs<Cfg>(gt.col0, 0), [&](int r) { return acc[0][r]; });
 }
 
-// The rs tile's maps, or false when a group's weight scales are only 4-byte aligned (TMA and bulk
-// copies need 16; the API allows 4).
+}  // namespace
+
 bool make_group_maps(const GroupedArgs& args, GroupedRsMaps& maps) {
   for (int i = 0; i < args.groups; ++i)
     if (reinterpret_cast<uintptr_t>(args.g[i].b.scales) % 16 != 0) return false;
@@ -81,8 +70,6 @@ bool make_group_maps(const GroupedArgs& args, GroupedRsMaps& maps) {
   }
   return true;
 }
-
-}  // namespace
 
 void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream) {
   if (tile == Tile::m128_n128_rs) {

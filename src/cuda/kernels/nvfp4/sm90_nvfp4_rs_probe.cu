@@ -8,7 +8,9 @@
 // (RsMainloop::produce, the same ring and barriers) to consumers that only release each stage, so
 // the bench can time the copies alone, or a subset of them, on the shapes and grids of the kernels.
 // Two more split the fixed cost under every probe: the activations' pre-pass alone, and the same
-// grid with CTAs that return at once (what its launch costs).
+// grid with CTAs that return at once (what its launch costs). One asks what a deeper ring would give
+// the weights: their copies alone through weight-only stages that fill the whole ring's shared
+// memory. The grouped GEMM's rs grid runs the same probes.
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
@@ -17,6 +19,19 @@
 namespace swapffn::cuda::nvfp4 {
 
 namespace {
+
+// Probe::weight_ring: the tile's ring re-cut into weight-only stages (weight rows and scales at the
+// same offsets from the stage start, no activation boxes) in the same shared memory, a whole number
+// of stages per consumer warpgroup. Only the copies and the hand-offs read these members.
+template <class Base>
+struct WeightRingCfg : Base {
+  static constexpr int kActBytes = 0;
+  static constexpr int kStageBytes = Base::kWeightBytes + Base::kScaleBytes;
+  static constexpr int kStages = Base::kStages * Base::kStageBytes / kStageBytes / Base::kWgStride * Base::kWgStride;
+  static constexpr int kSmemAlloc = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+  static_assert(kStageBytes % 1024 == 0, "weight-only stages stay 1024-byte aligned");
+  static_assert(kSmemAlloc <= Base::kSmemAlloc, "the weight ring takes no more shared memory than the tile's ring");
+};
 
 template <class Cfg, unsigned Copies>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -37,16 +52,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   RsMainloop<Cfg>(smem).template run_probe<Copies>(src, tma, batch, kt0, kt1 - kt0);
 }
 
+// The grouped GEMM's grid (sm90_nvfp4_grouped_gemm.cu): each CTA's tile of its group.
+template <class Cfg, unsigned Copies>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    nvfp4_grouped_rs_probe_kernel(const __grid_constant__ GroupedArgs args, const __grid_constant__ GroupedRsMaps maps) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const GroupTile gt = group_tile<Cfg>(args);
+  const GroupArgs& p = args.g[gt.g];
+  TileSrc src[2];
+  group_rs_sources(p, gt, src);
+  RsMainloop<Cfg>(smem).template run_probe<Copies>(src, maps.g[gt.g], 0, 0, p.k / Cfg::BK);
+}
+
 // Probe::launch: the same grid, block, shared memory and launch attributes; every CTA returns at once.
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) nvfp4_rs_empty_kernel(const GemmArgs, const __grid_constant__ TmaOperands) {}
+template <class Cfg, class... Params>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) nvfp4_rs_empty_kernel(const Params...) {}
 
 template <class Cfg, unsigned Copies, bool kEmpty = false>
 void launch(const GemmArgs& args, const TmaOperands& maps, cudaStream_t stream) {
-  auto kernel = kEmpty ? nvfp4_rs_empty_kernel<Cfg> : nvfp4_rs_probe_kernel<Cfg, Copies>;
+  auto kernel = kEmpty ? nvfp4_rs_empty_kernel<Cfg, GemmArgs, TmaOperands> : nvfp4_rs_probe_kernel<Cfg, Copies>;
   const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
                   static_cast<unsigned>(args.l * args.split_k));
   launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
+}
+
+template <class Cfg, unsigned Copies, bool kEmpty = false>
+void launch_grouped(const GroupedArgs& args, const GroupedRsMaps& maps, cudaStream_t stream) {
+  auto kernel = kEmpty ? nvfp4_rs_empty_kernel<Cfg, GroupedArgs, GroupedRsMaps> : nvfp4_grouped_rs_probe_kernel<Cfg, Copies>;
+  launch_kernel_ex(kernel, dim3(static_cast<unsigned>(args.total_tiles)), dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc,
+                   stream, Cfg::kPreA, args, maps);
+}
+
+[[noreturn]] void no_grid(swapffn::nvfp4::Probe probe) {
+  SWAPFFN_FAIL(std::string("NVFP4 probe=") + swapffn::nvfp4::to_string(probe) + " launches no grid here");
 }
 
 }  // namespace
@@ -67,16 +105,39 @@ void launch_rs_probe(const GemmArgs& args, Tile tile, int nb, swapffn::nvfp4::Pr
         case Probe::bulk_activations: launch<Cfg, kCopyActBulk | kCopyWeights>(args, maps, stream); return;
         case Probe::ring: launch<Cfg, 0u>(args, maps, stream); return;
         case Probe::launch: launch<Cfg, 0u, true>(args, maps, stream); return;
+        case Probe::weight_ring: launch<WeightRingCfg<Cfg>, kCopyWeights>(args, maps, stream); return;
         case Probe::prepass:
         case Probe::none: break;
       }
-      SWAPFFN_FAIL(std::string("launch_rs_probe: probe=") + swapffn::nvfp4::to_string(probe) + " launches no grid here");
+      no_grid(probe);
     } else {
       SWAPFFN_FAIL(std::string("NVFP4 probe: tile ") + swapffn::nvfp4::to_string(tile) + " is not an rs tile");
     }
   };
   if (nb == 1) dispatch_gemm_tile(tile, run);
   else dispatch_dual_tile(tile, run);
+}
+
+void launch_grouped_rs_probe(const GroupedArgs& args, swapffn::nvfp4::Probe probe, cudaStream_t stream) {
+  using swapffn::nvfp4::Probe;
+  using Cfg = GemmM128N128Rs;
+  GroupedRsMaps maps{};
+  if (probe != Probe::launch) {
+    SWAPFFN_REQUIRE(make_group_maps(args, maps), "NVFP4 grouped probe: a group's weight scales are not 16-byte aligned");
+    launch_predequant_a_grouped(args, stream);
+  }
+  switch (probe) {
+    case Probe::stages: launch_grouped<Cfg, kCopyAll>(args, maps, stream); return;
+    case Probe::activations: launch_grouped<Cfg, kCopyActBoxes>(args, maps, stream); return;
+    case Probe::weights: launch_grouped<Cfg, kCopyWeights>(args, maps, stream); return;
+    case Probe::weight_ring: launch_grouped<WeightRingCfg<Cfg>, kCopyWeights>(args, maps, stream); return;
+    case Probe::ring: launch_grouped<Cfg, 0u>(args, maps, stream); return;
+    case Probe::launch: launch_grouped<Cfg, 0u, true>(args, maps, stream); return;
+    case Probe::prepass: return;
+    case Probe::bulk_activations:
+    case Probe::none: break;
+  }
+  no_grid(probe);
 }
 
 }  // namespace swapffn::cuda::nvfp4
