@@ -502,7 +502,8 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
   }
   std::vector<TileConfig> cands{choose_grouped_config(p, sms), {Tile::m128_n128, 1}, {Tile::m128_n64, 1}, {Tile::m64_n128, 1},
                                 {Tile::m128_n128_wgmma, 1}, {Tile::m128_n128_ws, 1},
-                                {Tile::m128_n128_wsr, 1}, {Tile::m128_n128_ws2, 1}, {Tile::m128_n128_rs, 1}};
+                                {Tile::m128_n128_wsr, 1}, {Tile::m128_n128_ws2, 1}, {Tile::m128_n128_rs, 1},
+                                {Tile::m128_n256_rs, 1}};
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);

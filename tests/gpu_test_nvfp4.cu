@@ -558,7 +558,7 @@ void run_grouped(const std::vector<int64_t>& ms, const std::vector<int64_t>& ns,
 TEST_F(Nvfp4Gpu, GroupedGemmBitExact) {
   for (ScaleLayout layout : kLayouts)
     for (Tile t : {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
-                   Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_rs}) {
+                   Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_rs, Tile::m128_n256_rs}) {
       run_grouped({40, 76, 168, 1}, {136, 136, 136, 136}, {512, 512, 512, 512}, {layout}, {t, 1}, 71);
       run_grouped({130, 64}, {64, 200}, {256, 768}, {layout}, {t, 1}, 72);  // per-group n and k
     }
@@ -580,6 +580,14 @@ TEST_F(Nvfp4Gpu, GroupedGemmRsTile) {
   run_grouped({130, 9, 40}, {16384, 8192, 200}, {256, 1024, 512}, mixed, rs, 83);
   // Short last m tiles of many sizes (1 to 127 rows past a multiple of 128).
   run_grouped({32, 33, 224, 97, 255}, {136, 136, 136, 136, 136}, {512, 512, 512, 512, 512}, mixed, rs, 84);
+  // The two-slab tile (256 weight rows): N ending inside either slab and inside a 128-row block of
+  // blocked scales, long K, more tiles than SMs, determinism.
+  const TileConfig rs256{Tile::m128_n256_rs, 1};
+  std::vector<std::vector<uint16_t>> first256, second256;
+  run_grouped({72, 200, 128, 9}, {328, 256, 100, 600}, {2048, 1024, 3072, 256}, mixed, rs256, 85, false, &first256);
+  run_grouped({72, 200, 128, 9}, {328, 256, 100, 600}, {2048, 1024, 3072, 256}, mixed, rs256, 85, false, &second256);
+  EXPECT_EQ(first256, second256);
+  run_grouped({130, 9, 40}, {16384, 8192, 200}, {256, 1024, 512}, mixed, rs256, 86);
   GroupedGemmProblem p;
   for (int64_t m : {80, 176, 128, 72}) p.groups.push_back(GemmProblem{m, 4096, 7168, 1, {}, {}, nullptr});
   EXPECT_EQ(choose_grouped_config(p, 132).tile, Tile::m128_n128_rs);
@@ -637,7 +645,6 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wstc, 1}, {}, nullptr); }, "tile 128x128wstc is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1}, {}, nullptr); }, "131072 for the fp16 copy of A");
   expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n64_rs, 1}, {}, nullptr); }, "tile 128x64rs is not built");
   // The rs tile's k-tiles are 128 wide: K = 512 has 4, so split 5 is refused.
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 5}, {}, nullptr); }, "min(64, 4 k-tiles)");
@@ -666,6 +673,7 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   grouped_off.groups.push_back(ok);
   grouped_off.groups.push_back(off);
   expect_error([&] { grouped_gemm(grouped_off, {Tile::m128_n128_rs, 1, 0, Probe::weight_ring}, {}, nullptr); }, "probe=weight_ring needs the weight scales 16-byte aligned");
+  expect_error([&] { grouped_gemm(grouped_off, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs needs every group's weight scales 16-byte aligned (TMA copies); group 1's are not");
   // Nothing was launched: the output still holds the poison.
   for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
 }
@@ -696,8 +704,8 @@ TEST_F(Nvfp4Gpu, ProbesRunTheCopiesAndLeaveTheOutput) {
   }
 }
 
-// The same for the grouped GEMM's rs grid: groups of different m, n and K, in both scale layouts,
-// whose outputs stay untouched; the grouped GEMM then fills them bit-exactly from the same workspace.
+// The same for the grouped GEMM's rs grids (both tiles): groups of different m, n and K, in both
+// scale layouts, whose outputs stay untouched; the grouped GEMM then fills them bit-exactly from the same workspace.
 TEST_F(Nvfp4Gpu, GroupedProbesRunTheCopiesAndLeaveTheOutput) {
   const std::vector<int64_t> ms{72, 200, 9}, ns{384, 256, 136}, ks{1024, 2048, 512};
   std::vector<HostOperand> as, bs;
@@ -715,8 +723,9 @@ TEST_F(Nvfp4Gpu, GroupedProbesRunTheCopiesAndLeaveTheOutput) {
   for (size_t g = 0; g < ms.size(); ++g) p.groups.push_back(GemmProblem{ms[g], ns[g], ks[g], 1, das[g].view, dbs[g].view, cs[g].buf.get()});
   DeviceBuffer ws = make_workspace(workspace_bytes(p, {Tile::m128_n128_rs, 1}));
   const Workspace w{ws.get(), ws.bytes()};
-  for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::weight_ring, Probe::ring, Probe::prepass, Probe::launch})
-    grouped_gemm(p, {Tile::m128_n128_rs, 1, 0, pr}, w, nullptr);
+  for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs})
+    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::weight_ring, Probe::ring, Probe::prepass, Probe::launch})
+      grouped_gemm(p, {t, 1, 0, pr}, w, nullptr);
   for (const Out& c : cs)
     for (uint16_t v : c.get()) ASSERT_EQ(v, kPoison) << "a grouped probe wrote c";
   grouped_gemm(p, {Tile::m128_n128_rs, 1}, w, nullptr);

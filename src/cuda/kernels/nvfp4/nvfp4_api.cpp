@@ -202,15 +202,16 @@ cu::SplitWorkspace dual_ws(const DualGemmProblem& p, const TileConfig& c) {
 
 bool grouped_tile_ok(Tile t) {
   return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma ||
-         t == Tile::m128_n128_ws || t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_rs;
+         t == Tile::m128_n128_ws || t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_rs ||
+         t == Tile::m128_n256_rs;
 }
 // Bytes of group g's fp16 activations in the grouped workspace, rounded up to 256 (each group's
 // part stays 256-byte aligned for its tensor map).
 size_t group_a16_bytes(const GemmProblem& g) { return (cu::predequant_a_bytes(g.m, g.k, 1) + 255) / 256 * 256; }
-// `128x128rs`: every group's fp16 activations after the counter header (as add_a16 does).
+// The rs tiles: every group's fp16 activations after the counter header (as add_a16 does).
 cu::SplitWorkspace grouped_ws(const GroupedGemmProblem& p, const TileConfig& c) {
   cu::SplitWorkspace w;
-  if (c.tile != Tile::m128_n128_rs) return w;
+  if (c.tile != Tile::m128_n128_rs && c.tile != Tile::m128_n256_rs) return w;
   w.counter_bytes = kMaxSplitTiles * sizeof(int);
   for (const GemmProblem& g : p.groups) w.a16_bytes += group_a16_bytes(g);
   return w;
@@ -370,10 +371,16 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
   const std::string op = "nvfp4 grouped_gemm";
   // The other TMA tiles need tensor maps per operand and no grouped kernel carries them.
   SWAPFFN_REQUIRE(grouped_tile_ok(c.tile),
-                  op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128rs)");
+                  op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128rs, 128x256rs)");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
   SWAPFFN_REQUIRE(c.stream_k == 0, op + ": stream_k=" + std::to_string(c.stream_k) + " (grouped GEMM supports 0)");
   for (const GemmProblem& q : p.groups) check_probe(op, c, -1, {&q.b});
+  // 128x128rs falls back to 128x128wg (the same tiling) where TMA cannot copy a group's scales;
+  // 128x256rs has no tile of its own shape to fall back to.
+  for (size_t i = 0; i < p.groups.size(); ++i)
+    SWAPFFN_REQUIRE(c.tile != Tile::m128_n256_rs || aligned(p.groups[i].b.scales, 16),
+                    op + ": tile 128x256rs needs every group's weight scales 16-byte aligned (TMA copies); group " +
+                        std::to_string(i) + "'s are not");
   cu::GroupedArgs a;
   a.groups = static_cast<int>(p.groups.size());
   int64_t tiles = 0;
@@ -399,7 +406,7 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
     a.g[i].a16 = wa.a16 + off;
     off += group_a16_bytes(p.groups[i]);
   }
-  if (c.probe != Probe::none) cu::launch_grouped_rs_probe(a, c.probe, stream);
+  if (c.probe != Probe::none) cu::launch_grouped_rs_probe(a, c.tile, c.probe, stream);
   else cu::launch_grouped_gemm(a, c.tile, stream);
 }
 

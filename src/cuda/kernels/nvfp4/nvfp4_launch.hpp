@@ -126,9 +126,9 @@ struct GroupedRsMaps {
 static_assert(sizeof(GroupedArgs) + sizeof(GroupedRsMaps) + 64 <= 32764,
               "the grouped rs kernel's parameters exceed the 32764-byte kernel-parameter limit");
 
-// The `128x128rs` tile's maps of every group, or false (maps partly written) when a group's weight
-// scales are only 4-byte aligned (TMA and bulk copies need 16; the API allows 4).
-bool make_group_maps(const GroupedArgs& args, GroupedRsMaps& maps);
+// An rs tile's maps of every group (weight boxes of `weight_rows` rows), or false (maps untouched)
+// when a group's weight scales are only 4-byte aligned (TMA and bulk copies need 16; the API allows 4).
+bool make_group_maps(const GroupedArgs& args, int weight_rows, GroupedRsMaps& maps);
 
 // The grouped GEMM's pre-pass: every group's activations into its a16, in A16Order::fragment, in
 // one launch (the grouped kernel is its programmatic dependent).
@@ -158,7 +158,8 @@ void launch_grouped_gemm(const GroupedArgs& args, swapffn::nvfp4::Tile tile, cud
 // the GEMM (nb = 1) or the dual GEMM (nb = 2); the API has checked that the tile and probe apply.
 void launch_rs_probe(const GemmArgs& args, swapffn::nvfp4::Tile tile, int nb, swapffn::nvfp4::Probe probe,
                      cudaStream_t stream);
-// The same for the grouped GEMM's `128x128rs` grid (the API has checked the probe and the scales).
-void launch_grouped_rs_probe(const GroupedArgs& args, swapffn::nvfp4::Probe probe, cudaStream_t stream);
+// The same for the grouped GEMM's rs grid (the API has checked the tile, the probe and the scales).
+void launch_grouped_rs_probe(const GroupedArgs& args, swapffn::nvfp4::Tile tile, swapffn::nvfp4::Probe probe,
+                             cudaStream_t stream);
 
 }  // namespace swapffn::cuda::nvfp4

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     nvfp4_grouped_gemm_rs_kernel(const __grid_constant__ GroupedArgs args, const __grid_constant__ GroupedRsMaps maps) {
-  static_assert(Cfg::kNB == 1 && Cfg::kSlabs == 1, "the grouped GEMM runs the one-slab GEMM tile");
+  static_assert(Cfg::kNB == 1 && Cfg::kWgStride == 1, "the grouped GEMM runs the GEMM tiles whose warpgroups take every stage");
   extern __shared__ __align__(128) uint8_t smem[];
   const GroupTile gt = group_tile<Cfg>(args);
   const GroupArgs& p = args.g[gt.g];
@@ -52,17 +52,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   group_rs_sources(p, gt, src);
   typename RsMainloop<Cfg>::Acc acc = {};
   if (!RsMainloop<Cfg>(smem).run(src, maps.g[gt.g], 0, 0, p.k / Cfg::BK, acc)) return;
-  store_slab_rs(static_cast<__half*>(p.c), p.m, p.n, gt.row0, slab_col_rs<Cfg>(gt.col0, 0), [&](int r) { return acc[0][r]; });
+#pragma unroll
+  for (int j = 0; j < Cfg::kSlabs; ++j)
+    store_slab_rs(static_cast<__half*>(p.c), p.m, p.n, gt.row0, slab_col_rs<Cfg>(gt.col0, j), [&](int r) { return acc[j][r]; });
+}
+
+template <class Cfg>
+void launch_rs(const GroupedArgs& args, const GroupedRsMaps& maps, cudaStream_t stream) {
+  launch_predequant_a_grouped(args, stream);
+  launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<Cfg>, dim3(static_cast<unsigned>(args.total_tiles)), dim3(Cfg::kThreads),
+                   dim3(1, 1, 1), Cfg::kSmemAlloc, stream, true, args, maps);
 }
 
 }  // namespace
 
-bool make_group_maps(const GroupedArgs& args, GroupedRsMaps& maps) {
+bool make_group_maps(const GroupedArgs& args, int weight_rows, GroupedRsMaps& maps) {
   for (int i = 0; i < args.groups; ++i)
     if (reinterpret_cast<uintptr_t>(args.g[i].b.scales) % 16 != 0) return false;
   for (int i = 0; i < args.groups; ++i) {
     const GroupArgs& g = args.g[i];
-    const uint32_t rows = static_cast<uint32_t>(GemmM128N128Rs::BN);
+    const uint32_t rows = static_cast<uint32_t>(weight_rows);
     maps.g[i].act = make_tma_a16(g.a16, g.m, g.k, 1, GemmM128N128Rs::BM);
     maps.g[i].data = make_tma_3d_u8(g.b.data, g.k / 2, g.n, 1, g.k / 2, g.b.data_batch, 64, rows, false);
     if (g.b.rk_blocks == 0)
@@ -72,16 +81,16 @@ bool make_group_maps(const GroupedArgs& args, GroupedRsMaps& maps) {
 }
 
 void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream) {
-  if (tile == Tile::m128_n128_rs) {
+  if (is_rs_tile(tile)) {
     GroupedRsMaps maps{};
-    if (make_group_maps(args, maps)) {
-      using Cfg = GemmM128N128Rs;
-      launch_predequant_a_grouped(args, stream);
-      launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<Cfg>, dim3(static_cast<unsigned>(args.total_tiles)),
-                       dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, true, args, maps);
+    if (make_group_maps(args, tile_n(tile), maps)) {
+      if (tile == Tile::m128_n256_rs) launch_rs<GemmM128N256Rs>(args, maps, stream);
+      else launch_rs<GemmM128N128Rs>(args, maps, stream);
       return;
     }
-    // The fallback tiles the groups the same way (128 x 128), so args' tile indices still hold.
+    // 128x128rs only (the API refuses 128x256rs with such scales): the fallback tiles the groups
+    // the same way (128 x 128), so args' tile indices still hold.
+    SWAPFFN_REQUIRE(tile == Tile::m128_n128_rs, "NVFP4 grouped GEMM: tile 128x256rs with weight scales TMA cannot copy");
     tile = Tile::m128_n128_wgmma;
   }
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {

@@ -118,26 +118,32 @@ void launch_rs_probe(const GemmArgs& args, Tile tile, int nb, swapffn::nvfp4::Pr
   else dispatch_dual_tile(tile, run);
 }
 
-void launch_grouped_rs_probe(const GroupedArgs& args, swapffn::nvfp4::Probe probe, cudaStream_t stream) {
+void launch_grouped_rs_probe(const GroupedArgs& args, Tile tile, swapffn::nvfp4::Probe probe, cudaStream_t stream) {
   using swapffn::nvfp4::Probe;
-  using Cfg = GemmM128N128Rs;
   GroupedRsMaps maps{};
   if (probe != Probe::launch) {
-    SWAPFFN_REQUIRE(make_group_maps(args, maps), "NVFP4 grouped probe: a group's weight scales are not 16-byte aligned");
+    SWAPFFN_REQUIRE(make_group_maps(args, tile_n(tile), maps), "NVFP4 grouped probe: a group's weight scales are not 16-byte aligned");
     launch_predequant_a_grouped(args, stream);
   }
-  switch (probe) {
-    case Probe::stages: launch_grouped<Cfg, kCopyAll>(args, maps, stream); return;
-    case Probe::activations: launch_grouped<Cfg, kCopyActBoxes>(args, maps, stream); return;
-    case Probe::weights: launch_grouped<Cfg, kCopyWeights>(args, maps, stream); return;
-    case Probe::weight_ring: launch_grouped<WeightRingCfg<Cfg>, kCopyWeights>(args, maps, stream); return;
-    case Probe::ring: launch_grouped<Cfg, 0u>(args, maps, stream); return;
-    case Probe::launch: launch_grouped<Cfg, 0u, true>(args, maps, stream); return;
-    case Probe::prepass: return;
-    case Probe::bulk_activations:
-    case Probe::none: break;
-  }
-  no_grid(probe);
+  if (probe == Probe::prepass) return;
+  auto run = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    switch (probe) {
+      case Probe::stages: launch_grouped<Cfg, kCopyAll>(args, maps, stream); return;
+      case Probe::activations: launch_grouped<Cfg, kCopyActBoxes>(args, maps, stream); return;
+      case Probe::weights: launch_grouped<Cfg, kCopyWeights>(args, maps, stream); return;
+      case Probe::weight_ring: launch_grouped<WeightRingCfg<Cfg>, kCopyWeights>(args, maps, stream); return;
+      case Probe::ring: launch_grouped<Cfg, 0u>(args, maps, stream); return;
+      case Probe::launch: launch_grouped<Cfg, 0u, true>(args, maps, stream); return;
+      case Probe::prepass:
+      case Probe::bulk_activations:
+      case Probe::none: break;
+    }
+    no_grid(probe);
+  };
+  if (tile == Tile::m128_n256_rs) run(GemmM128N256Rs{});
+  else if (tile == Tile::m128_n128_rs) run(GemmM128N128Rs{});
+  else SWAPFFN_FAIL(std::string("NVFP4 grouped probe: tile ") + swapffn::nvfp4::to_string(tile) + " is not a grouped rs tile");
 }
 
 }  // namespace swapffn::cuda::nvfp4
