@@ -588,9 +588,25 @@ TEST_F(Nvfp4Gpu, GroupedGemmRsTile) {
   run_grouped({72, 200, 128, 9}, {328, 256, 100, 600}, {2048, 1024, 3072, 256}, mixed, rs256, 85, false, &second256);
   EXPECT_EQ(first256, second256);
   run_grouped({130, 9, 40}, {16384, 8192, 200}, {256, 1024, 512}, mixed, rs256, 86);
+  // Up to kFewGroups (8) groups launch with a small parameter block, more with all 64 slots:
+  // 8 and 9 groups, on both tiles.
+  const std::vector<int64_t> m9{40, 76, 168, 72, 164, 148, 196, 160, 33}, n9(9, 136), k9(9, 512);
+  for (const TileConfig& cfg : {rs, rs256}) {
+    run_grouped(std::vector<int64_t>(m9.begin(), m9.begin() + 8), std::vector<int64_t>(8, 136), std::vector<int64_t>(8, 512),
+                mixed, cfg, 87);
+    run_grouped(m9, n9, k9, mixed, cfg, 88);
+  }
   GroupedGemmProblem p;
   for (int64_t m : {80, 176, 128, 72}) p.groups.push_back(GemmProblem{m, 4096, 7168, 1, {}, {}, nullptr});
   EXPECT_EQ(choose_grouped_config(p, 132).tile, Tile::m128_n128_rs);
+  // The two-slab tile where its tiles fill the SMs twice over (the issue's second shape: 364 tiles
+  // of 256), unless a group's weight scales are only 4-byte aligned.
+  GroupedGemmProblem wide;
+  for (int64_t m : {40, 76, 168, 72, 164, 148, 196, 160}) wide.groups.push_back(GemmProblem{m, 7168, 2048, 1, {}, {}, nullptr});
+  EXPECT_EQ(choose_grouped_config(wide, 132).tile, Tile::m128_n256_rs);
+  EXPECT_EQ(choose_grouped_config(wide, 183).tile, Tile::m128_n128_rs);
+  wide.groups[3].b.scales = reinterpret_cast<const uint8_t*>(uintptr_t{4});
+  EXPECT_EQ(choose_grouped_config(wide, 132).tile, Tile::m128_n128_rs);
 }
 
 // ---------------- refusals ----------------
@@ -727,7 +743,7 @@ TEST_F(Nvfp4Gpu, GroupedProbesRunTheCopiesAndLeaveTheOutput) {
     for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::weight_ring, Probe::ring, Probe::prepass, Probe::launch})
       grouped_gemm(p, {t, 1, 0, pr}, w, nullptr);
   for (const Out& c : cs)
-    for (uint16_t v : c.get()) ASSERT_EQ(v, kPoison) << "a grouped probe wrote c";
+    for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555) << "a grouped probe wrote c";
   grouped_gemm(p, {Tile::m128_n128_rs, 1}, w, nullptr);
   const auto ref = reference_grouped_gemm(as, bs);
   for (size_t g = 0; g < ms.size(); ++g)

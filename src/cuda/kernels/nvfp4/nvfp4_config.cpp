@@ -277,12 +277,27 @@ TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
 // whose two CTAs per SM overlap fill and drain but convert both operands per CTA (the one-CTA
 // warp-specialised tiles measured 6-22% slower than it on the four shapes). 64-row mma.sync tiles
 // only when the groups are tiny.
-TileConfig choose_grouped_config(const GroupedGemmProblem& p, int /*sm_count*/) {
-  int64_t sum_m = 0;
-  for (const auto& g : p.groups) sum_m += g.m;
+// Sixteenth session: the two-slab `128x256rs` where its tiles still fill the SMs at least twice
+// over. The grouped grids are bound by the activations' traffic to the SMs (every 128-row
+// activation box is re-read by each weight tile of its group), which 256 weight rows per CTA halve;
+// fewer, longer CTAs lose where the last wave is mostly empty. H100, commit 5c3ce51: 7168x2048 with
+// 8 groups (364 tiles of 256, 2.8 waves) 94.1-95.0 us against 110.1-111.4 for `128x128rs`; rejected
+// at 4096x7168 with 8 groups (176 tiles, 1.3 waves: 171.8 against 159.6-160.3) and on the
+// two-group shapes (60 and 64 tiles: 55.0 / 30.1 against 34.0 / 20.8). Weight scales TMA cannot
+// copy keep `128x128rs`, which falls back to a tile of the same shape (the two-slab tile has none).
+TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count) {
+  int64_t sum_m = 0, tiles256 = 0;
+  bool tma_scales = true;
+  for (const auto& g : p.groups) {
+    sum_m += g.m;
+    tiles256 += ceil_div(g.m, 128) * ceil_div(g.n, 256);
+    tma_scales &= reinterpret_cast<uintptr_t>(g.b.scales) % 16 == 0;
+  }
   const int64_t groups = std::max<size_t>(p.groups.size(), 1);
   TileConfig c;
-  c.tile = sum_m / groups <= 48 ? Tile::m64_n128 : Tile::m128_n128_rs;
+  c.tile = sum_m / groups <= 48                         ? Tile::m64_n128
+           : tma_scales && tiles256 >= 2 * int64_t{sm_count} ? Tile::m128_n256_rs
+                                                             : Tile::m128_n128_rs;
   c.split_k = 1;
   return c;
 }

@@ -108,31 +108,57 @@ struct GroupArgs {
   int tiles_m = 0, tile_begin = 0;  // this group's CTAs are [tile_begin, tile_begin + tiles)
 };
 
-struct GroupedArgs {
-  GroupArgs g[swapffn::nvfp4::kMaxGroups];
+// The groups as kernel parameters, in a block of G group slots (the first `groups` used).
+template <int G>
+struct GroupedArgsOf {
+  static constexpr int kCapacity = G;
+  GroupArgs g[G];
   int groups = 0;
   int total_tiles = 0;
 };
+using GroupedArgs = GroupedArgsOf<swapffn::nvfp4::kMaxGroups>;
 
-// The grouped GEMM's `128x128rs` tile: each group's tensor maps (its fp16 activations, weight
-// bytes and plain weight scales; nvfp4_rs_mainloop.cuh), a second kernel parameter beside
-// GroupedArgs. Both fit the 32 KB kernel-parameter limit (sm_70+, CUDA 12.1+) at 64 groups.
+// The grouped GEMM's rs tiles: each group's tensor maps (its fp16 activations, weight bytes and
+// plain weight scales; nvfp4_rs_mainloop.cuh), a second kernel parameter beside the groups. Both
+// fit the 32 KB kernel-parameter limit (sm_70+, CUDA 12.1+) at 64 groups.
 struct GroupMaps {
   CUtensorMap act, data, scales;
 };
-struct GroupedRsMaps {
-  GroupMaps g[swapffn::nvfp4::kMaxGroups];
+template <int G>
+struct GroupedRsMapsOf {
+  GroupMaps g[G];
 };
-static_assert(sizeof(GroupedArgs) + sizeof(GroupedRsMaps) + 64 <= 32764,
+static_assert(sizeof(GroupedArgs) + sizeof(GroupedRsMapsOf<swapffn::nvfp4::kMaxGroups>) + 64 <= 32764,
               "the grouped rs kernel's parameters exceed the 32764-byte kernel-parameter limit");
 
+// Launches copy their kernel parameters, and at 64 group slots the rs grid's are 32 KB: launching
+// that grid alone measured 5.9-7.3 us against 3.5-3.8 for the GEMM's 1 KB (docs/NVFP4.md,
+// thirty-second step). So the rs path and its pre-pass launch with a block of kFewGroups slots
+// when the groups fit (4 KB with the maps), else with all kMaxGroups.
+inline constexpr int kFewGroups = 8;
+template <class F>
+void with_group_capacity(const GroupedArgs& args, F&& f) {
+  if (args.groups > kFewGroups) {
+    f(args);
+    return;
+  }
+  GroupedArgsOf<kFewGroups> few;
+  for (int i = 0; i < args.groups; ++i) few.g[i] = args.g[i];
+  few.groups = args.groups;
+  few.total_tiles = args.total_tiles;
+  f(few);
+}
+
 // An rs tile's maps of every group (weight boxes of `weight_rows` rows), or false (maps untouched)
-// when a group's weight scales are only 4-byte aligned (TMA and bulk copies need 16; the API allows 4).
-bool make_group_maps(const GroupedArgs& args, int weight_rows, GroupedRsMaps& maps);
+// when a group's weight scales are only 4-byte aligned (TMA and bulk copies need 16; the API allows
+// 4). Built for G = kFewGroups and kMaxGroups.
+template <int G>
+bool make_group_maps(const GroupedArgsOf<G>& args, int weight_rows, GroupedRsMapsOf<G>& maps);
 
 // The grouped GEMM's pre-pass: every group's activations into its a16, in A16Order::fragment, in
-// one launch (the grouped kernel is its programmatic dependent).
-void launch_predequant_a_grouped(const GroupedArgs& args, cudaStream_t stream);
+// one launch (the grouped kernel is its programmatic dependent). Built for the same G.
+template <int G>
+void launch_predequant_a_grouped(const GroupedArgsOf<G>& args, cudaStream_t stream);
 
 // Workspace split into per-tile arrival counters, fp32 partials, then the fp16 copy of A of the
 // `*_wsta` tiles (each part 256-byte aligned).

@@ -124,7 +124,8 @@ __global__ void __launch_bounds__(kThreads) predequant_a_kernel(const OperandArg
 }
 
 // The grouped GEMM's pre-pass: grid row y converts group y's activations into its g.a16.
-__global__ void __launch_bounds__(kThreads) predequant_a_grouped_kernel(const __grid_constant__ GroupedArgs args) {
+template <int G>
+__global__ void __launch_bounds__(kThreads) predequant_a_grouped_kernel(const __grid_constant__ GroupedArgsOf<G> args) {
   pdl_launch_dependents();
   const GroupArgs& g = args.g[blockIdx.y];
   predequant_all<A16Order::fragment>(g.a, static_cast<uint32_t>(g.m), static_cast<uint32_t>(g.k), static_cast<uint32_t>(static_cast<int64_t>(g.m) * (g.k / 32)),
@@ -156,14 +157,17 @@ void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stre
   SWAPFFN_CHECK_LAUNCH();
 }
 
-void launch_predequant_a_grouped(const GroupedArgs& args, cudaStream_t stream) {
+template <int G>
+void launch_predequant_a_grouped(const GroupedArgsOf<G>& args, cudaStream_t stream) {
   int64_t most = 0;
   for (int g = 0; g < args.groups; ++g) most = std::max<int64_t>(most, static_cast<int64_t>(args.g[g].m) * (args.g[g].k / 32));
   check_chunk_count(most);
   const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((most + kThreads - 1) / kThreads, 1, 4096 / args.groups));
-  predequant_a_grouped_kernel<<<dim3(blocks, static_cast<unsigned>(args.groups)), kThreads, 0, stream>>>(args);
+  predequant_a_grouped_kernel<G><<<dim3(blocks, static_cast<unsigned>(args.groups)), kThreads, 0, stream>>>(args);
   SWAPFFN_CHECK_LAUNCH();
 }
+template void launch_predequant_a_grouped(const GroupedArgsOf<kFewGroups>&, cudaStream_t);
+template void launch_predequant_a_grouped(const GroupedArgs&, cudaStream_t);
 
 CUtensorMap make_tma_a16(uint8_t* a16, int64_t m, int64_t k, int64_t l, int tile_m) {
   const uint64_t row_bytes = static_cast<uint64_t>(k) * 2;

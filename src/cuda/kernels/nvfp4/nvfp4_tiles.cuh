@@ -125,8 +125,8 @@ struct GroupTile {
   int g;
   int64_t row0, col0;
 };
-template <class Cfg>
-__device__ __forceinline__ GroupTile group_tile(const GroupedArgs& args) {
+template <class Cfg, int G>
+__device__ __forceinline__ GroupTile group_tile(const GroupedArgsOf<G>& args) {
   int g = 0;
   while (g + 1 < args.groups && static_cast<int>(blockIdx.x) >= args.g[g + 1].tile_begin) ++g;
   const GroupArgs& p = args.g[g];

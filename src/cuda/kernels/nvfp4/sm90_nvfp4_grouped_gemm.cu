@@ -7,10 +7,13 @@
 // Within a group the m tiles of one n tile are adjacent in launch order, so they run together and
 // the group's B tile is read from HBM once and re-read from L2.
 //
-// The `128x128rs` tile runs the GEMM's register-operand mainloop (nvfp4_rs_mainloop.cuh) on the
-// CTA's group: one pre-pass launch converts every group's activations into the workspace, and a
-// second kernel parameter carries each group's three tensor maps.
+// The rs tiles (`128x128rs`, and `128x256rs` with two slabs) run the GEMM's register-operand
+// mainloop (nvfp4_rs_mainloop.cuh) on the CTA's group: one pre-pass launch converts every group's
+// activations into the workspace, and a second kernel parameter carries each group's three tensor
+// maps, in a parameter block sized to the groups (with_group_capacity).
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
@@ -41,9 +44,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_
     store_tile<Cfg>(c, p.m, p.n, row0, col0, [&](int mt, int nt, int i) { return acc[0][mt][nt][i]; });
 }
 
-template <class Cfg>
+template <class Cfg, int G>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    nvfp4_grouped_gemm_rs_kernel(const __grid_constant__ GroupedArgs args, const __grid_constant__ GroupedRsMaps maps) {
+    nvfp4_grouped_gemm_rs_kernel(const __grid_constant__ GroupedArgsOf<G> args, const __grid_constant__ GroupedRsMapsOf<G> maps) {
   static_assert(Cfg::kNB == 1 && Cfg::kWgStride == 1, "the grouped GEMM runs the GEMM tiles whose warpgroups take every stage");
   extern __shared__ __align__(128) uint8_t smem[];
   const GroupTile gt = group_tile<Cfg>(args);
@@ -57,16 +60,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     store_slab_rs(static_cast<__half*>(p.c), p.m, p.n, gt.row0, slab_col_rs<Cfg>(gt.col0, j), [&](int r) { return acc[j][r]; });
 }
 
-template <class Cfg>
-void launch_rs(const GroupedArgs& args, const GroupedRsMaps& maps, cudaStream_t stream) {
+template <class Cfg, int G>
+void launch_rs(const GroupedArgsOf<G>& args, const GroupedRsMapsOf<G>& maps, cudaStream_t stream) {
   launch_predequant_a_grouped(args, stream);
-  launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<Cfg>, dim3(static_cast<unsigned>(args.total_tiles)), dim3(Cfg::kThreads),
+  launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<Cfg, G>, dim3(static_cast<unsigned>(args.total_tiles)), dim3(Cfg::kThreads),
                    dim3(1, 1, 1), Cfg::kSmemAlloc, stream, true, args, maps);
 }
 
 }  // namespace
 
-bool make_group_maps(const GroupedArgs& args, int weight_rows, GroupedRsMaps& maps) {
+template <int G>
+bool make_group_maps(const GroupedArgsOf<G>& args, int weight_rows, GroupedRsMapsOf<G>& maps) {
   for (int i = 0; i < args.groups; ++i)
     if (reinterpret_cast<uintptr_t>(args.g[i].b.scales) % 16 != 0) return false;
   for (int i = 0; i < args.groups; ++i) {
@@ -79,15 +83,21 @@ bool make_group_maps(const GroupedArgs& args, int weight_rows, GroupedRsMaps& ma
   }
   return true;
 }
+template bool make_group_maps(const GroupedArgsOf<kFewGroups>&, int, GroupedRsMapsOf<kFewGroups>&);
+template bool make_group_maps(const GroupedArgs&, int, GroupedRsMapsOf<swapffn::nvfp4::kMaxGroups>&);
 
 void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream) {
   if (is_rs_tile(tile)) {
-    GroupedRsMaps maps{};
-    if (make_group_maps(args, tile_n(tile), maps)) {
-      if (tile == Tile::m128_n256_rs) launch_rs<GemmM128N256Rs>(args, maps, stream);
-      else launch_rs<GemmM128N128Rs>(args, maps, stream);
-      return;
-    }
+    bool launched = false;
+    with_group_capacity(args, [&](const auto& a) {
+      constexpr int G = std::decay_t<decltype(a)>::kCapacity;
+      GroupedRsMapsOf<G> maps{};
+      if (!make_group_maps(a, tile_n(tile), maps)) return;
+      if (tile == Tile::m128_n256_rs) launch_rs<GemmM128N256Rs>(a, maps, stream);
+      else launch_rs<GemmM128N128Rs>(a, maps, stream);
+      launched = true;
+    });
+    if (launched) return;
     // 128x128rs only (the API refuses 128x256rs with such scales): the fallback tiles the groups
     // the same way (128 x 128), so args' tile indices still hold.
     SWAPFFN_REQUIRE(tile == Tile::m128_n128_rs, "NVFP4 grouped GEMM: tile 128x256rs with weight scales TMA cannot copy");

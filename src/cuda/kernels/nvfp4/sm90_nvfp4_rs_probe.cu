@@ -11,6 +11,8 @@
 // grid with CTAs that return at once (what its launch costs). One asks what a deeper ring would give
 // the weights: their copies alone through weight-only stages that fill the whole ring's shared
 // memory. The grouped GEMM's rs grid runs the same probes.
+#include <type_traits>
+
 #include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_tiles.cuh"
@@ -53,9 +55,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 // The grouped GEMM's grid (sm90_nvfp4_grouped_gemm.cu): each CTA's tile of its group.
-template <class Cfg, unsigned Copies>
+template <class Cfg, unsigned Copies, int G>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    nvfp4_grouped_rs_probe_kernel(const __grid_constant__ GroupedArgs args, const __grid_constant__ GroupedRsMaps maps) {
+    nvfp4_grouped_rs_probe_kernel(const __grid_constant__ GroupedArgsOf<G> args, const __grid_constant__ GroupedRsMapsOf<G> maps) {
   extern __shared__ __align__(128) uint8_t smem[];
   const GroupTile gt = group_tile<Cfg>(args);
   const GroupArgs& p = args.g[gt.g];
@@ -76,9 +78,10 @@ void launch(const GemmArgs& args, const TmaOperands& maps, cudaStream_t stream) 
   launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
 }
 
-template <class Cfg, unsigned Copies, bool kEmpty = false>
-void launch_grouped(const GroupedArgs& args, const GroupedRsMaps& maps, cudaStream_t stream) {
-  auto kernel = kEmpty ? nvfp4_rs_empty_kernel<Cfg, GroupedArgs, GroupedRsMaps> : nvfp4_grouped_rs_probe_kernel<Cfg, Copies>;
+template <class Cfg, unsigned Copies, bool kEmpty = false, int G>
+void launch_grouped(const GroupedArgsOf<G>& args, const GroupedRsMapsOf<G>& maps, cudaStream_t stream) {
+  auto kernel = kEmpty ? nvfp4_rs_empty_kernel<Cfg, GroupedArgsOf<G>, GroupedRsMapsOf<G>>
+                       : nvfp4_grouped_rs_probe_kernel<Cfg, Copies, G>;
   launch_kernel_ex(kernel, dim3(static_cast<unsigned>(args.total_tiles)), dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc,
                    stream, Cfg::kPreA, args, maps);
 }
@@ -118,32 +121,37 @@ void launch_rs_probe(const GemmArgs& args, Tile tile, int nb, swapffn::nvfp4::Pr
   else dispatch_dual_tile(tile, run);
 }
 
-void launch_grouped_rs_probe(const GroupedArgs& args, Tile tile, swapffn::nvfp4::Probe probe, cudaStream_t stream) {
+void launch_grouped_rs_probe(const GroupedArgs& all, Tile tile, swapffn::nvfp4::Probe probe, cudaStream_t stream) {
   using swapffn::nvfp4::Probe;
-  GroupedRsMaps maps{};
-  if (probe != Probe::launch) {
-    SWAPFFN_REQUIRE(make_group_maps(args, tile_n(tile), maps), "NVFP4 grouped probe: a group's weight scales are not 16-byte aligned");
-    launch_predequant_a_grouped(args, stream);
-  }
-  if (probe == Probe::prepass) return;
-  auto run = [&](auto cfg) {
-    using Cfg = decltype(cfg);
-    switch (probe) {
-      case Probe::stages: launch_grouped<Cfg, kCopyAll>(args, maps, stream); return;
-      case Probe::activations: launch_grouped<Cfg, kCopyActBoxes>(args, maps, stream); return;
-      case Probe::weights: launch_grouped<Cfg, kCopyWeights>(args, maps, stream); return;
-      case Probe::weight_ring: launch_grouped<WeightRingCfg<Cfg>, kCopyWeights>(args, maps, stream); return;
-      case Probe::ring: launch_grouped<Cfg, 0u>(args, maps, stream); return;
-      case Probe::launch: launch_grouped<Cfg, 0u, true>(args, maps, stream); return;
-      case Probe::prepass:
-      case Probe::bulk_activations:
-      case Probe::none: break;
+  SWAPFFN_REQUIRE(tile == Tile::m128_n128_rs || tile == Tile::m128_n256_rs,
+                  std::string("NVFP4 grouped probe: tile ") + swapffn::nvfp4::to_string(tile) + " is not a grouped rs tile");
+  // The same parameter block as the grouped GEMM's launch (with_group_capacity).
+  with_group_capacity(all, [&](const auto& args) {
+    constexpr int G = std::decay_t<decltype(args)>::kCapacity;
+    GroupedRsMapsOf<G> maps{};
+    if (probe != Probe::launch) {
+      SWAPFFN_REQUIRE(make_group_maps(args, tile_n(tile), maps), "NVFP4 grouped probe: a group's weight scales are not 16-byte aligned");
+      launch_predequant_a_grouped(args, stream);
     }
-    no_grid(probe);
-  };
-  if (tile == Tile::m128_n256_rs) run(GemmM128N256Rs{});
-  else if (tile == Tile::m128_n128_rs) run(GemmM128N128Rs{});
-  else SWAPFFN_FAIL(std::string("NVFP4 grouped probe: tile ") + swapffn::nvfp4::to_string(tile) + " is not a grouped rs tile");
+    if (probe == Probe::prepass) return;
+    auto run = [&](auto cfg) {
+      using Cfg = decltype(cfg);
+      switch (probe) {
+        case Probe::stages: launch_grouped<Cfg, kCopyAll>(args, maps, stream); return;
+        case Probe::activations: launch_grouped<Cfg, kCopyActBoxes>(args, maps, stream); return;
+        case Probe::weights: launch_grouped<Cfg, kCopyWeights>(args, maps, stream); return;
+        case Probe::weight_ring: launch_grouped<WeightRingCfg<Cfg>, kCopyWeights>(args, maps, stream); return;
+        case Probe::ring: launch_grouped<Cfg, 0u>(args, maps, stream); return;
+        case Probe::launch: launch_grouped<Cfg, 0u, true>(args, maps, stream); return;
+        case Probe::prepass:
+        case Probe::bulk_activations:
+        case Probe::none: break;
+      }
+      no_grid(probe);
+    };
+    if (tile == Tile::m128_n256_rs) run(GemmM128N256Rs{});
+    else run(GemmM128N128Rs{});
+  });
 }
 
 }  // namespace swapffn::cuda::nvfp4
