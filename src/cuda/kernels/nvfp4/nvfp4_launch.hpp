@@ -132,10 +132,12 @@ static_assert(sizeof(GroupedArgs) + sizeof(GroupedRsMapsOf<swapffn::nvfp4::kMaxG
               "the grouped rs kernel's parameters exceed the 32764-byte kernel-parameter limit");
 
 // Launches copy their kernel parameters, and at 64 group slots the rs grid's are 32 KB: launching
-// that grid alone measured 5.9-7.3 us against 3.5-3.8 for the GEMM's 1 KB (docs/NVFP4.md,
-// thirty-second step). So the rs path and its pre-pass launch with a block of kFewGroups slots
-// when the groups fit (4 KB with the maps), else with all kMaxGroups.
+// that grid alone measured 5.9-7.3 us against 3.5-3.8 for the GEMM's 1 KB, and 4.0-4.4 with 8
+// slots (docs/NVFP4.md, thirty-second and thirty-fourth steps). So the rs path and its pre-pass
+// launch with a block of kFewGroups slots when the groups fit (4 KB with the maps), else with all
+// kMaxGroups.
 inline constexpr int kFewGroups = 8;
+static_assert(kFewGroups <= swapffn::nvfp4::kMaxGroups, "the small parameter block is a prefix of the full one");
 template <class F>
 void with_group_capacity(const GroupedArgs& args, F&& f) {
   if (args.groups > kFewGroups) {
