@@ -130,7 +130,7 @@ int tile_n(Tile t);
 // for a given stream_k. 0: one CTA per tile and split.
 // Diagnostics, not results (`swapffn nvfp4 bench --probe`, docs/NVFP4.md): `probe` != none runs
 // only the data path of an rs tile's plain grid (GEMM 128x128rs, 128x256rs, 128x64rs; dual GEMM
-// 128x128rs, 128x64rs; grouped GEMM 128x128rs; stream_k 0): each stage's copies through the same
+// 128x128rs, 128x64rs; grouped GEMM 128x128rs, 128x256rs; stream_k 0): each stage's copies through the same
 // ring, with no conversion, MMA or epilogue, and c is not written. stages: every copy; activations,
 // weights: only those (the weights with their scales); weight_ring: the weights alone through a
 // ring of weight-only stages that fills the shared memory of the tile's whole ring (16 stages

@@ -375,33 +375,26 @@ __device__ void store_part(const float* flat, float4* slot) {
     __stcg(slot + v * kThreads + threadIdx.x, make_float4(flat[4 * v], flat[4 * v + 1], flat[4 * v + 2], flat[4 * v + 3]));
 }
 
-// Partial sums reduced in a fixed order: each of the `parts` CTAs of an output tile stores its fp32
-// partials (kAcc floats in each of threads [0, kThreads)) in its slot of `partials` (part j's slot
-// is slot_of(j)), and the last one to arrive (per-tile counter) sums all parts in order 0..parts-1
-// and returns true with `flat` holding the total; the others return false. The order never
-// depends on arrival, so results are bitwise deterministic. The last CTA resets the counter for
-// the next launch.
-template <int kAcc, int kThreads, class SlotOf>
-__device__ bool ordered_reduce(float* flat, float* partials, int* counter, int part, int parts, SlotOf slot_of) {
+// Split-K in a fixed order: each of the `nsplit` CTAs of an output tile stores its fp32 partials
+// (kAcc floats in each of threads [0, kThreads)) in its slot (split s: the s-th from `partials`),
+// and the last one to arrive (per-tile counter) sums all splits in order 0..nsplit-1 and returns
+// true with `flat` holding the total; the others return false. The order never depends on arrival,
+// so results are bitwise deterministic. The last CTA resets the counter for the next launch.
+template <int kAcc, int kThreads>
+__device__ bool splitk_reduce(float* flat, float* partials, int* counter, int split, int nsplit) {
   float4* all = reinterpret_cast<float4*>(partials);
-  auto slot = [&](int j) { return all + static_cast<int64_t>(slot_of(j)) * (kAcc / 4) * kThreads; };
-  store_part<kAcc, kThreads>(flat, slot(part));
+  auto slot = [&](int j) { return all + static_cast<int64_t>(j) * (kAcc / 4) * kThreads; };
+  store_part<kAcc, kThreads>(flat, slot(split));
   __threadfence();
   acc_threads_sync<kThreads>();
   __shared__ int is_last;
-  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == parts - 1;
+  if (threadIdx.x == 0) is_last = atomicAdd(counter, 1) == nsplit - 1;
   acc_threads_sync<kThreads>();
   if (!is_last) return false;
   __threadfence();
-  sum_parts<kAcc, kThreads>(flat, slot, 0, parts);
+  sum_parts<kAcc, kThreads>(flat, slot, 0, nsplit);
   if (threadIdx.x == 0) *counter = 0;
   return true;
-}
-
-// Split-K: the tile's splits are its parts, their slots consecutive from `partials`.
-template <int kAcc, int kThreads>
-__device__ bool splitk_reduce(float* flat, float* partials, int* counter, int split, int nsplit) {
-  return ordered_reduce<kAcc, kThreads>(flat, partials, counter, split, nsplit, [](int j) { return j; });
 }
 
 // Store value(mt, nt, i) of this thread's accumulator positions as fp16 into row-major c (N
