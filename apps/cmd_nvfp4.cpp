@@ -504,15 +504,20 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
                                 {Tile::m128_n128_wgmma, 1}, {Tile::m128_n128_ws, 1},
                                 {Tile::m128_n128_wsr, 1}, {Tile::m128_n128_ws2, 1}, {Tile::m128_n128_rs, 1},
                                 {Tile::m128_n256_rs, 1}};
+  // Mixed widths (TileConfig::wide_n): a quarter, half and three quarters of the columns wide.
+  for (int q = 1; q <= 3; ++q) cands.push_back({Tile::m128_n256_rs, 1, 0, Probe::none, static_cast<int>((n + 255) / 256 * q / 4)});
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
   const Workspace w{ws.get(), ws.bytes()};
   const std::function<void(const TileConfig&)> run = [&](const TileConfig& cfg) { grouped_gemm(p, cfg, w, nullptr); };
   if (probe) {
+    // The probes run grids of one width: a mixed default's tile with every column tile of it.
+    TileConfig uniform = cands[0];
+    uniform.wide_n = -1;
     int64_t stages = 0;
-    for (int64_t m : ms) stages += tile_stages(m, n, k, tile_n(cands[0].tile));
-    run_probes(timer, r, cands[0], stages, -1, k, 1, layout, true, run);
+    for (int64_t m : ms) stages += tile_stages(m, n, k, tile_n(uniform.tile));
+    run_probes(timer, r, uniform, stages, -1, k, 1, layout, true, run);
   }
   const auto [best, bi] = search<TileConfig>(timer, cands, run, &r.default_us);
   r.us = best;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "swapffn/device.hpp"
@@ -567,7 +568,7 @@ TEST_F(Nvfp4Gpu, GroupedGemmBitExact) {
 // The rs tile: long K (several rounds of its 4-stage ring), groups in different scale layouts
 // (each group's weights carry their own), a group whose N ends inside a 128-row block, one CTA
 // per group and many, more tiles than SMs; B scales only 4-byte aligned (the fallback tile,
-// same bits); short last m tiles; determinism; the default config's choice.
+// same bits); short last m tiles; determinism.
 TEST_F(Nvfp4Gpu, GroupedGemmRsTile) {
   const TileConfig rs{Tile::m128_n128_rs, 1};
   const std::vector<ScaleLayout> mixed{ScaleLayout::plain, ScaleLayout::blocked_128x4};
@@ -596,17 +597,48 @@ TEST_F(Nvfp4Gpu, GroupedGemmRsTile) {
                 mixed, cfg, 87);
     run_grouped(m9, n9, k9, mixed, cfg, 88);
   }
-  GroupedGemmProblem p;
-  for (int64_t m : {80, 176, 128, 72}) p.groups.push_back(GemmProblem{m, 4096, 7168, 1, {}, {}, nullptr});
-  EXPECT_EQ(choose_grouped_config(p, 132).tile, Tile::m128_n128_rs);
-  // The two-slab tile where its tiles fill the SMs twice over (the issue's second shape: 364 tiles
-  // of 256), unless a group's weight scales are only 4-byte aligned.
-  GroupedGemmProblem wide;
-  for (int64_t m : {40, 76, 168, 72, 164, 148, 196, 160}) wide.groups.push_back(GemmProblem{m, 7168, 2048, 1, {}, {}, nullptr});
-  EXPECT_EQ(choose_grouped_config(wide, 132).tile, Tile::m128_n256_rs);
-  EXPECT_EQ(choose_grouped_config(wide, 183).tile, Tile::m128_n128_rs);
-  wide.groups[3].b.scales = reinterpret_cast<const uint8_t*>(uintptr_t{4});
-  EXPECT_EQ(choose_grouped_config(wide, 132).tile, Tile::m128_n128_rs);
+}
+
+// One rs grid of both widths (TileConfig::wide_n): each group's first wide_n column tiles 256 wide,
+// its other columns 128-wide tiles after every group's wide ones. Groups whose columns are all
+// wide (an empty narrow part, in the middle of the groups too), partial wide and narrow tiles, both
+// scale layouts, long K, more tiles than SMs, 9 groups (the full parameter block), wide_n past
+// every group's columns, wide_n = 0 (all narrow), determinism; then the default's choice.
+TEST_F(Nvfp4Gpu, GroupedGemmMixedWidths) {
+  const std::vector<ScaleLayout> mixed{ScaleLayout::plain, ScaleLayout::blocked_128x4};
+  const std::vector<int64_t> ms{72, 200, 128, 9}, ns{328, 256, 100, 600}, ks{2048, 1024, 3072, 256};
+  for (int wide_n : {0, 1, 2, 3}) {
+    const TileConfig cfg{Tile::m128_n256_rs, 1, 0, Probe::none, wide_n};
+    std::vector<std::vector<uint16_t>> first, second;
+    run_grouped(ms, ns, ks, mixed, cfg, 101 + wide_n, false, &first);
+    run_grouped(ms, ns, ks, mixed, cfg, 101 + wide_n, false, &second);
+    EXPECT_EQ(first, second) << describe(cfg);
+  }
+  run_grouped({130, 9, 40}, {16384, 8192, 200}, {256, 1024, 512}, mixed, {Tile::m128_n256_rs, 1, 0, Probe::none, 20}, 105);
+  const std::vector<int64_t> m9{40, 76, 168, 72, 164, 148, 196, 160, 33};
+  run_grouped(m9, std::vector<int64_t>(9, 400), std::vector<int64_t>(9, 512), mixed, {Tile::m128_n256_rs, 1, 0, Probe::none, 1}, 106);
+
+  // The issue's shapes (H100: 132 SMs): the first mixed (model: 132 wide CTAs, then 88 narrow;
+  // 2.7 waves of narrow CTAs against 3.0 all narrow and 3.4 all wide), the second all wide, the
+  // two-group shapes (one wave of narrow CTAs) narrow; weight scales only 4-byte aligned: narrow.
+  GroupedGemmProblem first;
+  for (int64_t m : {80, 176, 128, 72, 64, 248, 96, 160}) first.groups.push_back(GemmProblem{m, 4096, 7168, 1, {}, {}, nullptr});
+  const TileConfig c1 = choose_grouped_config(first, 132);
+  EXPECT_EQ(c1.tile, Tile::m128_n256_rs) << describe(c1);
+  EXPECT_EQ(c1.wide_n, 12) << describe(c1);
+  GroupedGemmProblem second;
+  for (int64_t m : {40, 76, 168, 72, 164, 148, 196, 160}) second.groups.push_back(GemmProblem{m, 7168, 2048, 1, {}, {}, nullptr});
+  const TileConfig c2 = choose_grouped_config(second, 132);
+  EXPECT_EQ(c2.tile, Tile::m128_n256_rs) << describe(c2);
+  EXPECT_EQ(c2.wide_n, -1) << describe(c2);
+  for (const auto& [n, k, ms2] : {std::tuple{int64_t{3072}, int64_t{4096}, std::vector<int64_t>{192, 320}},
+                                  std::tuple{int64_t{4096}, int64_t{1536}, std::vector<int64_t>{128, 384}}}) {
+    GroupedGemmProblem two;
+    for (int64_t m : ms2) two.groups.push_back(GemmProblem{m, n, k, 1, {}, {}, nullptr});
+    EXPECT_EQ(choose_grouped_config(two, 132).tile, Tile::m128_n128_rs) << n << "x" << k;
+  }
+  second.groups[3].b.scales = reinterpret_cast<const uint8_t*>(uintptr_t{4});
+  EXPECT_EQ(choose_grouped_config(second, 132).tile, Tile::m128_n128_rs);
 }
 
 // ---------------- refusals ----------------
@@ -690,6 +722,12 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   grouped_off.groups.push_back(off);
   expect_error([&] { grouped_gemm(grouped_off, {Tile::m128_n128_rs, 1, 0, Probe::weight_ring}, {}, nullptr); }, "probe=weight_ring needs the weight scales 16-byte aligned");
   expect_error([&] { grouped_gemm(grouped_off, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs needs every group's weight scales 16-byte aligned (TMA copies); group 1's are not");
+  // wide_n: -1 or a count, on the grouped GEMM's 128x256rs grid only, and not with a probe.
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1, 0, Probe::none, -2}, {}, nullptr); }, "wide_n=-2 must be -1 (every tile wide) or a count");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 0, Probe::none, 1}, {}, nullptr); }, "wide_n=1 is for the grouped GEMM's tile 128x256rs only, not 128x128rs");
+  expect_error([&] { gemm(ok, {Tile::m128_n256_rs, 1, 0, Probe::none, 1}, {}, nullptr); }, "wide_n=1 is for the grouped GEMM's tile 128x256rs only");
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n128_rs, 1, 0, Probe::none, 0}, {}, nullptr); }, "wide_n=0 is for the grouped GEMM's tile 128x256rs only");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1, 0, Probe::ring, 1}, {}, nullptr); }, "the probes run grids of one tile width");
   // Nothing was launched: the output still holds the poison.
   for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
 }

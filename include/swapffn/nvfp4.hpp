@@ -143,11 +143,15 @@ int tile_n(Tile t);
 enum class Probe { none, stages, activations, weights, bulk_activations, ring, prepass, launch, weight_ring };
 const char* to_string(Probe p);
 
+// wide_n >= 0 (grouped GEMM tile 128x256rs only; probe none): each group's first wide_n column
+// tiles are 256 wide and the rest of its columns are 128-wide tiles, launched after every group's
+// wide tiles, so that they fill the last wave's gaps. -1: every tile 256 wide.
 struct TileConfig {
   Tile tile = Tile::m128_n128;
   int split_k = 1;
   int stream_k = 0;
   Probe probe = Probe::none;
+  int wide_n = -1;
 };
 
 std::string describe(const GemvConfig& c);

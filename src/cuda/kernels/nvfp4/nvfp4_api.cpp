@@ -1,7 +1,9 @@
 // NVFP4 entry points: validate the problem and the config (throwing swapffn::Error that names what
 // is wrong, before anything is launched), lay out the split-K workspace, and call the launchers.
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <string>
 
 #include "cuda/cuda_check.hpp"
@@ -166,6 +168,17 @@ void check_probe(const std::string& op, const TileConfig& c, int64_t m, std::ini
                   what + " needs M a multiple of 128, not " + std::to_string(m));
 }
 
+// wide_n (TileConfig): -1, or a column-tile count on the grouped GEMM's 128x256rs grid, whose
+// probes run one tile width.
+void check_wide_n(const std::string& op, const TileConfig& c, bool grouped) {
+  if (c.wide_n == -1) return;
+  const std::string what = op + ": wide_n=" + std::to_string(c.wide_n);
+  SWAPFFN_REQUIRE(c.wide_n >= 0, what + " must be -1 (every tile wide) or a count of wide column tiles >= 0");
+  SWAPFFN_REQUIRE(grouped && c.tile == Tile::m128_n256_rs,
+                  what + " is for the grouped GEMM's tile 128x256rs only, not " + to_string(c.tile));
+  SWAPFFN_REQUIRE(c.probe == Probe::none, what + " with probe=" + to_string(c.probe) + ": the probes run grids of one tile width (wide_n=-1)");
+}
+
 // K per k-tile of a tile kernel (split-K counts these): 128 for the register-operand tiles' stages.
 int64_t tile_k(Tile t) { return cu::is_rs_tile(t) ? 128 : 64; }
 
@@ -328,6 +341,7 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
   check_split(op, c.split_k, p.k / tile_k(c.tile));
   check_stream_k(op, c, c.tile == Tile::m128_n128_rs || c.tile == Tile::m128_n256_rs, "128x128rs or 128x256rs", {&p.b});
   check_probe(op, c, p.m, {&p.b});
+  check_wide_n(op, c, false);
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b[0] = cu::operand_args(p.b, p.n, p.k);
@@ -350,6 +364,7 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
   check_split(op, c.split_k, p.k / tile_k(c.tile));
   check_stream_k(op, c, c.tile == Tile::m128_n128_rs, "128x128rs", {&p.b1, &p.b2});
   check_probe(op, c, p.m, {&p.b1, &p.b2});
+  check_wide_n(op, c, false);
   cu::GemmArgs a;
   a.a = cu::operand_args(p.a, p.m, p.k);
   a.b[0] = cu::operand_args(p.b1, p.n, p.k);
@@ -375,14 +390,20 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
   SWAPFFN_REQUIRE(c.stream_k == 0, op + ": stream_k=" + std::to_string(c.stream_k) + " (grouped GEMM supports 0)");
   for (const GemmProblem& q : p.groups) check_probe(op, c, -1, {&q.b});
+  check_wide_n(op, c, true);
   // 128x128rs falls back to 128x128wg (the same tiling) where TMA cannot copy a group's scales;
   // 128x256rs has no tile of its own shape to fall back to.
   for (size_t i = 0; i < p.groups.size(); ++i)
     SWAPFFN_REQUIRE(c.tile != Tile::m128_n256_rs || aligned(p.groups[i].b.scales, 16),
                     op + ": tile 128x256rs needs every group's weight scales 16-byte aligned (TMA copies); group " +
                         std::to_string(i) + "'s are not");
+  // The grid's CTAs (cu::GroupArgs): 128x256rs puts every group's wide tiles first (all of them
+  // for wide_n = -1), then the 128-wide tiles of the columns after them; the other tiles have one
+  // width.
+  const bool mixed = c.tile == Tile::m128_n256_rs;
   cu::GroupedArgs a;
   a.groups = static_cast<int>(p.groups.size());
+  a.wide_n = !mixed ? 0 : c.wide_n < 0 ? std::numeric_limits<int>::max() : c.wide_n;
   int64_t tiles = 0;
   for (int i = 0; i < a.groups; ++i) {
     const GemmProblem& q = p.groups[i];
@@ -393,9 +414,18 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
     g.m = static_cast<int>(q.m);
     g.n = static_cast<int>(q.n);
     g.k = static_cast<int>(q.k);
-    g.tiles_m = static_cast<int>(ceil_div(q.m, tile_m(c.tile)));
+    g.tiles_m = static_cast<int>(ceil_div(q.m, mixed ? 128 : tile_m(c.tile)));
     g.tile_begin = static_cast<int>(tiles);
-    tiles += g.tiles_m * ceil_div(q.n, tile_n(c.tile));
+    tiles += int64_t{g.tiles_m} * cu::group_wide_cols(g.n, a.wide_n);
+  }
+  a.wide_tiles = static_cast<int>(tiles);
+  for (int i = 0; i < a.groups; ++i) {
+    cu::GroupArgs& g = a.g[i];
+    const int64_t narrow_cols = mixed ? ceil_div(std::max<int64_t>(0, g.n - int64_t{256} * cu::group_wide_cols(g.n, a.wide_n)), 128)
+                                      : ceil_div(g.n, tile_n(c.tile));
+    g.narrow_begin = static_cast<int>(tiles);
+    if (!mixed) g.tile_begin = g.narrow_begin;
+    tiles += g.tiles_m * narrow_cols;
     SWAPFFN_REQUIRE(tiles < (int64_t{1} << 31), op + ": more than 2^31 output tiles");
   }
   a.total_tiles = static_cast<int>(tiles);

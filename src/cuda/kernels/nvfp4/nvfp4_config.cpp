@@ -3,7 +3,10 @@
 // choices and docs/NVFP4.md records what won; callers may pass any other valid config.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <queue>
 #include <string>
+#include <vector>
 
 #include "cuda/kernels/nvfp4/nvfp4_launch.hpp"
 #include "swapffn/error.hpp"
@@ -76,7 +79,8 @@ const char* to_string(Probe p) {
 std::string describe(const TileConfig& c) {
   return std::string("tile=") + to_string(c.tile) + " split_k=" + std::to_string(c.split_k) +
          (c.stream_k > 0 ? " stream_k=" + std::to_string(c.stream_k) : std::string()) +
-         (c.probe != Probe::none ? std::string(" probe=") + to_string(c.probe) : std::string());
+         (c.probe != Probe::none ? std::string(" probe=") + to_string(c.probe) : std::string()) +
+         (c.wide_n >= 0 ? " wide_n=" + std::to_string(c.wide_n) : std::string());
 }
 
 namespace {
@@ -271,34 +275,86 @@ TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
   return c;
 }
 
+// The grouped rs grid's time, in units of one narrow CTA of K = 1, by list scheduling: CTAs start
+// in launch order (wide_n's wide tiles first, then the narrow ones) on the first SM that is free,
+// one per SM; a CTA costs its group's K, a wide one kWideCost times as much. The model fits the
+// H100's times of the 8-group shapes with both uniform grids (docs/NVFP4.md, thirty-fifth
+// step: a wide CTA measured 1.65-1.71 narrow ones; the two-group shapes, one short wave, 1.45-1.62).
+namespace {
+constexpr double kWideCost = 1.7;
+double grouped_rs_time(const GroupedGemmProblem& p, int wide_n, int sm_count) {
+  std::priority_queue<double, std::vector<double>, std::greater<>> free_at;
+  for (int i = 0; i < sm_count; ++i) free_at.push(0.0);
+  double end = 0.0;
+  auto run = [&](int64_t ctas, double cost) {
+    for (int64_t i = 0; i < ctas; ++i) {
+      const double t = free_at.top() + cost;
+      free_at.pop();
+      free_at.push(t);
+      end = std::max(end, t);
+    }
+  };
+  for (const auto& g : p.groups)
+    run(ceil_div(g.m, 128) * cuda::nvfp4::group_wide_cols(static_cast<int>(g.n), wide_n), kWideCost * static_cast<double>(g.k));
+  for (const auto& g : p.groups) {
+    const int64_t rest = g.n - int64_t{256} * cuda::nvfp4::group_wide_cols(static_cast<int>(g.n), wide_n);
+    run(ceil_div(g.m, 128) * ceil_div(std::max<int64_t>(rest, 0), 128), static_cast<double>(g.k));
+  }
+  return end;
+}
+}  // namespace
+
 // Grouped: 128x128 tiles even with m_i well below 128 (the padding rows cost MMA work, which is
-// not the bottleneck). The register-operand tile (`128x128rs`, one CTA per SM, every copy by TMA
-// from the group's maps) is the default: PREDICTED faster than the shared-producer wgmma tile,
-// whose two CTAs per SM overlap fill and drain but convert both operands per CTA (the one-CTA
-// warp-specialised tiles measured 6-22% slower than it on the four shapes). 64-row mma.sync tiles
-// only when the groups are tiny.
-// Sixteenth session: the two-slab `128x256rs` where its tiles still fill the SMs at least twice
-// over. The grouped grids are bound by the activations' traffic to the SMs (every 128-row
-// activation box is re-read by each weight tile of its group), which 256 weight rows per CTA halve;
-// fewer, longer CTAs lose where the last wave is mostly empty. H100, commit 5c3ce51: 7168x2048 with
-// 8 groups (364 tiles of 256, 2.8 waves) 94.1-95.0 us against 110.1-111.4 for `128x128rs`; rejected
-// at 4096x7168 with 8 groups (176 tiles, 1.3 waves: 171.8 against 159.6-160.3) and on the
-// two-group shapes (60 and 64 tiles: 55.0 / 30.1 against 34.0 / 20.8). Weight scales TMA cannot
-// copy keep `128x128rs`, which falls back to a tile of the same shape (the two-slab tile has none).
+// not the bottleneck). The register-operand tiles (one CTA per SM, every copy by TMA from the
+// group's maps) are the default: the shared-producer wgmma tile converts both operands per CTA, and
+// the one-CTA warp-specialised tiles measured 6-22% slower than `128x128rs` on the four shapes.
+// 64-row mma.sync tiles only when the groups are tiny.
+// The rs grids are bound by the activations' traffic to the SMs (every 128-row activation box is
+// re-read by each weight tile of its group), which 256 weight rows per CTA halve, but a two-slab
+// CTA takes ~1.7x as long, so fewer, longer CTAs lose where the last wave would be mostly empty
+// (H100, sixteenth session: 7168x2048 with 8 groups 94.1-95.0 us with `128x256rs` against
+// 110.1-111.4 with `128x128rs`; 4096x7168 171.8 against 159.6-160.3; the two-group shapes 55.0 /
+// 30.1 against 34.0 / 20.8). So wide_n, the wide column tiles per group, is the one whose grid the
+// list-scheduling model above finishes first; ties go to more wide tiles (less traffic). It replaced
+// the sixteenth session's rule (`128x256rs` wherever its tiles fill the SMs twice), which picks the
+// same uniform grids where those win. Grids of more than 8 waves of wide tiles stay all wide (their
+// last wave is a small part of the time; the search would cost milliseconds). Weight scales TMA
+// cannot copy keep `128x128rs`, which falls back to a tile of the same shape (the two-slab tile has
+// none).
 TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count) {
   int64_t sum_m = 0, tiles256 = 0;
+  int max_wide = 0;
   bool tma_scales = true;
   for (const auto& g : p.groups) {
     sum_m += g.m;
     tiles256 += ceil_div(g.m, 128) * ceil_div(g.n, 256);
+    max_wide = std::max(max_wide, static_cast<int>(ceil_div(g.n, 256)));
     tma_scales &= reinterpret_cast<uintptr_t>(g.b.scales) % 16 == 0;
   }
   const int64_t groups = std::max<size_t>(p.groups.size(), 1);
   TileConfig c;
-  c.tile = sum_m / groups <= 48                         ? Tile::m64_n128
-           : tma_scales && tiles256 >= 2 * int64_t{sm_count} ? Tile::m128_n256_rs
-                                                             : Tile::m128_n128_rs;
   c.split_k = 1;
+  if (sum_m / groups <= 48) {
+    c.tile = Tile::m64_n128;
+    return c;
+  }
+  c.tile = Tile::m128_n128_rs;
+  if (!tma_scales) return c;
+  int best = max_wide;
+  if (tiles256 <= 8 * int64_t{sm_count}) {
+    double best_time = grouped_rs_time(p, max_wide, sm_count);
+    for (int w = max_wide - 1; w >= 0; --w) {
+      const double t = grouped_rs_time(p, w, sm_count);
+      if (t < best_time * (1.0 - 1e-9)) {
+        best_time = t;
+        best = w;
+      }
+    }
+  }
+  if (best > 0) {
+    c.tile = Tile::m128_n256_rs;
+    c.wide_n = best == max_wide ? -1 : best;
+  }
   return c;
 }
 

@@ -100,22 +100,30 @@ size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l);
 void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stream);
 CUtensorMap make_tma_a16(uint8_t* a16, int64_t m, int64_t k, int64_t l, int tile_m);
 
+// A group's CTAs. The grids of one tile width: [tile_begin, tile_begin + tiles), tiles_m m tiles of
+// each column tile adjacent; narrow_begin == tile_begin. The rs grid (both widths, TileConfig::
+// wide_n): its first segment holds every group's wide tiles, tiles_m x wide_cols(n) from
+// tile_begin, and the second the 128-wide tiles of the columns after them, from narrow_begin.
 struct GroupArgs {
   OperandArgs a, b;
   void* c = nullptr;
-  uint8_t* a16 = nullptr;  // `128x128rs`: this group's fp16 activations in the workspace
+  uint8_t* a16 = nullptr;  // rs tiles: this group's fp16 activations in the workspace
   int m = 0, n = 0, k = 0;
-  int tiles_m = 0, tile_begin = 0;  // this group's CTAs are [tile_begin, tile_begin + tiles)
+  int tiles_m = 0, tile_begin = 0, narrow_begin = 0;
 };
 
 // The groups as kernel parameters, in a block of G group slots (the first `groups` used).
+// wide_tiles: the rs grid's first segment (CTAs of 256-wide tiles); a group has
+// min(wide_n, ceil(n / 256)) wide column tiles.
 template <int G>
 struct GroupedArgsOf {
   static constexpr int kCapacity = G;
   GroupArgs g[G];
   int groups = 0;
   int total_tiles = 0;
+  int wide_tiles = 0, wide_n = 0;
 };
+__host__ __device__ inline int group_wide_cols(int n, int wide_n) { return wide_n < (n + 255) / 256 ? wide_n : (n + 255) / 256; }
 using GroupedArgs = GroupedArgsOf<swapffn::nvfp4::kMaxGroups>;
 
 // The grouped GEMM's rs tiles: each group's tensor maps (its fp16 activations, weight bytes and
@@ -148,14 +156,18 @@ void with_group_capacity(const GroupedArgs& args, F&& f) {
   for (int i = 0; i < args.groups; ++i) few.g[i] = args.g[i];
   few.groups = args.groups;
   few.total_tiles = args.total_tiles;
+  few.wide_tiles = args.wide_tiles;
+  few.wide_n = args.wide_n;
   f(few);
 }
 
-// An rs tile's maps of every group (weight boxes of `weight_rows` rows), or false (maps untouched)
-// when a group's weight scales are only 4-byte aligned (TMA and bulk copies need 16; the API allows
-// 4). Built for G = kFewGroups and kMaxGroups.
+// The rs grid's maps of every group (weight and plain-scale boxes of 128 rows, which a 256-wide
+// tile copies twice per stage), or false (maps untouched) when a group's weight scales are only
+// 4-byte aligned (TMA and bulk copies need 16; the API allows 4). Built for G = kFewGroups and
+// kMaxGroups.
+inline constexpr int kGroupBoxRows = 128;
 template <int G>
-bool make_group_maps(const GroupedArgsOf<G>& args, int weight_rows, GroupedRsMapsOf<G>& maps);
+bool make_group_maps(const GroupedArgsOf<G>& args, GroupedRsMapsOf<G>& maps);
 
 // The grouped GEMM's pre-pass: every group's activations into its a16, in A16Order::fragment, in
 // one launch (the grouped kernel is its programmatic dependent). Built for the same G.

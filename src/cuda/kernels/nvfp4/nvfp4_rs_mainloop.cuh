@@ -120,6 +120,16 @@ __device__ __forceinline__ const CUtensorMap* scale_map(const TmaOperands& t, in
 __device__ __forceinline__ const CUtensorMap* act_map(const GroupMaps& g) { return &g.act; }
 __device__ __forceinline__ const CUtensorMap* weight_map(const GroupMaps& g, int) { return &g.data; }
 __device__ __forceinline__ const CUtensorMap* scale_map(const GroupMaps& g, int) { return &g.scales; }
+// Rows of a weight or plain-scale box: the tile's BN (0 here) for the GEMM's maps, which are made
+// per tile; kGroupBoxRows for a group's, which serve both widths of the grouped rs grid.
+template <class Maps>
+struct WeightBoxRows {
+  static constexpr int value = 0;
+};
+template <>
+struct WeightBoxRows<GroupMaps> {
+  static constexpr int value = kGroupBoxRows;
+};
 
 template <class Cfg>
 struct RsMainloop {
@@ -247,6 +257,8 @@ struct RsMainloop {
         if (w.rk_blocks != 0 && w.row0 + blk * 128 < w.rows) bytes += 2 * 512;
     }
     const int arow0 = static_cast<int>(src[0].row0);
+    constexpr int kBoxRows = WeightBoxRows<Maps>::value == 0 ? Cfg::BN : WeightBoxRows<Maps>::value;
+    static_assert(Cfg::BN % kBoxRows == 0, "a tile's weight rows are whole boxes");
     auto copy_weights = [&](int t) {
       const int s = (ring + t) % Cfg::kStages, kt = kt0 + t;
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
@@ -255,11 +267,16 @@ struct RsMainloop {
       for (int o = 0; o < Cfg::kNB && kWeights; ++o) {
         const TileSrc& w = src[1 + o];
         const int wrow0 = static_cast<int>(w.row0);
-        cute::SM90_TMA_LOAD_3D::copy(weight_map(maps, o), &full_[s], 0, st + Cfg::kActBytes + o * Cfg::BN * 64,
-                                     kt * (Cfg::BK / 2), wrow0, batch);
+#pragma unroll
+        for (int r = 0; r < Cfg::BN; r += kBoxRows)
+          cute::SM90_TMA_LOAD_3D::copy(weight_map(maps, o), &full_[s], 0, st + Cfg::kActBytes + (o * Cfg::BN + r) * 64,
+                                       kt * (Cfg::BK / 2), wrow0 + r, batch);
         uint8_t* sdst = st + Cfg::kActBytes + Cfg::kWeightBytes + o * Cfg::BN * 16;
         if (w.rk_blocks == 0) {
-          cute::SM90_TMA_LOAD_3D::copy(scale_map(maps, o), &full_[s], 0, sdst, (kt & ~1) * (Cfg::BK / 16), wrow0, batch);
+#pragma unroll
+          for (int r = 0; r < Cfg::BN; r += kBoxRows)
+            cute::SM90_TMA_LOAD_3D::copy(scale_map(maps, o), &full_[s], 0, sdst + r * 16, (kt & ~1) * (Cfg::BK / 16), wrow0 + r,
+                                         batch);
         } else {
 #pragma unroll
           for (int blk = 0; blk < Cfg::kScaleBlocks; ++blk)

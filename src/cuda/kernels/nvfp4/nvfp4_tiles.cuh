@@ -133,6 +133,24 @@ __device__ __forceinline__ GroupTile group_tile(const GroupedArgsOf<G>& args) {
   const int local = static_cast<int>(blockIdx.x) - p.tile_begin;
   return {g, static_cast<int64_t>(local % p.tiles_m) * Cfg::BM, static_cast<int64_t>(local / p.tiles_m) * Cfg::BN};
 }
+// The same for the rs grid, whose CTAs take 256-wide tiles in their first segment and 128-wide
+// ones after it (GroupArgs; `wide` says which).
+struct GroupRsTile : GroupTile {
+  bool wide;
+};
+template <int G>
+__device__ __forceinline__ GroupRsTile group_tile_rs(const GroupedArgsOf<G>& args) {
+  const int cta = static_cast<int>(blockIdx.x);
+  const bool wide = cta < args.wide_tiles;
+  int g = 0;
+  // A group without tiles in a segment begins where the next one does, and the scan passes it.
+  while (g + 1 < args.groups && cta >= (wide ? args.g[g + 1].tile_begin : args.g[g + 1].narrow_begin)) ++g;
+  const GroupArgs& p = args.g[g];
+  const int local = cta - (wide ? p.tile_begin : p.narrow_begin);
+  const int64_t col0 = wide ? static_cast<int64_t>(local / p.tiles_m) * 256
+                            : static_cast<int64_t>(group_wide_cols(p.n, args.wide_n)) * 256 + static_cast<int64_t>(local / p.tiles_m) * 128;
+  return {{g, static_cast<int64_t>(local % p.tiles_m) * 128, col0}, wide};
+}
 // The rs mainloop's sources of a grouped tile: the activations come from the group's tensor map
 // (GroupMaps::act), so src[0] carries only their rows.
 __device__ __forceinline__ void group_rs_sources(const GroupArgs& p, const GroupTile& t, TileSrc (&src)[2]) {

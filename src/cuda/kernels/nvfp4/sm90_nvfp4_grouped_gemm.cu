@@ -10,7 +10,10 @@
 // The rs tiles (`128x128rs`, and `128x256rs` with two slabs) run the GEMM's register-operand
 // mainloop (nvfp4_rs_mainloop.cuh) on the CTA's group: one pre-pass launch converts every group's
 // activations into the workspace, and a second kernel parameter carries each group's three tensor
-// maps, in a parameter block sized to the groups (with_group_capacity).
+// maps, in a parameter block sized to the groups (with_group_capacity). One rs kernel runs both
+// widths: a two-slab CTA costs ~1.7 one-slab CTAs, so a grid of two-slab tiles whose last wave
+// would be mostly empty runs part of its columns as one-slab tiles after them, which fill the
+// gaps (TileConfig::wide_n, docs/NVFP4.md thirty-fifth step).
 #include <cuda_fp16.h>
 
 #include <type_traits>
@@ -44,38 +47,52 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_
     store_tile<Cfg>(c, p.m, p.n, row0, col0, [&](int mt, int nt, int i) { return acc[0][mt][nt][i]; });
 }
 
-template <class Cfg, int G>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    nvfp4_grouped_gemm_rs_kernel(const __grid_constant__ GroupedArgsOf<G> args, const __grid_constant__ GroupedRsMapsOf<G> maps) {
+using GroupWide = GemmM128N256Rs;
+using GroupNarrow = GemmM128N128Rs;
+static_assert(GroupWide::kThreads == GroupNarrow::kThreads && GroupWide::kMinBlocks == 1 && GroupNarrow::kMinBlocks == 1,
+              "one grid runs both widths");
+
+// One CTA's tile through the rs mainloop of its width, and its stores.
+template <class Cfg, class Maps>
+__device__ __forceinline__ void run_group_tile_rs(uint8_t* smem, const GroupArgs& p, const GroupTile& gt, const Maps& maps) {
   static_assert(Cfg::kNB == 1 && Cfg::kWgStride == 1, "the grouped GEMM runs the GEMM tiles whose warpgroups take every stage");
-  extern __shared__ __align__(128) uint8_t smem[];
-  const GroupTile gt = group_tile<Cfg>(args);
-  const GroupArgs& p = args.g[gt.g];
   TileSrc src[2];
   group_rs_sources(p, gt, src);
   typename RsMainloop<Cfg>::Acc acc = {};
-  if (!RsMainloop<Cfg>(smem).run(src, maps.g[gt.g], 0, 0, p.k / Cfg::BK, acc)) return;
+  if (!RsMainloop<Cfg>(smem).run(src, maps, 0, 0, p.k / Cfg::BK, acc)) return;
 #pragma unroll
   for (int j = 0; j < Cfg::kSlabs; ++j)
     store_slab_rs(static_cast<__half*>(p.c), p.m, p.n, gt.row0, slab_col_rs<Cfg>(gt.col0, j), [&](int r) { return acc[j][r]; });
 }
 
-template <class Cfg, int G>
+template <int G>
+__global__ void __launch_bounds__(GroupNarrow::kThreads, 1)
+    nvfp4_grouped_gemm_rs_kernel(const __grid_constant__ GroupedArgsOf<G> args, const __grid_constant__ GroupedRsMapsOf<G> maps) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const GroupRsTile gt = group_tile_rs(args);
+  if (gt.wide) run_group_tile_rs<GroupWide>(smem, args.g[gt.g], gt, maps.g[gt.g]);
+  else run_group_tile_rs<GroupNarrow>(smem, args.g[gt.g], gt, maps.g[gt.g]);
+}
+
+// Shared memory for the widths the grid has.
+template <int G>
 void launch_rs(const GroupedArgsOf<G>& args, const GroupedRsMapsOf<G>& maps, cudaStream_t stream) {
   launch_predequant_a_grouped(args, stream);
-  launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<Cfg, G>, dim3(static_cast<unsigned>(args.total_tiles)), dim3(Cfg::kThreads),
-                   dim3(1, 1, 1), Cfg::kSmemAlloc, stream, true, args, maps);
+  const int smem = args.wide_tiles > 0 ? GroupWide::kSmemAlloc : GroupNarrow::kSmemAlloc;
+  allow_dynamic_smem(nvfp4_grouped_gemm_rs_kernel<G>, GroupWide::kSmemAlloc);
+  launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<G>, dim3(static_cast<unsigned>(args.total_tiles)), dim3(GroupNarrow::kThreads),
+                   dim3(1, 1, 1), smem, stream, true, args, maps);
 }
 
 }  // namespace
 
 template <int G>
-bool make_group_maps(const GroupedArgsOf<G>& args, int weight_rows, GroupedRsMapsOf<G>& maps) {
+bool make_group_maps(const GroupedArgsOf<G>& args, GroupedRsMapsOf<G>& maps) {
   for (int i = 0; i < args.groups; ++i)
     if (reinterpret_cast<uintptr_t>(args.g[i].b.scales) % 16 != 0) return false;
   for (int i = 0; i < args.groups; ++i) {
     const GroupArgs& g = args.g[i];
-    const uint32_t rows = static_cast<uint32_t>(weight_rows);
+    constexpr uint32_t rows = kGroupBoxRows;
     maps.g[i].act = make_tma_a16(g.a16, g.m, g.k, 1, GemmM128N128Rs::BM);
     maps.g[i].data = make_tma_3d_u8(g.b.data, g.k / 2, g.n, 1, g.k / 2, g.b.data_batch, 64, rows, false);
     if (g.b.rk_blocks == 0)
@@ -83,8 +100,8 @@ bool make_group_maps(const GroupedArgsOf<G>& args, int weight_rows, GroupedRsMap
   }
   return true;
 }
-template bool make_group_maps(const GroupedArgsOf<kFewGroups>&, int, GroupedRsMapsOf<kFewGroups>&);
-template bool make_group_maps(const GroupedArgs&, int, GroupedRsMapsOf<swapffn::nvfp4::kMaxGroups>&);
+template bool make_group_maps(const GroupedArgsOf<kFewGroups>&, GroupedRsMapsOf<kFewGroups>&);
+template bool make_group_maps(const GroupedArgs&, GroupedRsMapsOf<swapffn::nvfp4::kMaxGroups>&);
 
 void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream) {
   if (is_rs_tile(tile)) {
@@ -92,9 +109,8 @@ void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream
     with_group_capacity(args, [&](const auto& a) {
       constexpr int G = std::decay_t<decltype(a)>::kCapacity;
       GroupedRsMapsOf<G> maps{};
-      if (!make_group_maps(a, tile_n(tile), maps)) return;
-      if (tile == Tile::m128_n256_rs) launch_rs<GemmM128N256Rs>(a, maps, stream);
-      else launch_rs<GemmM128N128Rs>(a, maps, stream);
+      if (!make_group_maps(a, maps)) return;
+      launch_rs(a, maps, stream);
       launched = true;
     });
     if (launched) return;

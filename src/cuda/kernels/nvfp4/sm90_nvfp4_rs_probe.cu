@@ -130,7 +130,7 @@ void launch_grouped_rs_probe(const GroupedArgs& all, Tile tile, swapffn::nvfp4::
     constexpr int G = std::decay_t<decltype(args)>::kCapacity;
     GroupedRsMapsOf<G> maps{};
     if (probe != Probe::launch) {
-      SWAPFFN_REQUIRE(make_group_maps(args, tile_n(tile), maps), "NVFP4 grouped probe: a group's weight scales are not 16-byte aligned");
+      SWAPFFN_REQUIRE(make_group_maps(args, maps), "NVFP4 grouped probe: a group's weight scales are not 16-byte aligned");
       launch_predequant_a_grouped(args, stream);
     }
     if (probe == Probe::prepass) return;
