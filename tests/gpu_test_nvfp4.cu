@@ -562,6 +562,9 @@ TEST_F(Nvfp4Gpu, GroupedGemmBitExact) {
                    Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_rs, Tile::m128_n256_rs}) {
       run_grouped({40, 76, 168, 1}, {136, 136, 136, 136}, {512, 512, 512, 512}, {layout}, {t, 1}, 71);
       run_grouped({130, 64}, {64, 200}, {256, 768}, {layout}, {t, 1}, 72);  // per-group n and k
+      // 9 groups: the parameter block of all 64 group slots (up to 8 launch with 8).
+      run_grouped({40, 76, 168, 72, 164, 148, 196, 160, 33}, std::vector<int64_t>(9, 136), std::vector<int64_t>(9, 512), {layout},
+                  {t, 1}, 73);
     }
 }
 
@@ -721,7 +724,7 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
   grouped_off.groups.push_back(ok);
   grouped_off.groups.push_back(off);
   expect_error([&] { grouped_gemm(grouped_off, {Tile::m128_n128_rs, 1, 0, Probe::weight_ring}, {}, nullptr); }, "probe=weight_ring needs the weight scales 16-byte aligned");
-  expect_error([&] { grouped_gemm(grouped_off, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs needs every group's weight scales 16-byte aligned (TMA copies); group 1's are not");
+  expect_error([&] { grouped_gemm(grouped_off, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs, group 1, needs the weight scales 16-byte aligned (TMA copies)");
   // wide_n: -1 or a count, on the grouped GEMM's 128x256rs grid only, and not with a probe.
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1, 0, Probe::none, -2}, {}, nullptr); }, "wide_n=-2 must be -1 (every tile wide) or a count");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 0, Probe::none, 1}, {}, nullptr); }, "wide_n=1 is for the grouped GEMM's tile 128x256rs only, not 128x128rs");

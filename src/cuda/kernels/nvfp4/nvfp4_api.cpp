@@ -131,6 +131,13 @@ bool dual_tile_ok(Tile t) {
 }
 constexpr int kMaxStreamKCtas = 4096;
 
+// The rs grids without a fallback tile (stream-K, the probes, the grouped `128x256rs`) copy the
+// weight scales by TMA, which needs them 16-byte aligned; the API allows 4.
+void require_tma_scales(const std::string& what, std::initializer_list<const Operand*> weights) {
+  for (const Operand* w : weights)
+    SWAPFFN_REQUIRE(aligned(w->scales, 16), what + " needs the weight scales 16-byte aligned (TMA copies)");
+}
+
 // stream_k: a non-negative CTA count; when set, at most the device's SM count (a tile's first CTA
 // waits for the CTAs of its other parts, so all must be resident, and an rs CTA takes a whole SM),
 // split_k 1, a tile that has a stream-K kernel, and weight scales the tile can copy by TMA (16-byte
@@ -148,8 +155,7 @@ void check_stream_k(const std::string& op, const TileConfig& c, bool tile_ok, co
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": stream_k=" + std::to_string(c.stream_k) + " with split_k=" +
                                       std::to_string(c.split_k) + " (stream-K replaces split-K; use split_k=1)");
   SWAPFFN_REQUIRE(tile_ok, op + ": stream_k is built for tile " + tiles + " only, not " + to_string(c.tile));
-  for (const Operand* w : weights)
-    SWAPFFN_REQUIRE(aligned(w->scales, 16), op + ": stream_k needs the weight scales 16-byte aligned (TMA copies)");
+  require_tma_scales(op + ": stream_k", weights);
 }
 
 // probe (diagnostics, TileConfig::probe): an rs tile's plain grid, with the weight scales 16-byte
@@ -161,8 +167,7 @@ void check_probe(const std::string& op, const TileConfig& c, int64_t m, std::ini
   const std::string what = op + ": probe=" + to_string(c.probe);
   SWAPFFN_REQUIRE(cu::is_rs_tile(c.tile), what + " runs only the rs tiles, not " + to_string(c.tile));
   SWAPFFN_REQUIRE(c.stream_k == 0, what + " runs the plain grid (stream_k=0), not stream_k=" + std::to_string(c.stream_k));
-  for (const Operand* w : weights)
-    SWAPFFN_REQUIRE(aligned(w->scales, 16), what + " needs the weight scales 16-byte aligned (TMA copies)");
+  require_tma_scales(what, weights);
   SWAPFFN_REQUIRE(c.probe != Probe::bulk_activations || m >= 0, what + " is not built for the grouped GEMM");
   SWAPFFN_REQUIRE(c.probe != Probe::bulk_activations || m % 128 == 0,
                   what + " needs M a multiple of 128, not " + std::to_string(m));
@@ -393,10 +398,8 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
   check_wide_n(op, c, true);
   // 128x128rs falls back to 128x128wg (the same tiling) where TMA cannot copy a group's scales;
   // 128x256rs has no tile of its own shape to fall back to.
-  for (size_t i = 0; i < p.groups.size(); ++i)
-    SWAPFFN_REQUIRE(c.tile != Tile::m128_n256_rs || aligned(p.groups[i].b.scales, 16),
-                    op + ": tile 128x256rs needs every group's weight scales 16-byte aligned (TMA copies); group " +
-                        std::to_string(i) + "'s are not");
+  for (size_t i = 0; i < p.groups.size() && c.tile == Tile::m128_n256_rs; ++i)
+    require_tma_scales(op + ": tile 128x256rs, group " + std::to_string(i) + ",", {&p.groups[i].b});
   // The grid's CTAs (cu::GroupArgs): 128x256rs puts every group's wide tiles first (all of them
   // for wide_n = -1), then the 128-wide tiles of the columns after them; the other tiles have one
   // width.

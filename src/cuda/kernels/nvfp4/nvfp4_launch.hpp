@@ -141,9 +141,9 @@ static_assert(sizeof(GroupedArgs) + sizeof(GroupedRsMapsOf<swapffn::nvfp4::kMaxG
 
 // Launches copy their kernel parameters, and at 64 group slots the rs grid's are 32 KB: launching
 // that grid alone measured 5.9-7.3 us against 3.5-3.8 for the GEMM's 1 KB, and 4.0-4.4 with 8
-// slots (docs/NVFP4.md, thirty-second and thirty-fourth steps). So the rs path and its pre-pass
-// launch with a block of kFewGroups slots when the groups fit (4 KB with the maps), else with all
-// kMaxGroups.
+// slots (docs/NVFP4.md, thirty-second and thirty-fourth steps). So every grouped grid and the rs
+// pre-pass launch with a block of kFewGroups slots when the groups fit (4 KB with the rs maps),
+// else with all kMaxGroups.
 inline constexpr int kFewGroups = 8;
 static_assert(kFewGroups <= swapffn::nvfp4::kMaxGroups, "the small parameter block is a prefix of the full one");
 template <class F>

@@ -28,8 +28,9 @@ namespace swapffn::cuda::nvfp4 {
 
 namespace {
 
-template <class Cfg, Path P>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) nvfp4_grouped_gemm_kernel(const __grid_constant__ GroupedArgs args) {
+template <class Cfg, Path P, int G>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    nvfp4_grouped_gemm_kernel(const __grid_constant__ GroupedArgsOf<G> args) {
   extern __shared__ __align__(128) uint8_t smem[];
   const GroupTile gt = group_tile<Cfg>(args);
   const GroupArgs& p = args.g[gt.g];
@@ -125,10 +126,12 @@ void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream
     if constexpr (decltype(path)::value == Path::wst || decltype(path)::value == Path::rs) {
       SWAPFFN_FAIL(std::string("NVFP4 grouped GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
     } else {
-      auto kernel = nvfp4_grouped_gemm_kernel<Cfg, decltype(path)::value>;
-      allow_dynamic_smem(kernel, Cfg::kSmemAlloc);
-      kernel<<<static_cast<unsigned>(args.total_tiles), Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args);
-      SWAPFFN_CHECK_LAUNCH();
+      with_group_capacity(args, [&](const auto& a) {
+        auto kernel = nvfp4_grouped_gemm_kernel<Cfg, decltype(path)::value, std::decay_t<decltype(a)>::kCapacity>;
+        allow_dynamic_smem(kernel, Cfg::kSmemAlloc);
+        kernel<<<static_cast<unsigned>(a.total_tiles), Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(a);
+        SWAPFFN_CHECK_LAUNCH();
+      });
     }
   });
 }
