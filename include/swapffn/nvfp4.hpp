@@ -111,7 +111,8 @@ struct GemvConfig {
 // *_wst with TMA copies into that raw ring (GEMM and dual GEMM only); *_wsta as *_wst with A
 // dequantized once by a pre-pass into the workspace (only B is dequantized per CTA); *_wstc as
 // *_wsta with the consumer warps converting half of B's k-tiles in the shadow of their MMAs;
-// *_rs (GEMM: 128x128, 128x256; dual GEMM: 128x128 or 128x64 of each product; grouped: 128x128) with A dequantized once and
+// *_rs (GEMM: 128x128, 128x256; dual GEMM: 128x128 or 128x64 of each product; grouped: 128x128,
+// 128x256, or both in one grid: TileConfig::wide_n) with A dequantized once and
 // B converted by the MMA warps straight into wgmma's register operand (operands swapped), so no
 // converted tile goes through shared memory.
 enum class Tile {
