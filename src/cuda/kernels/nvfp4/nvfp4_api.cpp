@@ -403,10 +403,10 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
   // The grid's CTAs (cu::GroupArgs): 128x256rs puts every group's wide tiles first (all of them
   // for wide_n = -1), then the 128-wide tiles of the columns after them; the other tiles have one
   // width.
-  const bool mixed = c.tile == Tile::m128_n256_rs;
+  const bool both_widths = c.tile == Tile::m128_n256_rs;
   cu::GroupedArgs a;
   a.groups = static_cast<int>(p.groups.size());
-  a.wide_n = !mixed ? 0 : c.wide_n < 0 ? std::numeric_limits<int>::max() : c.wide_n;
+  a.wide_n = !both_widths ? 0 : c.wide_n < 0 ? std::numeric_limits<int>::max() : c.wide_n;
   int64_t tiles = 0;
   for (int i = 0; i < a.groups; ++i) {
     const GemmProblem& q = p.groups[i];
@@ -417,17 +417,17 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
     g.m = static_cast<int>(q.m);
     g.n = static_cast<int>(q.n);
     g.k = static_cast<int>(q.k);
-    g.tiles_m = static_cast<int>(ceil_div(q.m, mixed ? 128 : tile_m(c.tile)));
+    g.tiles_m = static_cast<int>(ceil_div(q.m, both_widths ? 128 : tile_m(c.tile)));
     g.tile_begin = static_cast<int>(tiles);
     tiles += int64_t{g.tiles_m} * cu::group_wide_cols(g.n, a.wide_n);
   }
   a.wide_tiles = static_cast<int>(tiles);
   for (int i = 0; i < a.groups; ++i) {
     cu::GroupArgs& g = a.g[i];
-    const int64_t narrow_cols = mixed ? ceil_div(std::max<int64_t>(0, g.n - int64_t{256} * cu::group_wide_cols(g.n, a.wide_n)), 128)
+    const int64_t narrow_cols = both_widths ? ceil_div(std::max<int64_t>(0, g.n - int64_t{256} * cu::group_wide_cols(g.n, a.wide_n)), 128)
                                       : ceil_div(g.n, tile_n(c.tile));
     g.narrow_begin = static_cast<int>(tiles);
-    if (!mixed) g.tile_begin = g.narrow_begin;
+    if (!both_widths) g.tile_begin = g.narrow_begin;
     tiles += g.tiles_m * narrow_cols;
     SWAPFFN_REQUIRE(tiles < (int64_t{1} << 31), op + ": more than 2^31 output tiles");
   }

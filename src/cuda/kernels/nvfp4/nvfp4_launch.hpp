@@ -102,8 +102,8 @@ CUtensorMap make_tma_a16(uint8_t* a16, int64_t m, int64_t k, int64_t l, int tile
 
 // A group's CTAs. The grids of one tile width: [tile_begin, tile_begin + tiles), tiles_m m tiles of
 // each column tile adjacent; narrow_begin == tile_begin. The rs grid (both widths, TileConfig::
-// wide_n): its first segment holds every group's wide tiles, tiles_m x wide_cols(n) from
-// tile_begin, and the second the 128-wide tiles of the columns after them, from narrow_begin.
+// wide_n): its first segment holds every group's wide tiles, tiles_m x group_wide_cols(n, wide_n)
+// from tile_begin, and the second the 128-wide tiles of the columns after them, from narrow_begin.
 struct GroupArgs {
   OperandArgs a, b;
   void* c = nullptr;
