@@ -417,7 +417,7 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
     g.m = static_cast<int>(q.m);
     g.n = static_cast<int>(q.n);
     g.k = static_cast<int>(q.k);
-    g.tiles_m = static_cast<int>(ceil_div(q.m, both_widths ? 128 : tile_m(c.tile)));
+    g.tiles_m = static_cast<int>(ceil_div(q.m, tile_m(c.tile)));
     g.tile_begin = static_cast<int>(tiles);
     tiles += int64_t{g.tiles_m} * cu::group_wide_cols(g.n, a.wide_n);
   }

@@ -75,12 +75,11 @@ __global__ void __launch_bounds__(GroupNarrow::kThreads, 1)
   else run_group_tile_rs<GroupNarrow>(smem, args.g[gt.g], gt, maps.g[gt.g]);
 }
 
-// Shared memory for the widths the grid has.
+// Shared memory for the widths the grid has (launch_kernel_ex opts in to that size).
 template <int G>
 void launch_rs(const GroupedArgsOf<G>& args, const GroupedRsMapsOf<G>& maps, cudaStream_t stream) {
   launch_predequant_a_grouped(args, stream);
   const int smem = args.wide_tiles > 0 ? GroupWide::kSmemAlloc : GroupNarrow::kSmemAlloc;
-  allow_dynamic_smem(nvfp4_grouped_gemm_rs_kernel<G>, GroupWide::kSmemAlloc);
   launch_kernel_ex(nvfp4_grouped_gemm_rs_kernel<G>, dim3(static_cast<unsigned>(args.total_tiles)), dim3(GroupNarrow::kThreads),
                    dim3(1, 1, 1), smem, stream, true, args, maps);
 }
