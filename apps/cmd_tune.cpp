@@ -19,6 +19,7 @@
 #include "cuda/bench_runner.hpp"
 #include "cuda/fused/ffn_gemm_timing.hpp"
 #include "cuda/fused/fused_config.hpp"
+#include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "swapffn/engine.hpp"
 #endif
@@ -47,7 +48,7 @@ void run_tune(const TuneArgs& a) {
   std::printf("%-16s %7s %6s %6s %-14s %10s %8s\n", "gemm", "M", "N", "K", "variant", "us", "TF/s");
   for (const auto& t : cuda::time_ffn_gemms(int(cfg.d_model), int(cfg.d_ff), ms, a.repeats * 4, int(cfg.core_count)))
     std::printf("%-16s %7d %6d %6d %-14s %10.2f %8.1f %s\n", t.gemm.c_str(), t.m, t.n, t.k,
-                t.gemm.rfind("cublas", 0) == 0 ? "-" : t.variant.name().c_str(), t.us, t.tflops, t.algo.c_str());
+                t.label.c_str(), t.us, t.tflops, t.algo.c_str());
   if (a.gemms_only) return;
 
   std::printf("\n== whole token step per combination (fused backend, CUDA graph)\n");
@@ -61,6 +62,7 @@ void run_tune(const TuneArgs& a) {
   std::vector<std::string> downs{"cublas"};
   for (const auto& down : cuda::down_gemm_variants())
     if (down.split_k > 1 && cfg.d_model % (down.bn * down.multicast) == 0) downs.push_back(down.name());
+  for (const auto& down : cuda::cutlass_down_variants()) downs.push_back(down);
   for (int64_t b : a.batches)
     for (const auto& up : cuda::dual_gemm_variants())
       for (const auto& down : downs)
@@ -79,10 +81,7 @@ void run_tune(const TuneArgs& a) {
   // The router and the down GEMM's implementation fix the summation order, so one choice serves
   // every batch size (batch invariance): the class with the smallest sum over B of its time relative
   // to the best time at that B. Within it, the fastest tile variants per B.
-  const auto numerics = [](const Point& p) {
-    return p.router + "/" +
-           (p.down == "cublas" ? std::string("cublas") : "sk" + std::to_string(cuda::parse_gemm_variant(p.down).split_k));
-  };
+  const auto numerics = [](const Point& p) { return p.router + "/" + cuda::down_numerics(p.down); };
   std::map<int64_t, double> best_at;
   for (const auto& p : points) best_at[p.batch] = best_at.count(p.batch) ? std::min(best_at[p.batch], p.ms) : p.ms;
   std::map<std::string, std::map<int64_t, const Point*>> by_class;

@@ -6,14 +6,17 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_check.hpp"
 #include "gpu_backend_test_util.hpp"
 #include "cuda/device_buffer.hpp"
+#include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "swapffn/bf16.hpp"
 #include "swapffn/device.hpp"
+#include "swapffn/error.hpp"
 
 namespace swapffn::cuda {
 namespace {
@@ -171,9 +174,86 @@ std::vector<ResidualCase> residual_cases() {
 }
 INSTANTIATE_TEST_SUITE_P(Variants, ResidualGemm, ::testing::ValuesIn(residual_cases()));
 
+struct CutlassCase {
+  int m, n, k;
+  std::string variant;
+  bool residual;
+};
+
+class CutlassResidualGemm : public ::testing::TestWithParam<CutlassCase> {};
+
+// CUTLASS's down GEMM kernels: the same product, checked the same way (poisoned h without the
+// residual, every output finite and within fp32 accumulation error, two runs bitwise equal).
+TEST_P(CutlassResidualGemm, MatchesCpuAndIsDeterministic) {
+  SKIP_WITHOUT_HOPPER();
+  const auto& [m, n, k, variant, residual] = GetParam();
+  ResidualOperands ops(m, n, k, 3000 + m + n + k + variant.size());
+  auto& [a, w, h0, da, dw, dh] = ops;
+  const GemmResidualArgs args{reinterpret_cast<const __nv_bfloat16*>(da.get()),
+                              reinterpret_cast<const __nv_bfloat16*>(dw.get()), dh.get(), m, n, k, residual};
+  std::vector<std::vector<float>> runs;
+  for (int r = 0; r < 2; ++r) {
+    if (residual) {
+      dh.upload(h0);
+    } else {
+      CUDA_CHECK(cudaMemset(dh.get(), 0xFF, h0.size() * 4));  // NaN poison
+    }
+    launch_cutlass_gemm_residual(args, variant, nullptr, false);
+    SWAPFFN_CHECK_LAUNCH();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    runs.push_back(download(dh, h0.size()));
+  }
+  ASSERT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4)) << "not deterministic";
+  double max_err = 0;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      const double ref = (residual ? h0[size_t(i) * n + j] : 0.0) + dot(&a[size_t(i) * k], &w[size_t(j) * k], k);
+      const double got = runs[0][size_t(i) * n + j];
+      ASSERT_TRUE(std::isfinite(got)) << "h[" << i << "," << j << "] not written";
+      max_err = std::max(max_err, std::abs(got - ref));
+    }
+  EXPECT_LT(max_err, 1e-3) << "fp32 accumulation of O(1) terms";
+}
+
+// Partial tiles (M = 40, 300: a cluster whose second CTA has no rows), one k-tile (K = 64), and more
+// tiles than SMs (the persistent schedulers walk several tiles per CTA).
+std::vector<CutlassCase> cutlass_cases() {
+  std::vector<CutlassCase> out;
+  for (const auto& v : cutlass_down_variants()) {
+    out.push_back({512, 256, 1024, v, true});
+    out.push_back({40, 256, 64, v, true});
+    out.push_back({300, 256, 512, v, false});
+    out.push_back({2000, 1024, 320, v, true});
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Variants, CutlassResidualGemm, ::testing::ValuesIn(cutlass_cases()),
+                         [](const auto& info) { return info.param.variant + "_" + std::to_string(info.index); });
+
+TEST(CutlassResidualGemm, RefusesUnknownVariantsAndShapesNamingThem) {
+  SKIP_WITHOUT_HOPPER();
+  const GemmResidualArgs args{nullptr, nullptr, nullptr, 64, 256, 1024, true};
+  try {
+    launch_cutlass_gemm_residual(args, "pp_64x64_c9", nullptr, false);
+    ADD_FAILURE() << "unknown variant accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pp_64x64_c9"), std::string::npos) << e.what();
+  }
+  ResidualOperands ops(64, 256, 1028, 5);  // K = 1028: rows of u are not 16-byte aligned for the TMA
+  try {
+    launch_cutlass_gemm_residual({reinterpret_cast<const __nv_bfloat16*>(ops.da.get()),
+                                  reinterpret_cast<const __nv_bfloat16*>(ops.dw.get()), ops.dh.get(), 64, 256, 1028, true},
+                                 "pp_64x64_c2", nullptr, false);
+    ADD_FAILURE() << "K = 1028 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("K = 1028"), std::string::npos) << e.what();
+  }
+}
+
 // Batch invariance of the down GEMM: the split fixes each output's summation order, so variants of
 // one split give the same bits whatever their tile shape, multicast and the number of rows (the
-// first 130 rows alone, or among 1100 rows of the same operands).
+// first 130 rows alone, or among 1100 rows of the same operands). CUTLASS's kernels do not split K:
+// they must give the split-1 bits.
 TEST(ResidualGemm, SameSplitGivesSameBitsForAnyTileAndRowCount) {
   SKIP_WITHOUT_HOPPER();
   const int n = 1024, k = 4096, big = 1100, small = 130;
@@ -198,6 +278,18 @@ TEST(ResidualGemm, SameSplitGivesSameBitsForAnyTileAndRowCount) {
       for (int m : {small, big})
         EXPECT_EQ(0, std::memcmp(ref.data(), run(v, m).data(), ref.size() * 4))
             << v.name() << " at M = " << m << " differs from " << same[0].name() << " at M = " << small;
+    if (split != 1) continue;
+    for (const auto& name : cutlass_down_variants())
+      for (int m : {small, big}) {
+        dh.upload(h0);
+        launch_cutlass_gemm_residual({reinterpret_cast<const __nv_bfloat16*>(da.get()),
+                                      reinterpret_cast<const __nv_bfloat16*>(dw.get()), dh.get(), m, n, k, true},
+                                     name, nullptr, false);
+        SWAPFFN_CHECK_LAUNCH();
+        CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(0, std::memcmp(ref.data(), download(dh, size_t(small) * n).data(), ref.size() * 4))
+            << "CUTLASS " << name << " at M = " << m << " differs from " << same[0].name() << " at M = " << small;
+      }
   }
 }
 

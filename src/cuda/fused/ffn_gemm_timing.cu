@@ -8,6 +8,7 @@
 #include "cuda/gpu_engine.hpp"
 #include "cuda/unfused/batch_invariant_gemm.hpp"
 #include "cuda/kernels/random_fill.hpp"
+#include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
 
 namespace swapffn::cuda {
 namespace {
@@ -74,7 +75,7 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
     for (const auto& v : dual_gemm_variants()) {
       DualGemmSwigluArgs args{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
       const double us = median_us([&] { launch_dual_gemm_swiglu(args, v, stream, true); }, repeats, stream);
-      out.push_back({"dual_swiglu", m, 2 * d_ff, d_model, v, us, f1 / us * 1e-6});
+      out.push_back({"dual_swiglu", m, 2 * d_ff, d_model, v.name(), us, f1 / us * 1e-6});
     }
     pinned.set_rows(m);
     // Whether each variant sums like cuBLAS's batch-invariant down GEMM: both from the same random h;
@@ -84,28 +85,41 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
     pinned.run(m, w2.get(), u.get(), h_theirs.get(), workspace.get(), stream);
     std::vector<float> pinned_h(hn), variant_h(hn);
     CUDA_CHECK(cudaMemcpyAsync(pinned_h.data(), h_theirs.get(), hn * 4, cudaMemcpyDeviceToHost, stream));
+    const auto same_bits = [&](auto&& launch_into) {
+      fill_random_f32(h_ours.get(), int64_t(hn), 8, 1.f, stream);
+      launch_into(h_ours.get());
+      CUDA_CHECK(cudaMemcpyAsync(variant_h.data(), h_ours.get(), hn * 4, cudaMemcpyDeviceToHost, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      return std::string(std::memcmp(variant_h.data(), pinned_h.data(), hn * 4) == 0 ? "bits = cuBLAS pinned"
+                                                                                     : "bits != cuBLAS pinned");
+    };
     for (const auto& v : down_gemm_variants()) {
       GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
       const double us = median_us([&] { launch_gemm_residual(args, v, stream, true); }, repeats, stream);
-      fill_random_f32(h_ours.get(), int64_t(hn), 8, 1.f, stream);
-      launch_gemm_residual({u.get(), w2.get(), h_ours.get(), m, d_model, d_ff, true}, v, stream, false);
-      CUDA_CHECK(cudaMemcpyAsync(variant_h.data(), h_ours.get(), hn * 4, cudaMemcpyDeviceToHost, stream));
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      const bool same = std::memcmp(variant_h.data(), pinned_h.data(), hn * 4) == 0;
-      out.push_back({"down_residual", m, d_model, d_ff, v, us, f2 / us * 1e-6,
-                     std::string(same ? "bits = cuBLAS pinned" : "bits != cuBLAS pinned") + ", " +
-                         std::to_string(down_gemm_clusters_per_wave(v)) + (v.split_k * v.multicast > 1 ? " clusters" : " CTAs") +
-                         " per wave"});
+      const std::string bits = same_bits([&](float* into) {
+        launch_gemm_residual({u.get(), w2.get(), into, m, d_model, d_ff, true}, v, stream, false);
+      });
+      out.push_back({"down_residual", m, d_model, d_ff, v.name(), us, f2 / us * 1e-6,
+                     bits + ", " + std::to_string(down_gemm_clusters_per_wave(v)) +
+                         (v.split_k * v.multicast > 1 ? " clusters" : " CTAs") + " per wave"});
+    }
+    for (const auto& name : cutlass_down_variants()) {
+      GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
+      const double us = median_us([&] { launch_cutlass_gemm_residual(args, name, stream, true); }, repeats, stream);
+      const std::string bits = same_bits([&](float* into) {
+        launch_cutlass_gemm_residual({u.get(), w2.get(), into, m, d_model, d_ff, true}, name, stream, false);
+      });
+      out.push_back({"down_cutlass", m, d_model, d_ff, name, us, f2 / us * 1e-6, bits});
     }
     const double us1 = median_us([&] { cublas_nt(handle, a.get(), w13.get(), scratch.get(), m, 2 * d_ff, d_model); },
                                  repeats, stream);
-    out.push_back({"cublas_gate_up", m, 2 * d_ff, d_model, {}, us1, f1 / us1 * 1e-6});
+    out.push_back({"cublas_gate_up", m, 2 * d_ff, d_model, "-", us1, f1 / us1 * 1e-6});
     const double us2 = median_us([&] { cublas_nt(handle, u.get(), w2.get(), scratch.get(), m, d_model, d_ff); },
                                  repeats, stream);
-    out.push_back({"cublas_down", m, d_model, d_ff, {}, us2, f2 / us2 * 1e-6});
+    out.push_back({"cublas_down", m, d_model, d_ff, "-", us2, f2 / us2 * 1e-6});
     const double us3 = median_us([&] { pinned.run(m, w2.get(), u.get(), h.get(), workspace.get(), stream); }, repeats,
                                  stream);
-    out.push_back({"cublas_down_pinned", m, d_model, d_ff, {}, us3, f2 / us3 * 1e-6, pinned.describe(m)});
+    out.push_back({"cublas_down_pinned", m, d_model, d_ff, "-", us3, f2 / us3 * 1e-6, pinned.describe(m)});
   }
   {
     const int n = 8192;
@@ -113,7 +127,7 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
     fill_random_bf16(x.get(), int64_t(x.size()), 6, 1.f, stream);
     fill_random_bf16(y.get(), int64_t(y.size()), 7, 1.f, stream);
     const double us = median_us([&] { cublas_nt(handle, x.get(), y.get(), z.get(), n, n, n); }, std::max(3, repeats / 4), stream);
-    out.push_back({"cublas_peak", n, n, n, {}, us, 2.0 * n * n * n / us * 1e-6});
+    out.push_back({"cublas_peak", n, n, n, "-", us, 2.0 * n * n * n / us * 1e-6});
   }
   CUBLAS_CHECK(cublasDestroy(handle));
   CUDA_CHECK(cudaStreamDestroy(stream));

@@ -9,11 +9,12 @@
 namespace swapffn::cuda {
 
 struct GemmTiming {
-  // "dual_swiglu", "down_residual", "cublas_gate_up", "cublas_down", "cublas_down_pinned" (the
-  // fused step's down GEMM: batch-invariant cuBLASLt, fp32 h += u W2^T), "cublas_peak"
+  // "dual_swiglu", "down_residual", "down_cutlass" (the same product through CUTLASS's kernels),
+  // "cublas_gate_up", "cublas_down", "cublas_down_pinned" (the fused step's down GEMM:
+  // batch-invariant cuBLASLt, fp32 h += u W2^T), "cublas_peak"
   std::string gemm;
   int m = 0, n = 0, k = 0;
-  GemmVariant variant;  // meaningless for cuBLAS rows
+  std::string label;    // the variant's name ("-" for cuBLAS rows)
   double us = 0;        // median time of one launch
   double tflops = 0;
   std::string algo;     // cuBLASLt algorithm of the pinned row; for our down variants, whether

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
 
@@ -70,7 +71,8 @@ GemmVariant down_for_split(int split, int64_t rows, int64_t d_model) {
 
 void set_down(FusedKernelConfig& k, const std::string& val, int64_t rows, int64_t d_model) {
   k.down_cublas = val == "cublas";
-  if (k.down_cublas) return;
+  k.down_cutlass = is_cutlass_down_variant(val) ? val : "";
+  if (k.down_cublas || !k.down_cutlass.empty()) return;
   if (val.size() > 2 && val.compare(0, 2, "sk") == 0 && val.find('_') == std::string::npos) {
     size_t used = 0;
     int split = 0;
@@ -83,14 +85,18 @@ void set_down(FusedKernelConfig& k, const std::string& val, int64_t rows, int64_
     k.down = down_for_split(split, rows, d_model);
     return;
   }
-  k.down = parse_gemm_variant(val);
-  bool compiled = false;
   std::string names;
-  for (const auto& v : down_gemm_variants()) {
-    compiled = compiled || v == k.down;
-    names += (names.empty() ? "" : ", ") + v.name();
+  for (const auto& v : down_gemm_variants()) names += (names.empty() ? "" : ", ") + v.name();
+  for (const auto& v : cutlass_down_variants()) names += ", " + v;
+  bool compiled = false;
+  try {
+    k.down = parse_gemm_variant(val);
+    for (const auto& v : down_gemm_variants()) compiled = compiled || v == k.down;
+  } catch (const Error&) {
+    compiled = false;
   }
-  SWAPFFN_REQUIRE(compiled, "kernel config down=" + val + ": no such down GEMM variant is compiled (" + names + ")");
+  SWAPFFN_REQUIRE(compiled, "kernel config down=" + val + ": no such down GEMM variant is compiled (cublas, sk2, sk4, " +
+                                names + ")");
 }
 
 void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows, int64_t d_model) {
@@ -169,13 +175,13 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
   FusedKernelConfig one = from_tune_file(cfg, 1, file);
   apply_override(one, kernel_config, cfg.core_count, cfg.d_model);
   const auto numerics = [](const FusedKernelConfig& c) {
-    return c.router + (c.down_cublas ? std::string("/cublas") : "/sk" + std::to_string(c.down.split_k));
+    return c.router + "/" + down_numerics(c.down_cublas ? "cublas" : c.down_cutlass.empty() ? c.down.name() : c.down_cutlass);
   };
   SWAPFFN_REQUIRE(numerics(k) == numerics(one),
                   "fused: router and down-GEMM implementation must be the same at every batch size (batch "
                   "invariance); batch " + std::to_string(batch) + " would use " + numerics(k) + ", batch 1 " +
                       numerics(one) + " (tuning cache '" + file + "')");
-  SWAPFFN_REQUIRE(k.down_cublas || (cfg.d_ff % (64 * k.down.split_k) == 0 && cfg.d_model % (k.down.bn * k.down.multicast) == 0),
+  SWAPFFN_REQUIRE(k.down_cublas || !k.down_cutlass.empty() || (cfg.d_ff % (64 * k.down.split_k) == 0 && cfg.d_model % (k.down.bn * k.down.multicast) == 0),
                   "fused: down GEMM " + k.down.name() + " needs d_ff a multiple of " + std::to_string(64 * k.down.split_k) +
                       " and d_model a multiple of " + std::to_string(k.down.bn * k.down.multicast) + " (d_ff = " +
                       std::to_string(cfg.d_ff) + ", d_model = " + std::to_string(cfg.d_model) + ")");
@@ -183,6 +189,13 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
                   "fused: router_grid=" + to_string(k.router_grid) + " needs router=event (the " + k.router +
                       " router has no CTA grid to choose)");
   return k;
+}
+
+std::string down_numerics(const std::string& down) {
+  if (down == "cublas") return down;
+  if (is_cutlass_down_variant(down)) return "sk1";
+  if (down.size() > 2 && down.compare(0, 2, "sk") == 0 && down.find('_') == std::string::npos) return down;
+  return "sk" + std::to_string(parse_gemm_variant(down).split_k);
 }
 
 GemmVariant parse_gemm_variant(const std::string& name) {

@@ -16,6 +16,9 @@ struct FusedKernelConfig {
   // down_cublas, cuBLASLt with beta = 1 (batch-invariant algorithms, as in the unfused backend).
   GemmVariant down{64, 6, 2, 1};
   bool down_cublas = true;
+  // When set (and not down_cublas): the down GEMM through CUTLASS's sm90 kernels, this variant
+  // (sm90_bf16_gemm_residual_cutlass.hpp), instead of `down`. It does not split K.
+  std::string down_cutlass;
   bool pdl = true;                // programmatic dependent launch for the GEMMs
   // Event head: "cublas" = RMSNorm (fused into the previous kernel) + cuBLASLt router GEMM + the
   // decision/swap kernel; "event" = the one-kernel event router (event_router.cu). The built-in
@@ -35,12 +38,18 @@ void check_fused_supports(const Config& cfg);
 
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
-// kernel_config ("up=<variant>,down=<variant>|cublas|sk2|sk4,router=cublas|event,router_grid=<grid>,
-// chunk=<rows>,pdl=0|1", each part optional) overrides; sk<N>: our down GEMM with split-K N, its tile
-// width chosen for the batch size; pdl: programmatic dependent launch of our kernels (on by default).
+// kernel_config ("up=<variant>,down=<variant>|<cutlass variant>|cublas|sk2|sk4,router=cublas|event,
+// router_grid=<grid>,chunk=<rows>,pdl=0|1", each part optional) overrides; sk<N>: our down GEMM with
+// split-K N, its tile width chosen for the batch size; pdl: programmatic dependent launch of our
+// kernels and CUTLASS's (on by default).
 FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,
                                       const std::string& kernel_config);
 
 GemmVariant parse_gemm_variant(const std::string& name);
+
+// The summation-order class of a down GEMM choice (a kernel-config value of down=): "cublas", or
+// "sk<N>" for a kernel that splits K N ways (CUTLASS's variants and our sk1 tiles: "sk1"). Choices
+// of one class may differ between batch sizes (batch invariance); the tuner groups by it.
+std::string down_numerics(const std::string& down);
 
 }  // namespace swapffn::cuda

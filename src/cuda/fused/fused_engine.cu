@@ -17,6 +17,7 @@
 #include "cuda/kernels/event_router.hpp"
 #include "cuda/kernels/router_select_swap.hpp"
 #include "cuda/unfused/batch_invariant_gemm.hpp"
+#include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "swapffn/device.hpp"
 
@@ -92,6 +93,9 @@ class FusedEngine final : public GpuEngine {
                                   kcfg_.up, stream_, kcfg_.pdl);
           if (kcfg_.down_cublas) {
             down_gemm_->run(rows, w2_.get(), u_.get(), h, gemm_workspace_.get(), stream_);
+          } else if (!kcfg_.down_cutlass.empty()) {
+            launch_cutlass_gemm_residual({as_nv(u_.get()), as_nv(w2_.get()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
+                                         kcfg_.down_cutlass, stream_, kcfg_.pdl);
           } else {
             launch_gemm_residual({as_nv(u_.get()), as_nv(w2_.get()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
                                  kcfg_.down, stream_, kcfg_.pdl);
