@@ -71,9 +71,9 @@ INSTANTIATE_TEST_SUITE_P(
                       CheckCase{"tiny", 3, 4, "down=bm64_bn64_st12_sk1_mc1"},  // 64-row tiles, 2 M tiles
                       CheckCase{"tiny", 3, 4, "up=bn128_st3_sk1_mc1_o2"},
                       CheckCase{"tiny", 2, 4, "router=cublas,down=bn64_st6_sk2_mc1,chunk=64"},
-                      CheckCase{"tiny", 3, 4, "down=pp_64x64_c2"},  // CUTLASS's kernels (with PDL)
-                      CheckCase{"tiny", 3, 4, "down=co_128x256_c2,chunk=48"},
-                      CheckCase{"default", 1, 2, "down=pp_64x64_c2"},
+                      CheckCase{"tiny", 3, 4, "down=pp_64x64_c1x2"},  // CUTLASS's kernels (with PDL)
+                      CheckCase{"tiny", 3, 4, "down=co_128x256_c2x1,chunk=48"},
+                      CheckCase{"default", 1, 2, "down=pp_64x64_c1x2"},
                       CheckCase{"default", 1, 2, ""}, CheckCase{"default", 2, 1, "router=cublas,down=bn64_st6_sk2_mc1"},
                       CheckCase{"default", 1, 2, "down=sk4"}, CheckCase{"default", 3, 1, "down=sk4,router=cublas"}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
@@ -151,7 +151,7 @@ TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         {"default", 4, "up=bn128_st3_sk1_mc1_o2", "cublas"},
         {"default", 9, "chunk=1536", "sk4"},
         // CUTLASS: a wide cooperative tile for the batch, the pingpong 64 x 64 tile alone.
-        {"default", 9, "down=co_128x256_c2", "pp_64x64_c2"}}) {
+        {"default", 9, "down=co_128x256_c2x1", "pp_64x64_c1x2"}}) {
     const Weights& w = weights_of(preset);
     const bool tiny = preset[0] == 't';
     const int64_t T = tiny ? 3 : 2, D = w.cfg.d_model, pick = 3;

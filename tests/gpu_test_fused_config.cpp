@@ -69,11 +69,11 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(select_fused_config(cfg, 16, "", "down=sk2").down.split_k, 2);
   // CUTLASS's kernels by variant name; they do not split K, so they share the sk1 class with our
   // non-split tiles and may differ between batch sizes.
-  const FusedKernelConfig ct = select_fused_config(cfg, 1, "", "down=pp_64x64_c2");
+  const FusedKernelConfig ct = select_fused_config(cfg, 1, "", "down=pp_64x64_c1x2");
   EXPECT_FALSE(ct.down_cublas);
-  EXPECT_EQ(ct.down_cutlass, "pp_64x64_c2");
-  EXPECT_TRUE(select_fused_config(cfg, 1, "", "down=pp_64x64_c2,down=cublas").down_cutlass.empty());
-  EXPECT_EQ(down_numerics("pp_64x64_c2"), "sk1");
+  EXPECT_EQ(ct.down_cutlass, "pp_64x64_c1x2");
+  EXPECT_TRUE(select_fused_config(cfg, 1, "", "down=pp_64x64_c1x2,down=cublas").down_cutlass.empty());
+  EXPECT_EQ(down_numerics("pp_64x64_c1x2"), "sk1");
   EXPECT_EQ(down_numerics("bm64_bn64_st12_sk1_mc1"), "sk1");
   EXPECT_EQ(down_numerics("bn64_st6_sk2_mc1"), "sk2");
   EXPECT_EQ(down_numerics("sk4"), "sk4");
@@ -91,7 +91,7 @@ TEST(FusedConfig, DefaultsAndOverrides) {
 TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
   const Config cfg = Config::preset("default");
   for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
-           {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "compiled"}, {"down=pp_64x64_c3", "pp_64x64_c2"},
+           {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "compiled"}, {"down=pp_64x64_c3x1", "pp_64x64_c1x2"},
            {"down=sk3", "N = 2 or 4"}, {"down=sk4x", "sk<N>"},
            {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}, {"router_grid=24", "'24'"},
            {"pdl=yes", "pdl"},

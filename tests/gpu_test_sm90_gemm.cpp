@@ -243,7 +243,7 @@ TEST(CutlassResidualGemm, RefusesUnknownVariantsAndShapesNamingThem) {
   try {
     launch_cutlass_gemm_residual({reinterpret_cast<const __nv_bfloat16*>(ops.da.get()),
                                   reinterpret_cast<const __nv_bfloat16*>(ops.dw.get()), ops.dh.get(), 64, 256, 1028, true},
-                                 "pp_64x64_c2", nullptr, false);
+                                 "pp_64x64_c1x2", nullptr, false);
     ADD_FAILURE() << "K = 1028 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("K = 1028"), std::string::npos) << e.what();

@@ -1,6 +1,6 @@
 // The fused backend's down GEMM h (+)= u W2^T through CUTLASS's sm90 kernels
 // (sm90_bf16_gemm_residual_cutlass.cu says why). Variants are named by schedule, tile and cluster:
-// pp_64x64_c2 = pingpong consumers, 64 x 64 tiles, 2-CTA clusters along M.
+// pp_64x64_c1x2 = pingpong consumers, 64 x 64 tiles, clusters of 1 x 2 CTAs (M x N).
 #pragma once
 #include <cuda_runtime.h>
 
