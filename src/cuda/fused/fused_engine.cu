@@ -8,6 +8,9 @@
 // RMSNorm of the next GEMM's operand}. Our kernels use programmatic dependent launch. A token step
 // is one CUDA graph (GpuEngine).
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/backends.hpp"
 #include "cuda/fused/fused_config.hpp"
@@ -49,6 +52,13 @@ class FusedEngine final : public GpuEngine {
     down_gemm_->set_rows(chunk_);
     z_.resize(size_t(M * cfg_.d_router));
     u_.resize(size_t(chunk_ * F));  // one chunk's intermediate, reused by every chunk
+    if (const char* v = std::getenv("SWAPFFN_LOG_GEMMS"); v && *v && std::strcmp(v, "0") != 0) {
+      const std::string down = kcfg_.down_cublas            ? "cuBLASLt " + down_gemm_->describe(chunk_)
+                               : kcfg_.down_cutlass.empty() ? kcfg_.down.name()
+                                                            : "CUTLASS " + kcfg_.down_cutlass;
+      std::fprintf(stderr, "fused B=%lld: up %s, down %s, router %s\n", static_cast<long long>(batch),
+                   kcfg_.up.name().c_str(), down.c_str(), kcfg_.router.c_str());
+    }
   }
 
   void enqueue_step(PhaseTimer* timer) override {
