@@ -35,6 +35,11 @@ namespace swapffn::cuda {
 //   The sm90 variants stay selectable (kernel config down=<variant>|sk2|sk4) for tuning; whichever is
 //   chosen keeps its split at every batch size (the split fixes the summation order: batch invariance;
 //   only the tile width may follow the batch size).
+//   CUTLASS's sm90 kernels (down=pp_64x64_c1x2|co_128x128_c2x1|co_128x256_c2x1; eighteenth session)
+//   give cuBLAS's bits and take part in the PDL chain, but run M = 512 in 14.9 us against nvjet's
+//   13.2-13.4 (step at B = 1 0.565 against 0.53-0.54 ms) and are level with cuBLAS at M = 8192
+//   (107-110 us; step at B = 16 and 64 within +-2%). Selectable, not a default: switching between
+//   them and cuBLAS by batch size would mix two numerics classes.
 //   Rejected: split-K through a global workspace (extra [M, D] fp32 round trip and a second pass),
 //   and atomics (order-dependent, not deterministic).
 // - router: the one-kernel event router (B = 1: 0.626 ms per step against 0.665 with the cuBLAS
