@@ -102,6 +102,28 @@ void run_gemv(int64_t m, int64_t k, int64_t l, ScaleLayout layout, const GemvCon
 
 const GemvDecode kDecodes[] = {GemvDecode::int8, GemvDecode::mma};
 
+// Host-side choice; no GPU needed.
+TEST(Nvfp4Config, ChoosersRefuseANonPositiveSmCount) {
+  const GemmProblem g{128, 4096, 7168, 1, {}, {}, nullptr};
+  GroupedGemmProblem grouped;
+  grouped.groups.push_back(g);
+  for (int sms : {0, -132}) {
+    const auto refused = [&](auto&& choose, const char* who) {
+      try {
+        choose();
+        ADD_FAILURE() << who << " accepted sm_count " << sms;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(who), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(std::to_string(sms)), std::string::npos) << e.what();
+      }
+    };
+    refused([&] { choose_gemv_config(GemvProblem{7168, 16384, 1, {}, {}, nullptr}, sms); }, "choose_gemv_config");
+    refused([&] { choose_gemm_config(g, sms); }, "choose_gemm_config");
+    refused([&] { choose_dual_config(DualGemmProblem{256, 4096, 7168, 1, {}, {}, {}, nullptr}, sms); }, "choose_dual_config");
+    refused([&] { choose_grouped_config(grouped, sms); }, "choose_grouped_config");
+  }
+}
+
 TEST_F(Nvfp4Gpu, GemvBitExact) {
   for (ScaleLayout layout : kLayouts)
     for (GemvDecode d : kDecodes) {

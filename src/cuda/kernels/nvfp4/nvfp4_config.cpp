@@ -87,6 +87,13 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The configurations are sized to the machine; a count that is not a GPU's would divide by zero or
+// silently pick a grid for nothing.
+void require_sm_count(const char* who, int sm_count) {
+  SWAPFFN_REQUIRE(sm_count > 0, std::string(who) + ": sm_count must be the device's multiprocessor count (> 0), got " +
+                                    std::to_string(sm_count));
+}
+
 // Split-K that brings `tiles` CTAs (`per_sm` resident per SM) closest to whole waves without
 // going below `min_ktiles` k-tiles per CTA. Rejected alternative: always filling one wave exactly,
 // which for M = 128 problems splits K so finely that the fixed-order reduction dominates.
@@ -128,6 +135,7 @@ int pick_split(int64_t tiles, int64_t ktiles, int sm_count, int per_sm, int64_t 
 // took 25.8 us). Split 2 was slower everywhere (the CTAs already fill the SMs). A K so long that
 // even split 64 (the API's limit) leaves b's copy over that budget takes the register path.
 GemvConfig choose_gemv_config(const GemvProblem& p, int sm_count) {
+  require_sm_count("choose_gemv_config", sm_count);
   GemvConfig c;
   c.decode = GemvDecode::int8;
   const int64_t blocks = ceil_div(p.m, 32) * p.l;
@@ -209,6 +217,7 @@ int ws_split(int64_t tiles, int64_t ktiles, int sm_count, int64_t min_ktiles = 1
 // us against 28.1-28.6 for `128x128rs` split 4), and ties at split 2 (128x7168x16384: 65.2 unsplit
 // against 64.7), where `128x128rs` stays.
 TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
+  require_sm_count("choose_gemm_config", sm_count);
   TileConfig c;
   if (p.m <= 64) {
     c.tile = Tile::m64_n128;
@@ -249,6 +258,7 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count) {
 // 128x7168x16384 65.5 us at 132 CTAs against 65.2 for `128x128rs` split 2, 128x7168x2048 21.5
 // against 16.7 for `128x64rs` (docs/NVFP4.md, twenty-seventh step).
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
+  require_sm_count("choose_dual_config", sm_count);
   TileConfig c;
   const int64_t rs_tiles = ceil_div(p.m, 128) * ceil_div(p.n, 128) * p.l;
   if (p.m <= 64) {
@@ -322,6 +332,7 @@ double grouped_rs_time(const GroupedGemmProblem& p, int wide_n, int sm_count) {
 // cannot copy keep `128x128rs`, which falls back to a tile of the same shape (the two-slab tile has
 // none).
 TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count) {
+  require_sm_count("choose_grouped_config", sm_count);
   int64_t sum_m = 0, tiles256 = 0;
   int max_wide = 0;
   bool tma_scales = true;
