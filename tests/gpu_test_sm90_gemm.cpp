@@ -128,15 +128,15 @@ struct ResidualOperands {
   }
 };
 
-class ResidualGemm : public ::testing::TestWithParam<ResidualCase> {};
-
-TEST_P(ResidualGemm, MatchesCpuAndIsDeterministic) {
-  SKIP_WITHOUT_HOPPER();
-  const auto [m, n, k, v, residual] = GetParam();
-  ResidualOperands ops(m, n, k, 2000 + m + n + k + v.bn + v.split_k + v.bm + 7 * v.stages + 13 * v.multicast);
+// h (+)= A W^T through `launch` (which takes the arguments) against the CPU: h poisoned with NaN
+// without the residual, every output finite and within fp32 accumulation error, two runs bitwise
+// equal.
+template <class Launch>
+void expect_residual_gemm_correct(int m, int n, int k, bool residual, uint64_t seed, Launch&& launch) {
+  ResidualOperands ops(m, n, k, seed);
   auto& [a, w, h0, da, dw, dh] = ops;
-  GemmResidualArgs args{reinterpret_cast<const __nv_bfloat16*>(da.get()),
-                        reinterpret_cast<const __nv_bfloat16*>(dw.get()), dh.get(), m, n, k, residual};
+  const GemmResidualArgs args{reinterpret_cast<const __nv_bfloat16*>(da.get()),
+                              reinterpret_cast<const __nv_bfloat16*>(dw.get()), dh.get(), m, n, k, residual};
   std::vector<std::vector<float>> runs;
   for (int r = 0; r < 2; ++r) {
     if (residual) {
@@ -144,7 +144,7 @@ TEST_P(ResidualGemm, MatchesCpuAndIsDeterministic) {
     } else {
       CUDA_CHECK(cudaMemset(dh.get(), 0xFF, h0.size() * 4));  // NaN poison
     }
-    launch_gemm_residual(args, v, nullptr, false);
+    launch(args);
     SWAPFFN_CHECK_LAUNCH();
     CUDA_CHECK(cudaDeviceSynchronize());
     runs.push_back(download(dh, h0.size()));
@@ -159,6 +159,15 @@ TEST_P(ResidualGemm, MatchesCpuAndIsDeterministic) {
       max_err = std::max(max_err, std::abs(got - ref));
     }
   EXPECT_LT(max_err, 1e-3) << "fp32 accumulation of O(1) terms";
+}
+
+class ResidualGemm : public ::testing::TestWithParam<ResidualCase> {};
+
+TEST_P(ResidualGemm, MatchesCpuAndIsDeterministic) {
+  SKIP_WITHOUT_HOPPER();
+  const auto [m, n, k, v, residual] = GetParam();
+  expect_residual_gemm_correct(m, n, k, residual, 2000 + m + n + k + v.bn + v.split_k + v.bm + 7 * v.stages + 13 * v.multicast,
+                               [&](const GemmResidualArgs& args) { launch_gemm_residual(args, v, nullptr, false); });
 }
 
 std::vector<ResidualCase> residual_cases() {
@@ -182,37 +191,13 @@ struct CutlassCase {
 
 class CutlassResidualGemm : public ::testing::TestWithParam<CutlassCase> {};
 
-// CUTLASS's down GEMM kernels: the same product, checked the same way (poisoned h without the
-// residual, every output finite and within fp32 accumulation error, two runs bitwise equal).
+// CUTLASS's down GEMM kernels: the same product, checked the same way.
 TEST_P(CutlassResidualGemm, MatchesCpuAndIsDeterministic) {
   SKIP_WITHOUT_HOPPER();
   const auto& [m, n, k, variant, residual] = GetParam();
-  ResidualOperands ops(m, n, k, 3000 + m + n + k + variant.size());
-  auto& [a, w, h0, da, dw, dh] = ops;
-  const GemmResidualArgs args{reinterpret_cast<const __nv_bfloat16*>(da.get()),
-                              reinterpret_cast<const __nv_bfloat16*>(dw.get()), dh.get(), m, n, k, residual};
-  std::vector<std::vector<float>> runs;
-  for (int r = 0; r < 2; ++r) {
-    if (residual) {
-      dh.upload(h0);
-    } else {
-      CUDA_CHECK(cudaMemset(dh.get(), 0xFF, h0.size() * 4));  // NaN poison
-    }
+  expect_residual_gemm_correct(m, n, k, residual, 3000 + m + n + k + variant.size(), [&](const GemmResidualArgs& args) {
     launch_cutlass_gemm_residual(args, variant, nullptr, false);
-    SWAPFFN_CHECK_LAUNCH();
-    CUDA_CHECK(cudaDeviceSynchronize());
-    runs.push_back(download(dh, h0.size()));
-  }
-  ASSERT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4)) << "not deterministic";
-  double max_err = 0;
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < n; ++j) {
-      const double ref = (residual ? h0[size_t(i) * n + j] : 0.0) + dot(&a[size_t(i) * k], &w[size_t(j) * k], k);
-      const double got = runs[0][size_t(i) * n + j];
-      ASSERT_TRUE(std::isfinite(got)) << "h[" << i << "," << j << "] not written";
-      max_err = std::max(max_err, std::abs(got - ref));
-    }
-  EXPECT_LT(max_err, 1e-3) << "fp32 accumulation of O(1) terms";
+  });
 }
 
 // Partial tiles (M = 40, 300: a cluster whose second CTA has no rows), one k-tile (K = 64), and more

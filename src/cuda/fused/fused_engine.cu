@@ -2,7 +2,7 @@
 // (a weight tile loaded once serves 128 core rows) and fuse what surrounds them: the SwiGLU lives in
 // the up-projection's epilogue (no [M, 2F] intermediate, no elementwise pass) and the residual add
 // in the down-projection's (h is updated in place in fp32; by default through cuBLASLt's beta = 1,
-// which measured faster than our split-K kernel, see fused_config.cpp). Per event: the event head
+// which measured faster than our split-K kernel and CUTLASS's, see fused_config.cpp). Per event: the event head
 // (by default the one-kernel event router: router GEMM, decisions, swap and the FFN's RMSNorm; or
 // the cuBLASLt router GEMM and the decision/swap kernel), then k_ffn x {dual GEMM, down GEMM,
 // RMSNorm of the next GEMM's operand}. Our kernels use programmatic dependent launch. A token step
