@@ -424,8 +424,7 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
   a.wide_tiles = static_cast<int>(tiles);
   for (int i = 0; i < a.groups; ++i) {
     cu::GroupArgs& g = a.g[i];
-    const int64_t narrow_cols = both_widths ? ceil_div(std::max<int64_t>(0, g.n - int64_t{256} * cu::group_wide_cols(g.n, a.wide_n)), 128)
-                                      : ceil_div(g.n, tile_n(c.tile));
+    const int64_t narrow_cols = both_widths ? cu::group_narrow_cols(g.n, a.wide_n) : ceil_div(g.n, tile_n(c.tile));
     g.narrow_begin = static_cast<int>(tiles);
     if (!both_widths) g.tile_begin = g.narrow_begin;
     tiles += g.tiles_m * narrow_cols;

@@ -306,10 +306,8 @@ double grouped_rs_time(const GroupedGemmProblem& p, int wide_n, int sm_count) {
   };
   for (const auto& g : p.groups)
     run(ceil_div(g.m, 128) * cuda::nvfp4::group_wide_cols(static_cast<int>(g.n), wide_n), kWideCost * static_cast<double>(g.k));
-  for (const auto& g : p.groups) {
-    const int64_t rest = g.n - int64_t{256} * cuda::nvfp4::group_wide_cols(static_cast<int>(g.n), wide_n);
-    run(ceil_div(g.m, 128) * ceil_div(std::max<int64_t>(rest, 0), 128), static_cast<double>(g.k));
-  }
+  for (const auto& g : p.groups)
+    run(ceil_div(g.m, 128) * cuda::nvfp4::group_narrow_cols(static_cast<int>(g.n), wide_n), static_cast<double>(g.k));
   return end;
 }
 }  // namespace

@@ -124,6 +124,11 @@ struct GroupedArgsOf {
   int wide_tiles = 0, wide_n = 0;
 };
 __host__ __device__ inline int group_wide_cols(int n, int wide_n) { return wide_n < (n + 255) / 256 ? wide_n : (n + 255) / 256; }
+// The 128-wide column tiles of the columns after a group's wide ones.
+__host__ __device__ inline int group_narrow_cols(int n, int wide_n) {
+  const int rest = n - 256 * group_wide_cols(n, wide_n);
+  return rest > 0 ? (rest + 127) / 128 : 0;
+}
 using GroupedArgs = GroupedArgsOf<swapffn::nvfp4::kMaxGroups>;
 
 // The grouped GEMM's rs tiles: each group's tensor maps (its fp16 activations, weight bytes and
