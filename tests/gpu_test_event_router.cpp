@@ -39,7 +39,8 @@ TEST(EventRouter, RefusesAMisalignedBulkCopiedWeightNamingIt) {
   auto* norm_out = reinterpret_cast<__nv_bfloat16*>(storage);
   const EventRouterArgs aligned{.h = storage, .router_gain = storage, .router_w = w, .swap_w = storage,
                                 .swap_b = storage, .bank_w = storage, .bank_b = storage, .ram = norm_out,
-                                .stream_map = nullptr, .io = nullptr, .event = 0, .rows = 8, .d_model = 128,
+                                .stream_map = nullptr, .io = nullptr, .event = 0, .row_begin = 0, .rows = 8,
+                                .total_rows = 8, .d_model = 128,
                                 .d_router = 16, .norm_gain = storage, .norm_out = norm_out, .eps = 1e-6f};
   const std::pair<const char*, void (*)(EventRouterArgs&)> cases[] = {
       {"router_w", [](EventRouterArgs& a) { a.router_w = two_bytes_off(a.router_w); }},
@@ -80,8 +81,10 @@ bool same_bits(const std::vector<T>& x, const std::vector<T>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
 }
 
-// One event on fresh random inputs (seeded: the same for every grid), through `grid`.
-RouterOutputs run_router(int64_t rows, int64_t D, int64_t R, bool with_norm, RouterGrid grid, uint32_t seed) {
+// One event on fresh random inputs (seeded: the same for every grid), through `grid`; with split > 0
+// as two launches, rows [0, split) and [split, rows) (the fused backend's row groups).
+RouterOutputs run_router(int64_t rows, int64_t D, int64_t R, bool with_norm, RouterGrid grid, uint32_t seed,
+                         int64_t split = 0) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const auto floats = [&](size_t n, float lo, float hi) {
@@ -119,11 +122,17 @@ RouterOutputs run_router(int64_t rows, int64_t D, int64_t R, bool with_norm, Rou
   CUDA_CHECK(cudaMemset(slot.get(), 0xEE, slot.size()));
   DeviceBuffer<StepIO> io;
   io.upload(std::vector<StepIO>{{nullptr, nullptr, gate.get(), slot.get()}});
-  const EventRouterArgs a{.h = h.get(), .router_gain = rgain.get(), .router_w = router_w.get(), .swap_w = swap_w.get(),
-                          .swap_b = swap_b.get(), .bank_w = bank_w.get(), .bank_b = bank_b.get(), .ram = ram.get(),
-                          .stream_map = map_d.get(), .io = io.get(), .event = 0, .rows = rows, .d_model = D,
-                          .d_router = R, .norm_gain = with_norm ? ngain.get() : nullptr,
-                          .norm_out = with_norm ? norm_out.get() : nullptr, .eps = 1e-6f};
+  EventRouterArgs a{.h = h.get(), .router_gain = rgain.get(), .router_w = router_w.get(), .swap_w = swap_w.get(),
+                    .swap_b = swap_b.get(), .bank_w = bank_w.get(), .bank_b = bank_b.get(), .ram = ram.get(),
+                    .stream_map = map_d.get(), .io = io.get(), .event = 0, .row_begin = 0, .rows = rows,
+                    .total_rows = rows, .d_model = D, .d_router = R, .norm_gain = with_norm ? ngain.get() : nullptr,
+                    .norm_out = with_norm ? norm_out.get() : nullptr, .eps = 1e-6f};
+  if (split > 0) {
+    a.rows = split;
+    launch_event_router(a, nullptr, false, grid);
+    a.row_begin = split;
+    a.rows = rows - split;
+  }
   launch_event_router(a, nullptr, false, grid);
   CUDA_CHECK(cudaDeviceSynchronize());
   return {download(h), download(ram), download(norm_out), download(map_d), download(gate), download(slot)};
@@ -157,9 +166,13 @@ TEST(EventRouter, EveryGridGivesTheSameBits) {
       for (size_t i = 0; i < ref.norm_out.size(); ++i)
         ASSERT_TRUE(std::isfinite(__bfloat162float(ref.norm_out[i]))) << what << ": FFN operand " << i << " not written";
     }
-    for (RouterGrid g : {RouterGrid::cta16, RouterGrid::cta32, RouterGrid::automatic}) {
-      const RouterOutputs got = run_router(sh.rows, sh.d, sh.r, sh.norm, g, seed);
-      const std::string where = what + ", grid " + to_string(g);
+    // Each grid over all rows in one launch, and the 8- and 32-row CTAs over the rows in two
+    // launches, split at a row that is not a multiple of 8.
+    for (const auto& [g, split] : {std::pair{RouterGrid::cta16, int64_t{0}}, std::pair{RouterGrid::cta32, int64_t{0}},
+                                   std::pair{RouterGrid::automatic, int64_t{0}}, std::pair{RouterGrid::cta8, sh.rows / 3 + 1},
+                                   std::pair{RouterGrid::cta32, sh.rows / 2 + 3}}) {
+      const RouterOutputs got = run_router(sh.rows, sh.d, sh.r, sh.norm, g, seed, split);
+      const std::string where = what + ", grid " + to_string(g) + (split ? ", two launches split at row " + std::to_string(split) : "");
       EXPECT_TRUE(same_bits(ref.h, got.h)) << where << ": h differs from the 8-row CTAs'";
       EXPECT_TRUE(same_bits(ref.ram, got.ram)) << where << ": banks differ";
       EXPECT_TRUE(same_bits(ref.map, got.map)) << where << ": stream maps differ";
@@ -168,6 +181,26 @@ TEST(EventRouter, EveryGridGivesTheSameBits) {
       if (sh.norm) {
         EXPECT_TRUE(same_bits(ref.norm_out, got.norm_out)) << where << ": FFN operands differ";
       }
+    }
+  }
+}
+
+TEST(EventRouter, RefusesARowRangeOutsideTheArrays) {
+  alignas(16) static float storage[256];
+  auto* bf = reinterpret_cast<__nv_bfloat16*>(storage);
+  const EventRouterArgs ok{.h = storage, .router_gain = storage, .router_w = bf, .swap_w = storage, .swap_b = storage,
+                           .bank_w = storage, .bank_b = storage, .ram = bf, .stream_map = nullptr, .io = nullptr,
+                           .event = 0, .row_begin = 8, .rows = 8, .total_rows = 16, .d_model = 128, .d_router = 16,
+                           .norm_gain = nullptr, .norm_out = nullptr, .eps = 1e-6f};
+  for (const auto& [begin, rows] : {std::pair<int64_t, int64_t>{9, 8}, {-1, 4}, {0, 17}, {4, -1}}) {
+    EventRouterArgs a = ok;
+    a.row_begin = begin;
+    a.rows = rows;
+    try {
+      launch_event_router(a, nullptr, false);
+      ADD_FAILURE() << "rows [" << begin << ", " << begin + rows << ") of 16 were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not within the 16 rows"), std::string::npos) << e.what();
     }
   }
 }

@@ -75,7 +75,11 @@ INSTANTIATE_TEST_SUITE_P(
                       CheckCase{"tiny", 3, 4, "down=co_128x256_c2x1,chunk=48"},
                       CheckCase{"default", 1, 2, "down=pp_64x64_c1x2"},
                       CheckCase{"default", 1, 2, ""}, CheckCase{"default", 2, 1, "router=cublas,down=bn64_st6_sk2_mc1"},
-                      CheckCase{"default", 1, 2, "down=sk4"}, CheckCase{"default", 3, 1, "down=sk4,router=cublas"}),
+                      CheckCase{"default", 1, 2, "down=sk4"}, CheckCase{"default", 3, 1, "down=sk4,router=cublas"},
+                      // Row groups on their own streams: 120 rows as 64 + 56; 640 rows as 3 x 192 + 64,
+                      // chunked, with our split-K down GEMM; the default model's 512 rows as 2 x 256.
+                      CheckCase{"tiny", 3, 4, "groups=2"}, CheckCase{"tiny", 16, 2, "groups=4,chunk=80,down=bn64_st6_sk2_mc1"},
+                      CheckCase{"default", 1, 2, "groups=2"}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
 
 TEST(Fused, NoResidualNoSiluAndDegenerateCountsAgree) {
@@ -174,6 +178,27 @@ TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
     State got = State::init(w.cfg, 1);
     all.state.copy_sequence_to(pick, got, 0);
     EXPECT_TRUE(got == alone.state) << preset << ": final state differs alone vs in the batch";
+  }
+}
+
+// Row groups change which rows a launch covers and which stream runs it, never a row's arithmetic:
+// the same bits for every group count, captured in a graph or run eagerly.
+TEST(Fused, RowGroupsGiveTheSameBitsAsOneGroup) {
+  SKIP_WITHOUT_HOPPER();
+  for (const auto& [preset, B, T] : {std::tuple<const char*, int64_t, int64_t>{"tiny", 5, 3}, {"default", 1, 2}}) {
+    const Weights& w = weights_of(preset);
+    const State s0 = random_state(w.cfg, B, 51);
+    const auto x = decode_inputs(52, T, B, w.cfg.d_model);
+    const Decoded one = decode(*fused(w, true, "groups=1"), x, T, s0);
+    for (const char* kernels : {"groups=2", "groups=3,chunk=40", "groups=8", "groups=4,down=bn64_st6_sk2_mc1"}) {
+      const std::string what = std::string(preset) + " " + kernels;
+      const Decoded base = std::string(kernels).find("sk2") == std::string::npos
+                               ? one
+                               : decode(*fused(w, true, "down=bn64_st6_sk2_mc1"), x, T, s0);
+      SCOPED_TRACE(what);
+      expect_bitwise_equal(base, decode(*fused(w, true, kernels), x, T, s0));
+      expect_bitwise_equal(base, decode(*fused(w, false, kernels), x, T, s0));
+    }
   }
 }
 

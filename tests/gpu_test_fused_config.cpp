@@ -55,6 +55,8 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(o.router, "cublas");
   EXPECT_EQ(o.row_chunk, 0);
   EXPECT_EQ(select_fused_config(cfg, 16, "", "chunk=2048").row_chunk, 2048);
+  EXPECT_EQ(d.row_groups, 1);
+  EXPECT_EQ(select_fused_config(cfg, 1, "", "groups=2").row_groups, 2);
   EXPECT_TRUE(d.pdl);
   EXPECT_FALSE(select_fused_config(cfg, 16, "", "pdl=0").pdl);
   // down=sk4: split 4 at every batch size (the summation order), the tile width by the batch size:
@@ -88,14 +90,40 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(select_fused_config(deep, 1, "", "").router, "cublas");
 }
 
+// Whole 64-row blocks, at most the count asked for, none empty, covering every row once in order.
+TEST(FusedConfig, RowGroupsAreWholeBlocksCoveringEveryRowOnce) {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(row_group_ranges(512, 1), (Ranges{{0, 512}}));
+  EXPECT_EQ(row_group_ranges(512, 2), (Ranges{{0, 256}, {256, 256}}));
+  EXPECT_EQ(row_group_ranges(512, 3), (Ranges{{0, 192}, {192, 192}, {384, 128}}));
+  EXPECT_EQ(row_group_ranges(120, 2), (Ranges{{0, 64}, {64, 56}}));
+  EXPECT_EQ(row_group_ranges(120, 8), (Ranges{{0, 64}, {64, 56}}));  // 2 blocks: 2 groups
+  EXPECT_EQ(row_group_ranges(40, 4), (Ranges{{0, 40}}));
+  for (int64_t rows : {1, 63, 64, 65, 640, 4607})
+    for (int g = 1; g <= 8; ++g) {
+      const Ranges r = row_group_ranges(rows, g);
+      ASSERT_FALSE(r.empty());
+      EXPECT_LE(r.size(), size_t(g));
+      int64_t next = 0;
+      for (const auto& [r0, n] : r) {
+        EXPECT_EQ(r0, next) << rows << " rows, " << g << " groups";
+        EXPECT_GT(n, 0);
+        EXPECT_EQ(r0 % 64, 0);
+        next = r0 + n;
+      }
+      EXPECT_EQ(next, rows);
+    }
+  EXPECT_THROW(row_group_ranges(512, 0), Error);
+}
+
 TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
   const Config cfg = Config::preset("default");
   for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
            {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "compiled"}, {"down=pp_64x64_c3x1", "pp_64x64_c1x2"},
            {"down=sk3", "N = 2 or 4"}, {"down=sk4x", "sk<N>"},
            {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}, {"router_grid=24", "'24'"},
-           {"pdl=yes", "pdl"},
-           {"router=cublas,router_grid=16", "needs router=event"}}) {
+           {"pdl=yes", "pdl"}, {"groups=0", "groups"}, {"groups=9", "groups"}, {"groups=2x", "groups"},
+           {"router=cublas,router_grid=16", "needs router=event"}, {"router=cublas,groups=2", "needs router=event"}}) {
     try {
       select_fused_config(cfg, 1, "", spec);
       ADD_FAILURE() << spec << " accepted";

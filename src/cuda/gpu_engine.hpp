@@ -29,6 +29,14 @@ struct OwnedStream {
   OwnedStream& operator=(const OwnedStream&) = delete;
 };
 
+struct OwnedEvent {  // for ordering streams, not timing
+  cudaEvent_t e = nullptr;
+  OwnedEvent() { CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
+  ~OwnedEvent() { cudaEventDestroy(e); }
+  OwnedEvent(const OwnedEvent&) = delete;
+  OwnedEvent& operator=(const OwnedEvent&) = delete;
+};
+
 struct OwnedLtHandle {
   cublasLtHandle_t h = nullptr;
   OwnedLtHandle() { CUBLAS_CHECK(cublasLtCreate(&h)); }

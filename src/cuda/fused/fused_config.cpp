@@ -50,6 +50,23 @@ namespace swapffn::cuda {
 //   multicast, which leave each output's summation order alone, may vary with B.
 namespace {
 
+// More groups than this only cut the rows finer than the GEMM tiles can use at any batch size.
+constexpr int kMaxRowGroups = 8;
+
+int parse_row_groups(const std::string& val) {
+  size_t used = 0;
+  int v = 0;
+  try {
+    v = std::stoi(val, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  SWAPFFN_REQUIRE(used == val.size() && v >= 1 && v <= kMaxRowGroups,
+                  "kernel config groups must be a group count from 1 to " + std::to_string(kMaxRowGroups) + ", got '" +
+                      val + "'");
+  return v;
+}
+
 int64_t parse_row_chunk(const std::string& val) {
   size_t used = 0;
   int64_t v = -1;
@@ -123,11 +140,13 @@ void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows,
       k.router_grid = parse_router_grid(val);
     } else if (key == "chunk") {
       k.row_chunk = parse_row_chunk(val);
+    } else if (key == "groups") {
+      k.row_groups = parse_row_groups(val);
     } else if (key == "pdl") {
       SWAPFFN_REQUIRE(val == "0" || val == "1", "kernel config pdl must be 0 or 1, got '" + val + "'");
       k.pdl = val == "1";
     } else {
-      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router, router_grid, chunk, pdl)");
+      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router, router_grid, chunk, groups, pdl)");
     }
     pos = end + 1;
   }
@@ -163,6 +182,7 @@ FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::st
       k.router = e.value("router", k.router);
       k.router_grid = parse_router_grid(e.value("router_grid", std::string("auto")));
       k.row_chunk = e.value("chunk", int64_t{0});
+      k.row_groups = parse_row_groups(std::to_string(e.value("groups", 1)));
     }
   }
   return k;
@@ -190,10 +210,22 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
                   "fused: down GEMM " + k.down.name() + " needs d_ff a multiple of " + std::to_string(64 * k.down.split_k) +
                       " and d_model a multiple of " + std::to_string(k.down.bn * k.down.multicast) + " (d_ff = " +
                       std::to_string(cfg.d_ff) + ", d_model = " + std::to_string(cfg.d_model) + ")");
+  SWAPFFN_REQUIRE(k.row_groups == 1 || k.router == "event",
+                  "fused: groups=" + std::to_string(k.row_groups) + " needs router=event (the cublas router's GEMM "
+                  "runs over all rows at once)");
   SWAPFFN_REQUIRE(k.router_grid == RouterGrid::automatic || k.router == "event",
                   "fused: router_grid=" + to_string(k.router_grid) + " needs router=event (the " + k.router +
                       " router has no CTA grid to choose)");
   return k;
+}
+
+std::vector<std::pair<int64_t, int64_t>> row_group_ranges(int64_t rows, int groups) {
+  SWAPFFN_REQUIRE(rows >= 0 && groups >= 1, "row groups: " + std::to_string(rows) + " rows in " +
+                                                std::to_string(groups) + " groups");
+  const int64_t blocks = (rows + 63) / 64, per = (blocks + groups - 1) / groups * 64;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t r0 = 0; r0 < rows; r0 += per) out.emplace_back(r0, std::min(per, rows - r0));
+  return out;
 }
 
 std::string down_numerics(const std::string& down) {

@@ -6,7 +6,8 @@
 // (by default the one-kernel event router: router GEMM, decisions, swap and the FFN's RMSNorm; or
 // the cuBLASLt router GEMM and the decision/swap kernel), then k_ffn x {dual GEMM, down GEMM,
 // RMSNorm of the next GEMM's operand}. Our kernels use programmatic dependent launch. A token step
-// is one CUDA graph (GpuEngine).
+// is one CUDA graph (GpuEngine); with row groups (FusedKernelConfig::row_groups) each group's
+// events are a branch of it on their own stream.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +33,6 @@ class FusedEngine final : public GpuEngine {
   FusedEngine(const Weights& w, const EngineOptions& opt) : GpuEngine(w, opt) {
     w13_.upload(interleave_w13(w.w1, w.w3, cfg_.d_ff, cfg_.d_model));
     w2_.upload(w.w2);
-    gemm_workspace_.resize(kGemmWorkspaceBytes);
     router_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_router, cfg_.d_model, CUDA_R_32F, false,
                                                         cfg_.core_count, kGemmWorkspaceBytes);
     down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_model, cfg_.d_ff, CUDA_R_32F, cfg_.ffn_residual,
@@ -47,17 +47,29 @@ class FusedEngine final : public GpuEngine {
     if (kcfg_.router == "event") check_event_router_shape(D, cfg_.d_router);
     nrm_.resize(size_t(M * D));
     router_gemm_->set_rows(M);
-    chunk_ = kcfg_.row_chunk > 0 && kcfg_.row_chunk < M ? kcfg_.row_chunk : M;
-    if (M % chunk_) down_gemm_->set_rows(M % chunk_);
-    down_gemm_->set_rows(chunk_);
+    groups_ = row_group_ranges(M, kcfg_.row_groups);
+    chunk_ = 0;
+    for (const auto& [r0, rows] : groups_) {
+      const int64_t chunk = kcfg_.row_chunk > 0 && kcfg_.row_chunk < rows ? kcfg_.row_chunk : rows;
+      if (rows % chunk) down_gemm_->set_rows(rows % chunk);
+      down_gemm_->set_rows(chunk);
+      chunk_ = std::max(chunk_, chunk);
+    }
     z_.resize(size_t(M * cfg_.d_router));
-    u_.resize(size_t(chunk_ * F));  // one chunk's intermediate, reused by every chunk
+    // Per group: one chunk's intermediate (reused by the group's chunks) and a cuBLAS workspace,
+    // since the groups run side by side.
+    u_.resize(size_t(groups_.size()) * size_t(chunk_ * F));
+    gemm_workspace_.resize(groups_.size() * kGemmWorkspaceBytes);
+    while (group_streams_.size() + 1 < groups_.size()) {
+      group_streams_.push_back(std::make_unique<OwnedStream>());
+      group_done_.push_back(std::make_unique<OwnedEvent>());
+    }
     if (const char* v = std::getenv("SWAPFFN_LOG_GEMMS"); v && *v && std::strcmp(v, "0") != 0) {
       const std::string down = kcfg_.down_cublas            ? "cuBLASLt " + down_gemm_->describe(chunk_)
                                : kcfg_.down_cutlass.empty() ? kcfg_.down.name()
                                                             : "CUTLASS " + kcfg_.down_cutlass;
-      std::fprintf(stderr, "fused B=%lld: up %s, down %s, router %s\n", static_cast<long long>(batch),
-                   kcfg_.up.name().c_str(), down.c_str(), kcfg_.router.c_str());
+      std::fprintf(stderr, "fused B=%lld: up %s, down %s, router %s, %zu row group(s)\n", static_cast<long long>(batch),
+                   kcfg_.up.name().c_str(), down.c_str(), kcfg_.router.c_str(), groups_.size());
     }
   }
 
@@ -65,61 +77,27 @@ class FusedEngine final : public GpuEngine {
     const auto mark = [timer](Phase p) {
       if (timer) timer->mark(p);
     };
-    const int64_t B = batch_, C = cfg_.core_count, M = B * C, D = cfg_.d_model, F = cfg_.d_ff;
-    const float eps = static_cast<float>(cfg_.norm_eps);
+    const int64_t B = batch_, C = cfg_.core_count, D = cfg_.d_model;
     const bool cublas_router = kcfg_.router == "cublas";
-    const float* ffn_gain = cfg_.k_ffn > 0 ? norm_w_.get() : nullptr;
-    const auto after_swap_gain = [&](int64_t e) {  // what the swap kernel's RMSNorm feeds next
-      if (ffn_gain || !cublas_router) return ffn_gain;
-      return e + 1 < cfg_.n_events ? router_norm_.get() : static_cast<const float*>(nullptr);
-    };
     mark(Phase::elementwise);
     // With the cuBLAS router the FiLM kernel also writes the first router operand rms(h)*router_norm.
     launch_core_film({io_.get(), scale_.get(), shift_.get(), h_.get(), B, C, D,
-                      cublas_router ? router_norm_.get() : nullptr, cublas_router ? as_nv(nrm_.get()) : nullptr, eps},
+                      cublas_router ? router_norm_.get() : nullptr, cublas_router ? as_nv(nrm_.get()) : nullptr,
+                      static_cast<float>(cfg_.norm_eps)},
                      stream_);
-    for (int64_t e = 0; e < cfg_.n_events; ++e) {
-      mark(Phase::router_swap);
-      if (cublas_router) {
-        router_gemm_->run(router_w_.get(), nrm_.get(), z_.get(), gemm_workspace_.get(), stream_);
-        launch_router_select_swap({z_.get(), swap_w_.get(), swap_b_.get(), bank_w_.get(), bank_b_.get(), h_.get(),
-                                   as_nv(ram_.get()), map_.get(), io_.get(), static_cast<int>(e), M, D, cfg_.d_router,
-                                   after_swap_gain(e), after_swap_gain(e) ? as_nv(nrm_.get()) : nullptr, eps},
-                                  stream_);
-      } else {
-        launch_event_router({h_.get(), router_norm_.get(), as_nv(router_w_.get()), swap_w_.get(), swap_b_.get(),
-                             bank_w_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
-                             static_cast<int>(e), M, D, cfg_.d_router, ffn_gain,
-                             ffn_gain ? as_nv(nrm_.get()) : nullptr, eps},
-                            stream_, kcfg_.pdl, kcfg_.router_grid);
-      }
-      for (int64_t r0 = 0; r0 < M; r0 += chunk_) {  // a chunk runs all its FFN steps, then the next
-        const int64_t rows = std::min(chunk_, M - r0);
-        bf16* nrm = nrm_.get() + r0 * D;
-        float* h = h_.get() + r0 * D;
-        for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
-          mark(Phase::ffn_gemm);
-          launch_dual_gemm_swiglu({as_nv(nrm), as_nv(w13_.get()), as_nv(u_.get()), int(rows), int(2 * F), int(D)},
-                                  kcfg_.up, stream_, kcfg_.pdl);
-          if (kcfg_.down_cublas) {
-            down_gemm_->run(rows, w2_.get(), u_.get(), h, gemm_workspace_.get(), stream_);
-          } else if (!kcfg_.down_cutlass.empty()) {
-            launch_cutlass_gemm_residual({as_nv(u_.get()), as_nv(w2_.get()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
-                                         kcfg_.down_cutlass, stream_, kcfg_.pdl);
-          } else {
-            launch_gemm_residual({as_nv(u_.get()), as_nv(w2_.get()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
-                                 kcfg_.down, stream_, kcfg_.pdl);
-          }
-          // The operand of the next GEMM: this event's next FFN step, or (cuBLAS router) the next
-          // event's router; the event router and the collapse read h directly.
-          const bool last_ffn = i + 1 == cfg_.k_ffn, last_event = e + 1 == cfg_.n_events;
-          const float* gain =
-              !last_ffn ? norm_w_.get() : (cublas_router && !last_event ? router_norm_.get() : nullptr);
-          if (gain) {
-            mark(Phase::elementwise);
-            launch_rmsnorm_bf16(h, gain, as_nv(nrm), rows, D, eps, stream_, kcfg_.pdl);
-          }
-        }
+    // Row groups run side by side, each on its own stream (a fork and a join of the graph); under
+    // the phase timer one after another on stream_, so that each phase's marks bracket its kernels.
+    const bool side_by_side = groups_.size() > 1 && !timer;
+    if (side_by_side) {
+      CUDA_CHECK(cudaEventRecord(fork_.e, stream_));
+      for (size_t g = 1; g < groups_.size(); ++g) CUDA_CHECK(cudaStreamWaitEvent(group_streams_[g - 1]->s, fork_.e, 0));
+    }
+    for (size_t g = 0; g < groups_.size(); ++g)
+      enqueue_group_events(g, side_by_side && g > 0 ? group_streams_[g - 1]->s : stream_, mark);
+    if (side_by_side) {
+      for (size_t g = 1; g < groups_.size(); ++g) {
+        CUDA_CHECK(cudaEventRecord(group_done_[g - 1]->e, group_streams_[g - 1]->s));
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, group_done_[g - 1]->e, 0));
       }
     }
     mark(Phase::collapse);
@@ -128,6 +106,68 @@ class FusedEngine final : public GpuEngine {
   }
 
  private:
+  // Every event of row group g (rows [r0, r0 + rows)) on `stream`: the event head, then per chunk of
+  // the group's rows all FFN steps.
+  template <class Mark>
+  void enqueue_group_events(size_t g, cudaStream_t stream, const Mark& mark) {
+    const auto [g0, g_rows] = groups_[g];
+    const int64_t M = batch_ * cfg_.core_count, D = cfg_.d_model, F = cfg_.d_ff;
+    const float eps = static_cast<float>(cfg_.norm_eps);
+    const bool cublas_router = kcfg_.router == "cublas";
+    const float* ffn_gain = cfg_.k_ffn > 0 ? norm_w_.get() : nullptr;
+    const auto after_swap_gain = [&](int64_t e) {  // what the swap kernel's RMSNorm feeds next
+      if (ffn_gain || !cublas_router) return ffn_gain;
+      return e + 1 < cfg_.n_events ? router_norm_.get() : static_cast<const float*>(nullptr);
+    };
+    bf16* u = u_.get() + int64_t(g) * chunk_ * F;
+    uint8_t* workspace = gemm_workspace_.get() + g * kGemmWorkspaceBytes;
+    for (int64_t e = 0; e < cfg_.n_events; ++e) {
+      mark(Phase::router_swap);
+      if (cublas_router) {  // one group (select_fused_config)
+        router_gemm_->run(router_w_.get(), nrm_.get(), z_.get(), workspace, stream);
+        launch_router_select_swap({z_.get(), swap_w_.get(), swap_b_.get(), bank_w_.get(), bank_b_.get(), h_.get(),
+                                   as_nv(ram_.get()), map_.get(), io_.get(), static_cast<int>(e), M, D, cfg_.d_router,
+                                   after_swap_gain(e), after_swap_gain(e) ? as_nv(nrm_.get()) : nullptr, eps},
+                                  stream);
+      } else {
+        launch_event_router({h_.get(), router_norm_.get(), as_nv(router_w_.get()), swap_w_.get(), swap_b_.get(),
+                             bank_w_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
+                             static_cast<int>(e), g0, g_rows, M, D, cfg_.d_router, ffn_gain,
+                             ffn_gain ? as_nv(nrm_.get()) : nullptr, eps},
+                            stream, kcfg_.pdl, kcfg_.router_grid);
+      }
+      const int64_t chunk = kcfg_.row_chunk > 0 && kcfg_.row_chunk < g_rows ? kcfg_.row_chunk : g_rows;
+      for (int64_t r0 = g0; r0 < g0 + g_rows; r0 += chunk) {  // a chunk runs all its FFN steps, then the next
+        const int64_t rows = std::min(chunk, g0 + g_rows - r0);
+        bf16* nrm = nrm_.get() + r0 * D;
+        float* h = h_.get() + r0 * D;
+        for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
+          mark(Phase::ffn_gemm);
+          launch_dual_gemm_swiglu({as_nv(nrm), as_nv(w13_.get()), as_nv(u), int(rows), int(2 * F), int(D)}, kcfg_.up,
+                                  stream, kcfg_.pdl);
+          if (kcfg_.down_cublas) {
+            down_gemm_->run(rows, w2_.get(), u, h, workspace, stream);
+          } else if (!kcfg_.down_cutlass.empty()) {
+            launch_cutlass_gemm_residual({as_nv(u), as_nv(w2_.get()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
+                                         kcfg_.down_cutlass, stream, kcfg_.pdl);
+          } else {
+            launch_gemm_residual({as_nv(u), as_nv(w2_.get()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
+                                 kcfg_.down, stream, kcfg_.pdl);
+          }
+          // The operand of the next GEMM: this event's next FFN step, or (cuBLAS router) the next
+          // event's router; the event router and the collapse read h directly.
+          const bool last_ffn = i + 1 == cfg_.k_ffn, last_event = e + 1 == cfg_.n_events;
+          const float* gain =
+              !last_ffn ? norm_w_.get() : (cublas_router && !last_event ? router_norm_.get() : nullptr);
+          if (gain) {
+            mark(Phase::elementwise);
+            launch_rmsnorm_bf16(h, gain, as_nv(nrm), rows, D, eps, stream, kcfg_.pdl);
+          }
+        }
+      }
+    }
+  }
+
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   FusedKernelConfig kcfg_;
   OwnedLtHandle lt_;
@@ -135,7 +175,11 @@ class FusedEngine final : public GpuEngine {
   DeviceBuffer<uint8_t> gemm_workspace_;
   DeviceBuffer<float> z_;
   DeviceBuffer<bf16> w13_, w2_, nrm_, u_;
-  int64_t chunk_ = 0;  // rows per FFN chunk (FusedKernelConfig::row_chunk; M when not chunked)
+  int64_t chunk_ = 0;  // the most rows of an FFN chunk in any group (row_chunk, else the group's rows)
+  std::vector<std::pair<int64_t, int64_t>> groups_;  // first row, rows (row_group_ranges)
+  std::vector<std::unique_ptr<OwnedStream>> group_streams_;  // groups 1.. (group 0 runs on stream_)
+  std::vector<std::unique_ptr<OwnedEvent>> group_done_;
+  OwnedEvent fork_;
 };
 
 }  // namespace

@@ -66,7 +66,8 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   using Shape = RouterShape<kRows>;
   constexpr int kWarps = Shape::kWarps, kRowsPerWarp = Shape::kRowsPerWarp;
   extern __shared__ __align__(128) uint8_t smem[];
-  const int D = static_cast<int>(a.d_model), R = static_cast<int>(a.d_router), rows = static_cast<int>(a.rows);
+  const int D = static_cast<int>(a.d_model), R = static_cast<int>(a.d_router);
+  const int rows = static_cast<int>(a.row_begin + a.rows);  // one past this launch's last row
   const Smem L = smem_layout<kRows>(D, R);
   __nv_bfloat16* w_smem = reinterpret_cast<__nv_bfloat16*>(smem);  // [R][D + pad]
   __nv_bfloat16* n_smem = reinterpret_cast<__nv_bfloat16*>(smem + L.w_bytes);  // [operand rows][D + pad]
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   float* biases = bank_w + 4 * R;  // swap_b, bank_b[4]
   uint64_t* w_ready = reinterpret_cast<uint64_t*>(smem + L.w_bytes + L.n_bytes + L.z_bytes + L.param_bytes);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * kRows;
+  const int row0 = static_cast<int>(a.row_begin) + blockIdx.x * kRows;
   const int ld = D + kPad, D4 = D / 4, nvec = D / 128;
 
   // 0. The weights do not depend on the previous kernel: bulk-copy router_w and the small weight
@@ -230,6 +231,9 @@ std::string to_string(RouterGrid g) {
 }
 
 void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl, RouterGrid grid) {
+  SWAPFFN_REQUIRE(a.row_begin >= 0 && a.rows >= 0 && a.row_begin + a.rows <= a.total_rows,
+                  "event router: rows [" + std::to_string(a.row_begin) + ", " + std::to_string(a.row_begin + a.rows) +
+                      ") are not within the " + std::to_string(a.total_rows) + " rows of the arrays");
   if (a.rows == 0) return;
   SWAPFFN_REQUIRE((a.norm_out == nullptr) == (a.norm_gain == nullptr),
                   "event router: the RMSNorm output and its gain must be given together");
@@ -244,9 +248,10 @@ void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl
                     std::string("event router: ") + name + " is not 16-byte aligned (the kernel bulk-copies it)");
   if (grid == RouterGrid::automatic) {
     // Thresholds in rows per SM: 32-row CTAs from ~24 rows per SM (B >= 7 at the defaults on 132
-    // SMs), 16-row CTAs from ~12 (B = 4), else 8-row CTAs (B = 1: 64 CTAs).
+    // SMs), 16-row CTAs from ~12 (B = 4), else 8-row CTAs (B = 1: 64 CTAs). Counted over all
+    // total_rows: the launches of the fused backend's row groups run side by side.
     const int64_t sms = sm_count();
-    grid = a.rows >= 24 * sms ? RouterGrid::cta32 : a.rows >= 12 * sms ? RouterGrid::cta16 : RouterGrid::cta8;
+    grid = a.total_rows >= 24 * sms ? RouterGrid::cta32 : a.total_rows >= 12 * sms ? RouterGrid::cta16 : RouterGrid::cta8;
   }
   const auto go = [&](auto kernel, int rows_per_cta, int warps, size_t smem) {
     launch_kernel_ex(kernel, dim3(static_cast<unsigned>((a.rows + rows_per_cta - 1) / rows_per_cta)), dim3(warps * 32),

@@ -35,7 +35,10 @@ struct EventRouterArgs {
   uint8_t* stream_map;            // [M]
   const StepIO* io;               // trace: io->gate/slot [E, M] of this token, or null
   int event;
-  int64_t rows, d_model, d_router;
+  // This launch moves rows [row_begin, row_begin + rows) of the M = total_rows rows the arrays hold
+  // (the fused backend's row groups run one launch each; total_rows is also the trace's row stride).
+  int64_t row_begin, rows, total_rows;
+  int64_t d_model, d_router;
   const float* norm_gain;   // [D] FFN norm.weight, or null (then norm_out is not written)
   __nv_bfloat16* norm_out;  // [M, D]
   float eps;

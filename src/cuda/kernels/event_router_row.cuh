@@ -71,7 +71,7 @@ __device__ __forceinline__ void finish_row(const EventRouterArgs& a, int64_t m, 
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
   const RowDecision d = decide_row(z, static_cast<int>(a.d_router), swap_w, biases[0], bank_w, biases + 1, lane);
   const int p = map_lane(map, d.slot);  // the physical bank of the chosen slot
-  if (lane == 0) apply_decision(d, map, a.stream_map, m, a.io, a.event, a.rows);
+  if (lane == 0) apply_decision(d, map, a.stream_map, m, a.io, a.event, a.total_rows);
   if (d.gate) {
     float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
     uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
