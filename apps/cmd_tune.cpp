@@ -1,12 +1,14 @@
 // swapffn tune: grid search of the fused backend's kernel variants on the present GPU.
 // 1) times each FFN GEMM variant alone, beside cuBLAS on the same shape (informative);
-// 2) times the whole token step for every (up, down) combination per batch size, because the
-//    variants interact (L2 traffic, wave quantisation, overlap through programmatic launch);
+// 2) times the whole token step for every (up, down, router, row groups) combination per batch size,
+//    because the variants interact (L2 traffic, wave quantisation, overlap through programmatic
+//    launch and between row groups);
 // 3) writes the winners per batch to a cache file that the engine reads (--tune / SWAPFFN_TUNE_FILE).
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -52,10 +54,11 @@ void run_tune(const TuneArgs& a) {
   if (a.gemms_only) return;
 
   std::printf("\n== whole token step per combination (fused backend, CUDA graph)\n");
-  std::printf("%6s %-18s %-18s %-7s %10s\n", "B", "up", "down", "router", "ms/step");
+  std::printf("%6s %-18s %-18s %-7s %6s %10s\n", "B", "up", "down", "router", "groups", "ms/step");
   struct Point {
     int64_t batch;
     std::string up, down, router;
+    int groups;
     double ms;
   };
   std::vector<Point> points;
@@ -66,16 +69,16 @@ void run_tune(const TuneArgs& a) {
   for (int64_t b : a.batches)
     for (const auto& up : cuda::dual_gemm_variants())
       for (const auto& down : downs)
-        for (const char* router : {"cublas", "event"}) {
+        for (const auto& [router, groups] : {std::pair{"cublas", 1}, std::pair{"event", 1}, std::pair{"event", 2}}) {
           if ((2 * cfg.d_ff) % up.bn != 0) continue;
           if (std::string(router) == "event" && (cfg.d_router % 16 != 0 || cfg.d_router > 64)) continue;
           EngineOptions eo;
-          eo.kernel_config = "up=" + up.name() + ",down=" + down + ",router=" + router;
+          eo.kernel_config = "up=" + up.name() + ",down=" + down + ",router=" + router + ",groups=" + std::to_string(groups);
           auto engine = make_engine("fused", w, eo);
           const auto t = cuda::time_device_decode(*engine, State::init(cfg, b), a.tokens, 1, a.repeats, 2, a.seed);
-          std::printf("%6lld %-18s %-18s %-7s %10.4f\n", static_cast<long long>(b), up.name().c_str(), down.c_str(),
-                      router, t.median_ms_per_step);
-          points.push_back({b, up.name(), down, router, t.median_ms_per_step});
+          std::printf("%6lld %-18s %-18s %-7s %6d %10.4f\n", static_cast<long long>(b), up.name().c_str(), down.c_str(),
+                      router, groups, t.median_ms_per_step);
+          points.push_back({b, up.name(), down, router, groups, t.median_ms_per_step});
         }
 
   // The router and the down GEMM's implementation fix the summation order, so one choice serves
@@ -104,7 +107,12 @@ void run_tune(const TuneArgs& a) {
   SWAPFFN_REQUIRE(!chosen.empty(), "tune: no kernel configuration ran at every batch size");
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& [b, p] : by_class[chosen])
-    entries.push_back({{"batch", b}, {"up", p->up}, {"down", p->down}, {"router", p->router}, {"ms_per_step", p->ms}});
+    entries.push_back({{"batch", b},
+                       {"up", p->up},
+                       {"down", p->down},
+                       {"router", p->router},
+                       {"groups", p->groups},
+                       {"ms_per_step", p->ms}});
   std::printf("chosen: %s\n", chosen.c_str());
   const nlohmann::json j = {{"device", gpu.name}, {"d_model", cfg.d_model}, {"d_ff", cfg.d_ff}, {"entries", entries}};
   std::ofstream out(a.out);

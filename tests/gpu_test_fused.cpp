@@ -144,7 +144,8 @@ TEST(Fused, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
 // size selects (the tuner may pick different ones per B; these two differ in tile N and multicast)
 // and however many rows an event-router CTA takes (default model on 132 SMs: B = 9 takes 32-row
 // CTAs, B = 4 16-row CTAs; alone: 8), whether the batch's FFN runs in row chunks (with a shorter
-// last chunk; the sequence alone does not) and two-CTAs-per-SM dual GEMM tiles.
+// last chunk; the sequence alone does not), whether its rows run in groups side by side and
+// two-CTAs-per-SM dual GEMM tiles.
 TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
   SKIP_WITHOUT_HOPPER();
   // down=sk4: our split-4 down GEMM in the batch and alone (tile widths by batch size; the GEMM test
@@ -153,6 +154,7 @@ TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
        {std::tuple<const char*, int64_t, const char*, const char*>{"tiny", 5, "chunk=72", "cublas"},
         {"default", 9, "chunk=2048", "cublas"},
         {"default", 4, "up=bn128_st3_sk1_mc1_o2", "cublas"},
+        {"default", 9, "groups=3", "cublas"},  // the batch's rows in three groups on their own streams
         {"default", 9, "chunk=1536", "sk4"},
         // CUTLASS: a wide cooperative tile for the batch, the pingpong 64 x 64 tile alone.
         {"default", 9, "down=co_128x256_c2x1", "pp_64x64_c1x2"}}) {

@@ -55,8 +55,17 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(o.router, "cublas");
   EXPECT_EQ(o.row_chunk, 0);
   EXPECT_EQ(select_fused_config(cfg, 16, "", "chunk=2048").row_chunk, 2048);
+  // Row groups: automatic by rows per SM (two from ~120 rows per SM: B = 64, not B = 16, on 132
+  // SMs), never with the cuBLAS router unless asked for (then refused, below).
   EXPECT_EQ(d.row_groups, 1);
+  EXPECT_EQ(select_fused_config(cfg, 16, "", "").row_groups,
+            gpu.present && 16 * 512 >= 120 * gpu.sm_count ? 2 : 1);
+  EXPECT_EQ(select_fused_config(cfg, 64, "", "").row_groups,
+            gpu.present && 64 * 512 >= 120 * gpu.sm_count ? 2 : 1);
+  EXPECT_EQ(select_fused_config(cfg, 64, "", "router=cublas").row_groups, 1);
   EXPECT_EQ(select_fused_config(cfg, 1, "", "groups=2").row_groups, 2);
+  EXPECT_EQ(select_fused_config(cfg, 64, "", "groups=1").row_groups, 1);
+  EXPECT_EQ(select_fused_config(cfg, 1, "", "groups=auto").row_groups, 1);
   EXPECT_TRUE(d.pdl);
   EXPECT_FALSE(select_fused_config(cfg, 16, "", "pdl=0").pdl);
   // down=sk4: split 4 at every batch size (the summation order), the tile width by the batch size:
@@ -138,10 +147,21 @@ TEST(FusedConfig, TuningCacheIsReadPerBatchAndMustKeepNumericsFixed) {
   const std::string good = write_cache(
       "good",
       R"({"batch": 1, "up": "bn256_st4_sk1_mc1", "down": "cublas", "router": "event"},
-         {"batch": 16, "up": "bn128_st6_sk1_mc2", "down": "cublas", "router": "event"})",
+         {"batch": 16, "up": "bn128_st6_sk1_mc2", "down": "cublas", "router": "event", "groups": 3})",
       this_device());
   EXPECT_EQ(select_fused_config(cfg, 4, good, "").up, (GemmVariant{256, 4, 1, 1}));   // largest tuned B <= 4
+  EXPECT_EQ(select_fused_config(cfg, 4, good, "").row_groups, 1);                     // no "groups": automatic
   EXPECT_EQ(select_fused_config(cfg, 64, good, "").up, (GemmVariant{128, 6, 1, 2}));  // from the B = 16 entry
+  EXPECT_EQ(select_fused_config(cfg, 64, good, "").row_groups, 3);
+  const std::string many = write_cache(
+      "many", R"({"batch": 1, "up": "bn256_st4_sk1_mc1", "down": "cublas", "router": "event", "groups": 9})",
+      this_device());
+  try {
+    select_fused_config(cfg, 1, many, "");
+    ADD_FAILURE() << "a cache entry with 9 row groups was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("groups"), std::string::npos) << e.what();
+  }
 
   const std::string mixed = write_cache(
       "mixed",
@@ -184,7 +204,7 @@ TEST(FusedConfig, TuningCacheIsReadPerBatchAndMustKeepNumericsFixed) {
   const auto broken = std::filesystem::temp_directory_path() / "swapffn_tune_broken.json";
   std::ofstream(broken) << "{not json";
   EXPECT_THROW(select_fused_config(cfg, 1, broken.string(), ""), Error);
-  for (const auto& p : {good, mixed, widths, splits, other, broken.string()}) std::remove(p.c_str());
+  for (const auto& p : {good, many, mixed, widths, splits, other, broken.string()}) std::remove(p.c_str());
 }
 
 }  // namespace

@@ -48,12 +48,15 @@ namespace swapffn::cuda {
 //   router and the down GEMM's implementation set the floating-point summation order, so they
 //   must be the same at every batch size (batch invariance); only tile shapes, stages and
 //   multicast, which leave each output's summation order alone, may vary with B.
+// - row groups: automatic, two from ~120 rows per SM (select_fused_config says why and what the
+//   other batch sizes measured). Rejected as a B = 1 default: slower.
 namespace {
 
 // More groups than this only cut the rows finer than the GEMM tiles can use at any batch size.
 constexpr int kMaxRowGroups = 8;
 
 int parse_row_groups(const std::string& val) {
+  if (val == "auto") return 0;
   size_t used = 0;
   int v = 0;
   try {
@@ -62,8 +65,8 @@ int parse_row_groups(const std::string& val) {
     used = 0;
   }
   SWAPFFN_REQUIRE(used == val.size() && v >= 1 && v <= kMaxRowGroups,
-                  "kernel config groups must be a group count from 1 to " + std::to_string(kMaxRowGroups) + ", got '" +
-                      val + "'");
+                  "kernel config groups must be auto or a group count from 1 to " + std::to_string(kMaxRowGroups) +
+                      ", got '" + val + "'");
   return v;
 }
 
@@ -182,7 +185,7 @@ FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::st
       k.router = e.value("router", k.router);
       k.router_grid = parse_router_grid(e.value("router_grid", std::string("auto")));
       k.row_chunk = e.value("chunk", int64_t{0});
-      k.row_groups = parse_row_groups(std::to_string(e.value("groups", 1)));
+      k.row_groups = e.contains("groups") ? parse_row_groups(std::to_string(e.at("groups").get<int>())) : 0;
     }
   }
   return k;
@@ -210,6 +213,15 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
                   "fused: down GEMM " + k.down.name() + " needs d_ff a multiple of " + std::to_string(64 * k.down.split_k) +
                       " and d_model a multiple of " + std::to_string(k.down.bn * k.down.multicast) + " (d_ff = " +
                       std::to_string(cfg.d_ff) + ", d_model = " + std::to_string(cfg.d_model) + ")");
+  if (k.row_groups == 0) {
+    // Two row groups once the rows fill the SMs ~120 times over (B >= 32 at the defaults on 132
+    // SMs): one group's router and RMSNorms then run under the other group's GEMMs. H100, nineteenth
+    // session: -4% per step at B = 64, -1% at B = 32 (-3% with 3 groups); nothing at B = 16; at B = 1
+    // and 4 slower (+26%, +13%: the groups' one-wave GEMMs run side by side on half the SMs each, so
+    // nothing is hidden, and cuBLAS's kernels for half the rows lose in that arrangement).
+    const GpuInfo gpu = query_gpu();
+    k.row_groups = k.router == "event" && gpu.present && batch * cfg.core_count >= 120 * int64_t{gpu.sm_count} ? 2 : 1;
+  }
   SWAPFFN_REQUIRE(k.row_groups == 1 || k.router == "event",
                   "fused: groups=" + std::to_string(k.row_groups) + " needs router=event (the cublas router's GEMM "
                   "runs over all rows at once)");

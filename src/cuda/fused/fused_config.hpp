@@ -33,13 +33,14 @@ struct FusedKernelConfig {
   // next chunk starts, so its [rows, F] intermediate and its h stay in L2 at large batch sizes.
   // Rows are independent: the chunking changes no row's arithmetic.
   int64_t row_chunk = 0;
-  // Row groups ("groups"; 1: none). The rows split into this many groups of whole 64-row blocks;
+  // Row groups ("groups"; 1: none; 0 until select_fused_config resolves "auto", its default). The
+  // rows split into this many groups of whole 64-row blocks;
   // each group runs its events (router, FFN steps, chunked by row_chunk) on its own stream inside
   // the step's graph, forked after the FiLM kernel and joined before the collapse, so that one
   // group's router, RMSNorm and kernel boundaries run while another group's GEMMs hold the SMs.
-  // Rows are independent: no row's arithmetic changes. Needs router "event" (the cuBLAS router's
-  // GEMM runs over all rows).
-  int row_groups = 1;
+  // Rows are independent: no row's arithmetic changes, so the count may follow the batch size.
+  // Needs router "event" (the cuBLAS router's GEMM runs over all rows).
+  int row_groups = 0;
 };
 
 // The first row and the row count of each group when `rows` rows split into `groups` groups: whole
@@ -52,7 +53,7 @@ void check_fused_supports(const Config& cfg);
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
 // kernel_config ("up=<variant>,down=<variant>|<cutlass variant>|cublas|sk2|sk4,router=cublas|event,
-// router_grid=<grid>,chunk=<rows>,groups=<1..8>,pdl=0|1", each part optional) overrides; sk<N>: our down GEMM with
+// router_grid=<grid>,chunk=<rows>,groups=auto|<1..8>,pdl=0|1", each part optional) overrides; sk<N>: our down GEMM with
 // split-K N, its tile width chosen for the batch size; pdl: programmatic dependent launch of our
 // kernels and CUTLASS's (on by default).
 FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,
