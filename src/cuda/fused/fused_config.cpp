@@ -216,8 +216,8 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
   if (k.row_groups == 0) {
     // Two row groups from ~60 rows per SM (B >= 16 at the defaults on 132 SMs): one group's router
     // and RMSNorms then run under the other group's GEMMs. H100, nineteenth session, against one
-    // group in the same runs: B = 64 -3..-4%, B = 32 -1..-2% (3 groups: -3% once), B = 16 0..-4%
-    // (never slower in five runs). Slower below: B = 8 +5%, B = 4 +13%, B = 1 +26% (the groups'
+    // group in the same runs: B = 64 -3..-5%, B = 32 -1..-3% (3 groups: -3% once), B = 16 -5..+1%
+    // (mean -2% in seven runs). Slower below: B = 8 +5%, B = 4 +13%, B = 1 +26% (the groups'
     // one-wave GEMMs run side by side on half the SMs each, so nothing is hidden, and cuBLAS's
     // kernels on half the rows lose in that arrangement; with CUTLASS's down GEMM, level).
     const GpuInfo gpu = query_gpu();
