@@ -50,7 +50,7 @@ class FusedEngine final : public GpuEngine {
     groups_ = row_group_ranges(M, kcfg_.row_groups);
     chunk_ = 0;
     for (const auto& [r0, rows] : groups_) {
-      const int64_t chunk = kcfg_.row_chunk > 0 && kcfg_.row_chunk < rows ? kcfg_.row_chunk : rows;
+      const int64_t chunk = chunk_rows(rows);
       if (rows % chunk) down_gemm_->set_rows(rows % chunk);
       down_gemm_->set_rows(chunk);
       chunk_ = std::max(chunk_, chunk);
@@ -106,8 +106,11 @@ class FusedEngine final : public GpuEngine {
   }
 
  private:
-  // Every event of row group g (rows [r0, r0 + rows)) on `stream`: the event head, then per chunk of
-  // the group's rows all FFN steps.
+  // Rows per FFN chunk of a group of `rows` rows (FusedKernelConfig::row_chunk, else all of them).
+  int64_t chunk_rows(int64_t rows) const { return kcfg_.row_chunk > 0 && kcfg_.row_chunk < rows ? kcfg_.row_chunk : rows; }
+
+  // Every event of row group g (its rows [g0, g0 + g_rows)) on `stream`: the event head, then per
+  // chunk of the group's rows all FFN steps.
   template <class Mark>
   void enqueue_group_events(size_t g, cudaStream_t stream, const Mark& mark) {
     const auto [g0, g_rows] = groups_[g];
@@ -136,7 +139,7 @@ class FusedEngine final : public GpuEngine {
                              ffn_gain ? as_nv(nrm_.get()) : nullptr, eps},
                             stream, kcfg_.pdl, kcfg_.router_grid);
       }
-      const int64_t chunk = kcfg_.row_chunk > 0 && kcfg_.row_chunk < g_rows ? kcfg_.row_chunk : g_rows;
+      const int64_t chunk = chunk_rows(g_rows);
       for (int64_t r0 = g0; r0 < g0 + g_rows; r0 += chunk) {  // a chunk runs all its FFN steps, then the next
         const int64_t rows = std::min(chunk, g0 + g_rows - r0);
         bf16* nrm = nrm_.get() + r0 * D;
