@@ -210,7 +210,8 @@ void run_bench(const BenchArgs& a) {
                      {"tflops", tflops}, {"pct_of_floor", pct}, {"speedup_vs_unfused", speedup}});
   }
   if (!breakdown_lines.empty()) {
-    std::printf("\nbreakdown (eager steps, an event around each phase; graph replays skip the launch gaps):\n");
+    std::printf("\nbreakdown (eager steps, an event around each phase; graph replays skip the launch gaps; the "
+                "fused backend's row groups run one after another here, side by side in the graph):\n");
     for (const auto& l : breakdown_lines) std::printf("%s\n", l.c_str());
   }
   if (!a.json.empty()) {
