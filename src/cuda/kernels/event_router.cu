@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   constexpr int kWarps = Shape::kWarps, kRowsPerWarp = Shape::kRowsPerWarp;
   extern __shared__ __align__(128) uint8_t smem[];
   const int D = static_cast<int>(a.d_model), R = static_cast<int>(a.d_router);
-  const int rows = static_cast<int>(a.row_begin + a.rows);  // one past this launch's last row
+  const int row_end = static_cast<int>(a.row_begin + a.rows);  // one past this launch's last row
   const Smem L = smem_layout<kRows>(D, R);
   __nv_bfloat16* w_smem = reinterpret_cast<__nv_bfloat16*>(smem);  // [R][D + pad]
   __nv_bfloat16* n_smem = reinterpret_cast<__nv_bfloat16*>(smem + L.w_bytes);  // [operand rows][D + pad]
@@ -116,20 +116,20 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
 #pragma unroll
   for (int q = 0; q < kRowsPerWarp; ++q) {
     const int r = row0 + warp + kWarps * q;
-    if (r >= rows) continue;
+    if (r >= row_end) continue;
     map[q] = a.stream_map[r];
     router::load_row(a.h, r, D, lane, hv[q]);
   }
 #pragma unroll
   for (int q = 0; q < kRowsPerWarp; ++q)
-    rs[q] = row0 + warp + kWarps * q < rows ? router::row_rs(hv[q], D, a.eps) : 0.f;  // uniform over the warp
+    rs[q] = row0 + warp + kWarps * q < row_end ? router::row_rs(hv[q], D, a.eps) : 0.f;  // uniform over the warp
   cutlass::arch::ClusterTransactionBarrier::wait(w_ready, 0);
   const float4* rg4 = reinterpret_cast<const float4*>(rgain);
 #pragma unroll
   for (int q = 0; q < kRowsPerWarp; ++q) {
     const int lr = warp + kWarps * q;
     uint2* dst = reinterpret_cast<uint2*>(n_smem + lr * ld);
-    if (row0 + lr >= rows) {
+    if (row0 + lr >= row_end) {
       for (int k4 = lane; k4 < D4; k4 += 32) dst[k4] = make_uint2(0u, 0u);
       continue;
     }
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
 #pragma unroll
   for (int q = 0; q < kRowsPerWarp; ++q) {
     const int lr = warp + kWarps * q;
-    if (row0 + lr < rows)
+    if (row0 + lr < row_end)
       router::finish_row(a, row0 + lr, z_smem + lr * R, swap_w, biases, bank_w, ngain, map[q], hv[q], lane);
   }
 }
