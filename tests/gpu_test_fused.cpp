@@ -80,8 +80,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // chunked, with our split-K down GEMM; the default model's 512 rows as 2 x 256.
                       CheckCase{"tiny", 3, 4, "groups=2"}, CheckCase{"tiny", 16, 2, "groups=4,chunk=80,down=bn64_st6_sk2_mc1"},
                       CheckCase{"default", 1, 2, "groups=2"},
-                      // 8,000 rows: the built-in choice takes two row groups on a 132-SM Hopper.
-                      CheckCase{"tiny", 200, 2, ""}),
+                      // 16,000 rows: the built-in choice takes two row groups on a 132-SM Hopper.
+                      CheckCase{"tiny", 400, 2, ""}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
 
 TEST(Fused, NoResidualNoSiluAndDegenerateCountsAgree) {
@@ -157,7 +157,7 @@ TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         {"default", 9, "chunk=2048", "cublas"},
         {"default", 4, "up=bn128_st3_sk1_mc1_o2", "cublas"},
         {"default", 9, "groups=3", "cublas"},  // the batch's rows in three groups on their own streams
-        {"tiny", 200, "groups=auto", "cublas"},  // the built-in choice: two groups on 132 SMs
+        {"tiny", 400, "groups=auto", "cublas"},  // the built-in choice: two groups on 132 SMs
         {"default", 9, "chunk=1536", "sk4"},
         // CUTLASS: a wide cooperative tile for the batch, the pingpong 64 x 64 tile alone.
         {"default", 9, "down=co_128x256_c2x1", "pp_64x64_c1x2"}}) {
