@@ -64,13 +64,13 @@ void run_tune(const TuneArgs& a) {
   std::vector<Point> points;
   std::vector<std::string> downs{"cublas"};
   for (const auto& down : cuda::down_gemm_variants())
-    if (down.split_k > 1 && cfg.d_model % (down.bn * down.multicast) == 0) downs.push_back(down.name());
+    if (down.split_k > 1 && cuda::down_variant_fits(down, cfg.d_model, cfg.d_ff)) downs.push_back(down.name());
   for (const auto& down : cuda::cutlass_down_variants()) downs.push_back(down);
   for (int64_t b : a.batches)
     for (const auto& up : cuda::dual_gemm_variants())
       for (const auto& down : downs)
         for (const auto& [router, groups] : {std::pair{"cublas", 1}, std::pair{"event", 1}, std::pair{"event", 2}}) {
-          if ((2 * cfg.d_ff) % up.bn != 0) continue;
+          if (!cuda::up_variant_fits(up, cfg.d_ff)) continue;
           if (std::string(router) == "event" && (cfg.d_router % 16 != 0 || cfg.d_router > 64)) continue;
           EngineOptions eo;
           eo.kernel_config = "up=" + up.name() + ",down=" + down + ",router=" + router + ",groups=" + std::to_string(groups);

@@ -73,6 +73,7 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
   for (int m : ms) {
     const double f1 = 2.0 * m * 2.0 * d_ff * d_model, f2 = 2.0 * m * d_model * d_ff;
     for (const auto& v : dual_gemm_variants()) {
+      if (!up_variant_fits(v, d_ff)) continue;
       DualGemmSwigluArgs args{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
       const double us = median_us([&] { launch_dual_gemm_swiglu(args, v, stream, true); }, repeats, stream);
       out.push_back({"dual_swiglu", m, 2 * d_ff, d_model, v.name(), us, f1 / us * 1e-6});
@@ -94,6 +95,7 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
                                                                                      : "bits != cuBLAS pinned");
     };
     for (const auto& v : down_gemm_variants()) {
+      if (!down_variant_fits(v, d_model, d_ff)) continue;
       GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
       const double us = median_us([&] { launch_gemm_residual(args, v, stream, true); }, repeats, stream);
       const std::string bits = same_bits([&](float* into) {

@@ -209,7 +209,7 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
                   "fused: router and down-GEMM implementation must be the same at every batch size (batch "
                   "invariance); batch " + std::to_string(batch) + " would use " + numerics(k) + ", batch 1 " +
                       numerics(one) + " (tuning cache '" + file + "')");
-  SWAPFFN_REQUIRE(k.down_cublas || !k.down_cutlass.empty() || (cfg.d_ff % (64 * k.down.split_k) == 0 && cfg.d_model % (k.down.bn * k.down.multicast) == 0),
+  SWAPFFN_REQUIRE(k.down_cublas || !k.down_cutlass.empty() || down_variant_fits(k.down, cfg.d_model, cfg.d_ff),
                   "fused: down GEMM " + k.down.name() + " needs d_ff a multiple of " + std::to_string(64 * k.down.split_k) +
                       " and d_model a multiple of " + std::to_string(k.down.bn * k.down.multicast) + " (d_ff = " +
                       std::to_string(cfg.d_ff) + ", d_model = " + std::to_string(cfg.d_model) + ")");

@@ -33,6 +33,14 @@ struct GemmVariant {
   bool operator==(const GemmVariant&) const = default;
 };
 
+// Whether a variant's tiles fit the model's shape (the launchers refuse the others): the dual
+// GEMM's N = 2F in whole tiles; the down GEMM's N = D in whole (multicast) tiles and K = F in
+// whole 64-k steps of every split.
+inline bool up_variant_fits(const GemmVariant& v, int64_t d_ff) { return (2 * d_ff) % v.bn == 0; }
+inline bool down_variant_fits(const GemmVariant& v, int64_t d_model, int64_t d_ff) {
+  return d_model % (int64_t{v.bn} * v.multicast) == 0 && d_ff % (int64_t{64} * v.split_k) == 0;
+}
+
 // u[M, F] = silu(A W1^T) * (A W3^T), with W13 the interleaved [2F, K] weights (interleave_w13).
 struct DualGemmSwigluArgs {
   const __nv_bfloat16* a;    // [M, K]
