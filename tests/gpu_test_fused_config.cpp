@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "cuda/fused/fused_config.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
@@ -197,6 +199,35 @@ TEST(FusedConfig, TuningCacheIsReadPerBatchAndMustKeepNumericsFixed) {
       "other", R"({"batch": 1, "up": "bn128_st6_sk1_mc2", "down": "cublas", "router": "event"})", "Another GPU");
   EXPECT_EQ(select_fused_config(cfg, 1, other, "").up, select_fused_config(cfg, 1, "", "").up)
       << "another GPU's cache must not apply";
+
+  // Malformed entries: each refused with an error naming the entry and the field or value.
+  for (const auto& [name, entry, needle] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"groups_type", R"({"batch": 1, "up": "bn256_st4_sk1_mc1", "down": "cublas", "groups": "two"})", "field 'groups'"},
+           {"groups_zero", R"({"batch": 1, "up": "bn256_st4_sk1_mc1", "down": "cublas", "groups": 0})", "groups"},
+           {"router", R"({"batch": 1, "up": "bn256_st4_sk1_mc1", "down": "cublas", "router": "magic"})", "'magic'"},
+           {"chunk", R"({"batch": 1, "up": "bn256_st4_sk1_mc1", "down": "cublas", "chunk": -5})", "chunk"},
+           {"no_down", R"({"batch": 1, "up": "bn256_st4_sk1_mc1"})", "no field 'down'"},
+           {"batch_type", R"({"batch": "one", "up": "bn256_st4_sk1_mc1", "down": "cublas"})", "field 'batch'"},
+           {"not_object", R"(7)", "is not a JSON object"}}) {
+    const std::string path = write_cache("bad_" + name, entry, this_device());
+    try {
+      select_fused_config(cfg, 1, path, "");
+      ADD_FAILURE() << name << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("entry 0"), std::string::npos) << name << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << name << ": " << e.what();
+    }
+    std::remove(path.c_str());
+  }
+  const auto no_entries = std::filesystem::temp_directory_path() / "swapffn_tune_no_entries.json";
+  std::ofstream(no_entries) << R"({"device": ")" << this_device() << R"(", "d_model": 1024, "d_ff": 4096})";
+  try {
+    select_fused_config(cfg, 1, no_entries.string(), "");
+    ADD_FAILURE() << "a cache without entries was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no field 'entries'"), std::string::npos) << e.what();
+  }
+  std::remove(no_entries.string().c_str());
 
   EXPECT_THROW(select_fused_config(cfg, 1, "/nonexistent/swapffn-tune.json", ""), Error);
   const auto broken = std::filesystem::temp_directory_path() / "swapffn_tune_broken.json";

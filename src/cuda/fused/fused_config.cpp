@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +55,11 @@ namespace {
 
 // More groups than this only cut the rows finer than the GEMM tiles can use at any batch size.
 constexpr int kMaxRowGroups = 8;
+
+const std::string& parse_router(const std::string& val) {
+  SWAPFFN_REQUIRE(val == "cublas" || val == "event", "kernel config router must be cublas or event, got '" + val + "'");
+  return val;
+}
 
 int parse_row_groups(const std::string& val) {
   if (val == "auto") return 0;
@@ -137,8 +143,7 @@ void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows,
     } else if (key == "down") {
       set_down(k, val, rows, d_model);
     } else if (key == "router") {
-      SWAPFFN_REQUIRE(val == "cublas" || val == "event", "kernel config router must be cublas or event, got '" + val + "'");
-      k.router = val;
+      k.router = parse_router(val);
     } else if (key == "router_grid") {
       k.router_grid = parse_router_grid(val);
     } else if (key == "chunk") {
@@ -152,6 +157,22 @@ void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows,
       SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router, router_grid, chunk, groups, pdl)");
     }
     pos = end + 1;
+  }
+}
+
+// A field of a tuning-cache object: its value, `fallback` when absent, or an error naming the field
+// when it is absent without a fallback or of the wrong JSON type (not nlohmann's bare type error).
+template <class T>
+T cache_field(const nlohmann::json& obj, const std::string& key, const std::optional<T>& fallback, const std::string& where) {
+  if (!obj.is_object()) SWAPFFN_FAIL(where + " is not a JSON object");
+  if (!obj.contains(key)) {
+    SWAPFFN_REQUIRE(fallback.has_value(), where + " has no field '" + key + "'");
+    return *fallback;
+  }
+  try {
+    return obj.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    SWAPFFN_FAIL(where + ": field '" + key + "' has the wrong type (" + obj.at(key).dump() + ")");
   }
 }
 
@@ -171,21 +192,37 @@ FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::st
   } catch (const std::exception& e) {
     SWAPFFN_FAIL("tuning cache " + tune_file + " is not valid JSON: " + e.what());
   }
-  if (j.value("device", std::string()) != gpu.name || j.value("d_model", int64_t{0}) != cfg.d_model ||
-      j.value("d_ff", int64_t{0}) != cfg.d_ff)
+  const std::string where = "tuning cache " + tune_file;
+  if (cache_field<std::string>(j, "device", std::string(), where) != gpu.name ||
+      cache_field<int64_t>(j, "d_model", int64_t{0}, where) != cfg.d_model ||
+      cache_field<int64_t>(j, "d_ff", int64_t{0}, where) != cfg.d_ff)
     return k;  // tuned for another GPU or model shape: the defaults are the honest choice
+  const auto entries = cache_field<nlohmann::json>(j, "entries", std::nullopt, where);
+  SWAPFFN_REQUIRE(entries.is_array(), where + ": field 'entries' is not an array");
   // The entry for the largest tuned batch not above `batch` (tuned batches are sparse: 1, 4, 16, 64).
   int64_t best = -1;
-  for (const auto& e : j.at("entries")) {
-    const int64_t b = e.at("batch").get<int64_t>();
-    if (b <= batch && b > best) {
-      best = b;
-      k.up = parse_gemm_variant(e.at("up").get<std::string>());
-      set_down(k, e.at("down").get<std::string>(), batch * cfg.core_count, cfg.d_model);
-      k.router = e.value("router", k.router);
-      k.router_grid = parse_router_grid(e.value("router_grid", std::string("auto")));
-      k.row_chunk = e.value("chunk", int64_t{0});
-      k.row_groups = e.contains("groups") ? parse_row_groups(std::to_string(e.at("groups").get<int>())) : 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const nlohmann::json& e = entries[i];
+    const std::string at = where + ", entry " + std::to_string(i);
+    const int64_t b = cache_field<int64_t>(e, "batch", std::nullopt, at);
+    if (b > batch || b <= best) continue;
+    best = b;
+    const std::string up = cache_field<std::string>(e, "up", std::nullopt, at);
+    const std::string down = cache_field<std::string>(e, "down", std::nullopt, at);
+    const std::string router = cache_field<std::string>(e, "router", k.router, at);
+    const std::string grid = cache_field<std::string>(e, "router_grid", std::string("auto"), at);
+    const int64_t chunk = cache_field<int64_t>(e, "chunk", int64_t{0}, at);
+    // Absent: automatic (a cache written before row groups); present: a count.
+    const std::string groups = e.contains("groups") ? std::to_string(cache_field<int>(e, "groups", std::nullopt, at)) : "auto";
+    try {
+      k.up = parse_gemm_variant(up);
+      set_down(k, down, batch * cfg.core_count, cfg.d_model);
+      k.router = parse_router(router);
+      k.router_grid = parse_router_grid(grid);
+      k.row_chunk = parse_row_chunk(std::to_string(chunk));
+      k.row_groups = parse_row_groups(groups);
+    } catch (const Error& err) {
+      SWAPFFN_FAIL(at + ": " + err.what());
     }
   }
   return k;
