@@ -124,6 +124,31 @@ TEST(Nvfp4Config, ChoosersRefuseANonPositiveSmCount) {
   }
 }
 
+// The grouped GEMM's model (host-side choice; no GPU needed) on the issue's shapes (H100: 132 SMs).
+TEST(Nvfp4Config, GroupedModelPicksTheTileWidthsOfTheIssueShapes) {
+  // The first shape mixed (132 wide CTAs, then 88 narrow: 2.7 waves of narrow CTAs against 3.0 all
+  // narrow and 3.4 all wide), the second all wide, the two-group shapes (one wave of narrow CTAs)
+  // narrow; weight scales only 4-byte aligned: narrow.
+  GroupedGemmProblem first;
+  for (int64_t m : {80, 176, 128, 72, 64, 248, 96, 160}) first.groups.push_back(GemmProblem{m, 4096, 7168, 1, {}, {}, nullptr});
+  const TileConfig c1 = choose_grouped_config(first, 132);
+  EXPECT_EQ(c1.tile, Tile::m128_n256_rs) << describe(c1);
+  EXPECT_EQ(c1.wide_n, 12) << describe(c1);
+  GroupedGemmProblem second;
+  for (int64_t m : {40, 76, 168, 72, 164, 148, 196, 160}) second.groups.push_back(GemmProblem{m, 7168, 2048, 1, {}, {}, nullptr});
+  const TileConfig c2 = choose_grouped_config(second, 132);
+  EXPECT_EQ(c2.tile, Tile::m128_n256_rs) << describe(c2);
+  EXPECT_EQ(c2.wide_n, -1) << describe(c2);
+  for (const auto& [n, k, ms2] : {std::tuple{int64_t{3072}, int64_t{4096}, std::vector<int64_t>{192, 320}},
+                                  std::tuple{int64_t{4096}, int64_t{1536}, std::vector<int64_t>{128, 384}}}) {
+    GroupedGemmProblem two;
+    for (int64_t m : ms2) two.groups.push_back(GemmProblem{m, n, k, 1, {}, {}, nullptr});
+    EXPECT_EQ(choose_grouped_config(two, 132).tile, Tile::m128_n128_rs) << n << "x" << k;
+  }
+  second.groups[3].b.scales = reinterpret_cast<const uint8_t*>(uintptr_t{4});
+  EXPECT_EQ(choose_grouped_config(second, 132).tile, Tile::m128_n128_rs);
+}
+
 TEST_F(Nvfp4Gpu, GemvBitExact) {
   for (ScaleLayout layout : kLayouts)
     for (GemvDecode d : kDecodes) {
@@ -628,7 +653,7 @@ TEST_F(Nvfp4Gpu, GroupedGemmRsTile) {
 // its other columns 128-wide tiles after every group's wide ones. Groups whose columns are all
 // wide (an empty narrow part, in the middle of the groups too), partial wide and narrow tiles, both
 // scale layouts, long K, more tiles than SMs, 9 groups (the full parameter block), wide_n past
-// every group's columns, wide_n = 0 (all narrow), determinism; then the default's choice.
+// every group's columns, wide_n = 0 (all narrow), determinism.
 TEST_F(Nvfp4Gpu, GroupedGemmMixedWidths) {
   const std::vector<ScaleLayout> mixed{ScaleLayout::plain, ScaleLayout::blocked_128x4};
   const std::vector<int64_t> ms{72, 200, 128, 9}, ns{328, 256, 100, 600}, ks{2048, 1024, 3072, 256};
@@ -643,27 +668,6 @@ TEST_F(Nvfp4Gpu, GroupedGemmMixedWidths) {
   const std::vector<int64_t> m9{40, 76, 168, 72, 164, 148, 196, 160, 33};
   run_grouped(m9, std::vector<int64_t>(9, 400), std::vector<int64_t>(9, 512), mixed, {Tile::m128_n256_rs, 1, 0, Probe::none, 1}, 106);
 
-  // The issue's shapes (H100: 132 SMs): the first mixed (model: 132 wide CTAs, then 88 narrow;
-  // 2.7 waves of narrow CTAs against 3.0 all narrow and 3.4 all wide), the second all wide, the
-  // two-group shapes (one wave of narrow CTAs) narrow; weight scales only 4-byte aligned: narrow.
-  GroupedGemmProblem first;
-  for (int64_t m : {80, 176, 128, 72, 64, 248, 96, 160}) first.groups.push_back(GemmProblem{m, 4096, 7168, 1, {}, {}, nullptr});
-  const TileConfig c1 = choose_grouped_config(first, 132);
-  EXPECT_EQ(c1.tile, Tile::m128_n256_rs) << describe(c1);
-  EXPECT_EQ(c1.wide_n, 12) << describe(c1);
-  GroupedGemmProblem second;
-  for (int64_t m : {40, 76, 168, 72, 164, 148, 196, 160}) second.groups.push_back(GemmProblem{m, 7168, 2048, 1, {}, {}, nullptr});
-  const TileConfig c2 = choose_grouped_config(second, 132);
-  EXPECT_EQ(c2.tile, Tile::m128_n256_rs) << describe(c2);
-  EXPECT_EQ(c2.wide_n, -1) << describe(c2);
-  for (const auto& [n, k, ms2] : {std::tuple{int64_t{3072}, int64_t{4096}, std::vector<int64_t>{192, 320}},
-                                  std::tuple{int64_t{4096}, int64_t{1536}, std::vector<int64_t>{128, 384}}}) {
-    GroupedGemmProblem two;
-    for (int64_t m : ms2) two.groups.push_back(GemmProblem{m, n, k, 1, {}, {}, nullptr});
-    EXPECT_EQ(choose_grouped_config(two, 132).tile, Tile::m128_n128_rs) << n << "x" << k;
-  }
-  second.groups[3].b.scales = reinterpret_cast<const uint8_t*>(uintptr_t{4});
-  EXPECT_EQ(choose_grouped_config(second, 132).tile, Tile::m128_n128_rs);
 }
 
 // ---------------- refusals ----------------

@@ -34,10 +34,10 @@ struct FusedKernelConfig {
   // Rows are independent: the chunking changes no row's arithmetic.
   int64_t row_chunk = 0;
   // Row groups ("groups"; 1: none; 0 until select_fused_config resolves "auto", its default). The
-  // rows split into this many groups of whole 64-row blocks;
-  // each group runs its events (router, FFN steps, chunked by row_chunk) on its own stream inside
-  // the step's graph, forked after the FiLM kernel and joined before the collapse, so that one
-  // group's router, RMSNorm and kernel boundaries run while another group's GEMMs hold the SMs.
+  // rows split into this many groups of whole 64-row blocks; each group runs its events (router,
+  // FFN steps, chunked by row_chunk) on its own stream inside the step's graph, forked after the
+  // FiLM kernel and joined before the collapse, so that one group's router, RMSNorm and kernel
+  // boundaries run while another group's GEMMs hold the SMs.
   // Rows are independent: no row's arithmetic changes, so the count may follow the batch size.
   // Needs router "event" (the cuBLAS router's GEMM runs over all rows).
   int row_groups = 0;
