@@ -15,26 +15,37 @@ namespace {
 
 struct SwigluEpilogue {
   struct Params {
-    CUtensorMap u;  // u [M, F] bf16, boxes of 64 rows x 64 outputs, 128-byte swizzle
+    CUtensorMap u;      // u [M, F] bf16, boxes of 64 rows x 64 outputs, 128-byte swizzle
+    CUtensorMap u_rem;  // u as bytes, boxes of 64 rows x (BN/2 % 64) outputs, unswizzled (tile widths
+                        // that are not a multiple of 128; unused otherwise)
   };
   // The warpgroup's 64 x BN/2 outputs are staged in shared memory as BN/128 boxes of 64 rows x 128
   // bytes, laid out as the TMA's 128-byte swizzle wants them (16-byte chunk c of row r at chunk
-  // c ^ (r % 8): both the accumulator-layout writes and the TMA reads are conflict-free), and one
-  // thread stores them with TMA. The store runs asynchronously: the warpgroup goes on to the next
+  // c ^ (r % 8): both the accumulator-layout writes and the TMA reads are conflict-free), then the
+  // rest of the row (BN/2 % 64 outputs, e.g. 24 of a 176-wide tile) as one plain row-major box, and
+  // one thread stores them with TMA. The store runs asynchronously: the warpgroup goes on to the next
   // tile's MMAs (persistent variants) while the copy engine writes u; only the next tile's epilogue
   // waits for it to have read the staging. (Thread-issued 16-byte stores kept the warpgroup busy
-  // for the whole copy-out; direct bf16x2 stores filled half of each 32-byte sector.)
+  // for the whole copy-out; direct bf16x2 stores filled half of each 32-byte sector.) Columns past F
+  // (the zero-filled weight rows of a partial last tile) are clipped by the store.
   template <int BN>
   static constexpr int smem_bytes() { return 64 * BN; }  // 64 rows x BN/2 bf16
+  template <int BN>
+  static constexpr int kFullBoxes = BN / 128;
+  template <int BN>
+  static constexpr int kRemBytes = BN % 128;  // bytes per row of the remainder box
   // The dual GEMM never splits K (launch<> fixes SplitK = 1: the SwiGLU needs whole sums), so every
   // CTA owns all of its tile's columns and the block range is always the whole tile.
   template <int BN>
   __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int /*M*/, int t,
                                uint8_t* stage, int barrier, int /*j_begin*/, int /*j_end*/) {
-    static_assert(BN % 128 == 0, "the staging is made of 64-output (128-byte) boxes");
-    constexpr int kBoxBytes = 64 * 128;
-    const auto at = [&](int r, int byte) {
-      return stage + (byte / 128) * kBoxBytes + r * 128 + ((((byte % 128) / 16) ^ (r & 7)) * 16) + byte % 16;
+    static_assert(BN % 16 == 0, "each 16-row W1/W3 group gives one 16-byte chunk of outputs per row");
+    constexpr int kBoxBytes = 64 * 128, kFull = kFullBoxes<BN>, kRem = kRemBytes<BN>;
+    // Byte `byte` of chunk g (16 bytes: outputs 8g..8g+7) of row r; g is a compile-time index.
+    const auto at = [&](int r, int g, int byte) {
+      if (g < 8 * kFull)
+        return stage + (g / 8) * kBoxBytes + r * 128 + (((g % 8) ^ (r & 7)) * 16) + byte;
+      return stage + kFull * kBoxBytes + r * kRem + (g - 8 * kFull) * 16 + byte;
     };
     if (t == 0) cute::tma_store_wait<0>();  // the previous tile's store has read the staging
     sm90::warpgroup_bar(barrier);
@@ -46,15 +57,17 @@ struct SwigluEpilogue {
         const float* gate = &acc[4 * (2 * g) + 2 * half];
         const float* up = &acc[4 * (2 * g + 1) + 2 * half];
         const __nv_bfloat162 v = __floats2bfloat162_rn(silu(gate[0]) * up[0], silu(gate[1]) * up[1]);
-        *reinterpret_cast<__nv_bfloat162*>(at(a.row + 8 * half, (8 * g + a.col) * 2)) = v;  // a.col = 2 (lane % 4)
+        *reinterpret_cast<__nv_bfloat162*>(at(a.row + 8 * half, g, a.col * 2)) = v;  // a.col = 2 (lane % 4)
       }
     }
     cute::tma_store_fence();  // this thread's shared-memory writes become visible to the copy engine
     sm90::warpgroup_bar(barrier);
     if (t == 0) {
 #pragma unroll
-      for (int b = 0; b < BN / 128; ++b)
+      for (int b = 0; b < kFull; ++b)
         cute::SM90_TMA_STORE_2D::copy(&p.u, stage + b * kBoxBytes, n_base / 2 + b * 64, m_base);  // rows >= M clipped
+      if constexpr (kRem > 0)
+        cute::SM90_TMA_STORE_3D::copy(&p.u_rem, stage + kFull * kBoxBytes, (n_base / 2 + kFull * 64) * 2, m_base, 0);
       cute::tma_store_arrive();
     }
   }
@@ -70,20 +83,25 @@ struct SwigluEpilogue {
 template <int BN, int Stages, int Multicast, bool Persistent, int CtasPerSm = 1>
 void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
   using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast, Persistent, CtasPerSm>;
-  SWAPFFN_REQUIRE(a.n2 % BN == 0 && BN % 16 == 0,
-                  "dual GEMM: 2*F = " + std::to_string(a.n2) + " is not a multiple of the tile N " + std::to_string(BN));
+  SWAPFFN_REQUIRE(a.n2 > 0 && a.n2 % 16 == 0,
+                  "dual GEMM: 2*F = " + std::to_string(a.n2) + " is not a positive multiple of 16 (whole W1/W3 pairs)");
   SWAPFFN_REQUIRE(a.k > 0 && a.k % Tile::BK == 0, "dual GEMM: K = " + std::to_string(a.k) + " is not a positive multiple of 64");
   const CUtensorMap ta = make_tma_2d_bf16_sw128(a.a, a.m, a.k, Tile::kBoxRowsA, 64);
   const CUtensorMap tb = make_tma_2d_bf16_sw128(a.w13, a.n2, a.k, Tile::kBoxRowsB, 64);
   const CUtensorMap tu = make_tma_2d_bf16_sw128(a.u, a.m, a.n2 / 2, 64, 64);
+  constexpr int kRem = SwigluEpilogue::kRemBytes<BN>;
+  const CUtensorMap tu_rem = kRem > 0 ? make_tma_3d_u8(a.u, uint64_t(a.n2), a.m, 1, uint64_t(a.n2), uint64_t(a.n2) * a.m,
+                                                       kRem, 64, false)
+                                      : CUtensorMap{};
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, SwigluEpilogue>;
   // M tiles rounded up to whole clusters: a CTA past the last row reads zeros and writes nothing.
-  const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = a.n2 / BN;
+  // The last N tile may be partial (2F not a multiple of BN): its missing weight rows read as zeros.
+  const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = (a.n2 + BN - 1) / BN;
   const dim3 grid = Persistent ? dim3(static_cast<unsigned>(std::min(m_tiles * n_tiles, sm_count())))
                                : dim3(n_tiles, (m_tiles + Multicast - 1) / Multicast * Multicast, 1);
   launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(1, Multicast, 1),
                    sm90::kernel_smem_bytes<Tile, SwigluEpilogue>(), stream, pdl, ta, tb,
-                     SwigluEpilogue::Params{tu}, a.m, a.k / Tile::BK, n_tiles, m_tiles * n_tiles);
+                     SwigluEpilogue::Params{tu, tu_rem}, a.m, a.k / Tile::BK, n_tiles, m_tiles * n_tiles);
 }
 
 // The compiled variants. Split-K is absent on purpose: the SwiGLU needs whole sums.
@@ -93,6 +111,9 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
 // _p: persistent (one CTA per SM walking the tiles; the next tile's loads overlap the epilogue).
 // bn 128 x 3 stages _o2: two CTAs per SM (96 KB of stages and 112 consumer registers each), so one
 // CTA's epilogue runs under the other's MMAs; costs 1.33x the operand bytes per MMA of bn 256.
+// bn 144 / 176 / 192 persistent (6 / 5 / 5 stages, as many as fit beside the staging): the widths
+// between 128 and 256 that cuBLAS's fastest gate/up GEMMs use at large M (docs/PERF.md, twentieth
+// session); 8192 = 46 x 176 + 96, so their last weight tile is partial.
 struct DualEntry {
   GemmVariant v;
   void (*fn)(const DualGemmSwigluArgs&, cudaStream_t, bool);
@@ -101,7 +122,10 @@ constexpr DualEntry kDualVariants[] = {{{256, 4, 1, 2}, launch<256, 4, 2, false>
                                        {{256, 4, 1, 1}, launch<256, 4, 1, false>},
                                        {{256, 4, 1, 1, true}, launch<256, 4, 1, true>},
                                        {{128, 6, 1, 2}, launch<128, 6, 2, false>},
-                                       {{128, 3, 1, 1, false, 2}, launch<128, 3, 1, false, 2>}};
+                                       {{128, 3, 1, 1, false, 2}, launch<128, 3, 1, false, 2>},
+                                       {{144, 6, 1, 1, true}, launch<144, 6, 1, true>},
+                                       {{176, 5, 1, 1, true}, launch<176, 5, 1, true>},
+                                       {{192, 5, 1, 1, true}, launch<192, 5, 1, true>}};
 
 }  // namespace
 

@@ -39,6 +39,7 @@
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90_gmma_ext.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
@@ -91,7 +92,8 @@ struct GemmTile {
   // warpgroup's own A rows of the last stage (no separate staging buffer).
   static constexpr bool kStageEpilogueInA = kCtasPerSm > 1;
 
-  static_assert(BN == 64 || BN == 128 || BN == 256, "tile N must be 64, 128 or 256 here");
+  static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256,
+                "tile N must be a multiple of 16 from 64 to 256 (a wgmma n; whole 8-row W1/W3 pairs)");
   static_assert(BM == 128 || BM == 64, "tile M is 128 (two consumer warpgroups) or 64 (one)");
   static_assert(BM == 128 || (SplitK == 1 && CtasPerSm_ == 1),
                 "64-row tiles: no split-K exchange and no epilogue staged in A (both assume 64 rows per consumer)");
@@ -114,20 +116,22 @@ struct GemmTile {
                 "last stage, so no loads may still be in flight (not persistent, no split-K)");
 };
 
+// The m64 x BN x k16 bf16 wgmma with both operands K-major in shared memory, for the compiled tile widths.
 template <int BN>
 struct WgmmaAtom;
-template <>
-struct WgmmaAtom<64> {
-  using Op = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-};
-template <>
-struct WgmmaAtom<128> {
-  using Op = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-};
-template <>
-struct WgmmaAtom<256> {
-  using Op = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-};
+#define SWAPFFN_WGMMA_ATOM(N)                                                                          \
+  template <>                                                                                          \
+  struct WgmmaAtom<N> {                                                                                \
+    using Op = cute::SM90::GMMA::MMA_64x##N##x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K,            \
+                                                                 cute::SM90::GMMA::Major::K>;          \
+  };
+SWAPFFN_WGMMA_ATOM(64)
+SWAPFFN_WGMMA_ATOM(128)
+SWAPFFN_WGMMA_ATOM(144)
+SWAPFFN_WGMMA_ATOM(176)
+SWAPFFN_WGMMA_ATOM(192)
+SWAPFFN_WGMMA_ATOM(256)
+#undef SWAPFFN_WGMMA_ATOM
 
 template <class Op, int N, size_t... I>
 __device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&d)[N], cute::SM90::GMMA::ScaleOut scale,
