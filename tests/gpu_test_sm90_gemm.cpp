@@ -58,19 +58,23 @@ TEST_P(DualGemm, MatchesCpuAndIsDeterministic) {
   DeviceBuffer<bf16> da, dw, du;
   da.upload(a);
   dw.upload(interleave_w13(w1, w3, f, k));
-  du.resize(size_t(m) * f);
+  constexpr size_t kGuard = 512;  // poisoned elements after u: no store may reach them
+  du.resize(size_t(m) * f + kGuard);
   DualGemmSwigluArgs args{reinterpret_cast<const __nv_bfloat16*>(da.get()),
                           reinterpret_cast<const __nv_bfloat16*>(dw.get()), reinterpret_cast<__nv_bfloat16*>(du.get()),
                           m, 2 * f, k};
   std::vector<std::vector<bf16>> runs;
   for (int r = 0; r < 2; ++r) {
-    CUDA_CHECK(cudaMemset(du.get(), 0xFF, size_t(m) * f * 2));  // NaN poison
+    CUDA_CHECK(cudaMemset(du.get(), 0xFF, (size_t(m) * f + kGuard) * 2));  // NaN poison
     launch_dual_gemm_swiglu(args, v, nullptr, false);
     SWAPFFN_CHECK_LAUNCH();
     CUDA_CHECK(cudaDeviceSynchronize());
-    runs.push_back(download(du, size_t(m) * f));
+    runs.push_back(download(du, size_t(m) * f + kGuard));
   }
   ASSERT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 2)) << "not deterministic";
+  for (size_t i = size_t(m) * f; i < runs[0].size(); ++i)
+    ASSERT_EQ(0xFFFF, runs[0][i].bits) << "a store reached " << i - size_t(m) * f << " elements past u";
+  std::vector<double> refs(size_t(m) * f);
   double err2 = 0, ref2 = 0;
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < f; ++j) {
@@ -79,20 +83,30 @@ TEST_P(DualGemm, MatchesCpuAndIsDeterministic) {
       const double ref = g / (1 + std::exp(-g)) * up;
       const double got = bf16_to_float(runs[0][size_t(i) * f + j]);
       ASSERT_TRUE(std::isfinite(got)) << "u[" << i << "," << j << "] not written";
+      refs[size_t(i) * f + j] = ref;
       err2 += (got - ref) * (got - ref);
       ref2 += ref * ref;
     }
   EXPECT_LT(std::sqrt(err2 / ref2), 5e-3) << "rel L2 error (bf16 output rounding is ~2e-3)";
+  // Element-wise too, so a few misplaced outputs (a wrong staging offset) cannot hide in the L2 norm:
+  // bf16 rounding (2^-8 relative) plus fp32 summation error, against the outputs' RMS.
+  const double rms = std::sqrt(ref2 / double(refs.size()));
+  for (size_t i = 0; i < refs.size(); ++i)
+    ASSERT_LE(std::fabs(bf16_to_float(runs[0][i]) - refs[i]), 1e-2 * std::fabs(refs[i]) + 1e-3 * rms)
+        << "u[" << i / f << "," << i % f << "]";
 }
 
 // Every compiled variant; M = 40 and 300 leave partial tiles (and, with multicast, a cluster whose
-// second CTA has no rows at all).
+// second CTA has no rows at all). F = 72 (2F = 144) leaves a partial weight tile for every width,
+// whose outputs past F the store must clip; widths that are not a multiple of 128 (bn 176) have a
+// partial last tile at every F here.
 std::vector<DualCase> dual_cases() {
   std::vector<DualCase> out;
   for (const auto& v : dual_gemm_variants()) {
     out.push_back({512, 512, 256, v});
     out.push_back({40, 384, 128, v});
     out.push_back({300, 256, 192, v});
+    out.push_back({200, 72, 128, v});
     // Persistent: more tiles than SMs, and 3 k-steps per tile, so the stage ring wraps across tiles.
     if (v.persistent) out.push_back({2000, 2048, 192, v});
     // Two CTAs per SM: more CTAs than fit at once, and 4 k-steps on 3 stages, so the epilogue's

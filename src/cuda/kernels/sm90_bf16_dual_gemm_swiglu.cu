@@ -31,16 +31,16 @@ struct SwigluEpilogue {
   template <int BN>
   static constexpr int smem_bytes() { return 64 * BN; }  // 64 rows x BN/2 bf16
   template <int BN>
-  static constexpr int kFullBoxes = BN / 128;
+  static constexpr int full_boxes() { return BN / 128; }
   template <int BN>
-  static constexpr int kRemBytes = BN % 128;  // bytes per row of the remainder box
+  static constexpr int rem_bytes() { return BN % 128; }  // bytes per row of the remainder box
   // The dual GEMM never splits K (launch<> fixes SplitK = 1: the SwiGLU needs whole sums), so every
   // CTA owns all of its tile's columns and the block range is always the whole tile.
   template <int BN>
   __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int /*M*/, int t,
                                uint8_t* stage, int barrier, int /*j_begin*/, int /*j_end*/) {
     static_assert(BN % 16 == 0, "each 16-row W1/W3 group gives one 16-byte chunk of outputs per row");
-    constexpr int kBoxBytes = 64 * 128, kFull = kFullBoxes<BN>, kRem = kRemBytes<BN>;
+    constexpr int kBoxBytes = 64 * 128, kFull = full_boxes<BN>(), kRem = rem_bytes<BN>();
     // Byte `byte` of chunk g (16 bytes: outputs 8g..8g+7) of row r; g is a compile-time index.
     const auto at = [&](int r, int g, int byte) {
       if (g < 8 * kFull)
@@ -89,7 +89,7 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
   const CUtensorMap ta = make_tma_2d_bf16_sw128(a.a, a.m, a.k, Tile::kBoxRowsA, 64);
   const CUtensorMap tb = make_tma_2d_bf16_sw128(a.w13, a.n2, a.k, Tile::kBoxRowsB, 64);
   const CUtensorMap tu = make_tma_2d_bf16_sw128(a.u, a.m, a.n2 / 2, 64, 64);
-  constexpr int kRem = SwigluEpilogue::kRemBytes<BN>;
+  constexpr int kRem = SwigluEpilogue::rem_bytes<BN>();
   const CUtensorMap tu_rem = kRem > 0 ? make_tma_3d_u8(a.u, uint64_t(a.n2), a.m, 1, uint64_t(a.n2), uint64_t(a.n2) * a.m,
                                                        kRem, 64, false)
                                       : CUtensorMap{};
@@ -111,9 +111,11 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
 // _p: persistent (one CTA per SM walking the tiles; the next tile's loads overlap the epilogue).
 // bn 128 x 3 stages _o2: two CTAs per SM (96 KB of stages and 112 consumer registers each), so one
 // CTA's epilogue runs under the other's MMAs; costs 1.33x the operand bytes per MMA of bn 256.
-// bn 144 / 176 / 192 persistent (6 / 5 / 5 stages, as many as fit beside the staging): the widths
-// between 128 and 256 that cuBLAS's fastest gate/up GEMMs use at large M (docs/PERF.md, twentieth
-// session); 8192 = 46 x 176 + 96, so their last weight tile is partial.
+// bn 176 x 5 stages _p (as many stages as fit beside the staging): the width of one of cuBLAS's
+// fastest gate/up GEMMs at large M, 5% faster there than its 256-wide tiles; in our mainloop it is
+// 2-5% slower than bn 256 (M = 8192 and 32768; 144 and 192 were no better; docs/PERF.md, twentieth
+// session). Kept for tuning, and it is the variant whose staging has a remainder box and whose
+// last weight tile is partial (8192 = 46 x 176 + 96).
 struct DualEntry {
   GemmVariant v;
   void (*fn)(const DualGemmSwigluArgs&, cudaStream_t, bool);
@@ -123,9 +125,7 @@ constexpr DualEntry kDualVariants[] = {{{256, 4, 1, 2}, launch<256, 4, 2, false>
                                        {{256, 4, 1, 1, true}, launch<256, 4, 1, true>},
                                        {{128, 6, 1, 2}, launch<128, 6, 2, false>},
                                        {{128, 3, 1, 1, false, 2}, launch<128, 3, 1, false, 2>},
-                                       {{144, 6, 1, 1, true}, launch<144, 6, 1, true>},
-                                       {{176, 5, 1, 1, true}, launch<176, 5, 1, true>},
-                                       {{192, 5, 1, 1, true}, launch<192, 5, 1, true>}};
+                                       {{176, 5, 1, 1, true}, launch<176, 5, 1, true>}};
 
 }  // namespace
 
