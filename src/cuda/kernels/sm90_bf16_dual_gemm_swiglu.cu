@@ -97,18 +97,27 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
   // M tiles rounded up to whole clusters: a CTA past the last row reads zeros and writes nothing.
   // The last N tile may be partial (2F not a multiple of BN): its missing weight rows read as zeros.
   const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = (a.n2 + BN - 1) / BN;
-  const dim3 grid = Persistent ? dim3(static_cast<unsigned>(std::min(m_tiles * n_tiles, sm_count())))
-                               : dim3(n_tiles, (m_tiles + Multicast - 1) / Multicast * Multicast, 1);
-  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(1, Multicast, 1),
-                   sm90::kernel_smem_bytes<Tile, SwigluEpilogue>(), stream, pdl, ta, tb,
-                     SwigluEpilogue::Params{tu, tu_rem}, a.m, a.k / Tile::BK, n_tiles, m_tiles * n_tiles);
+  const int m_units = (m_tiles + Multicast - 1) / Multicast;  // groups of M tiles sharing a W13 tile
+  const int smem = sm90::kernel_smem_bytes<Tile, SwigluEpilogue>();
+  dim3 grid(n_tiles, m_units * Multicast, 1);
+  if constexpr (Persistent) {
+    // As many CTAs (clusters) as are resident at once, each walking every grid-th unit.
+    const dim3 cluster(1, Multicast, 1);
+    const int resident = Multicast > 1 ? max_active_clusters(kernel, dim3(Tile::kThreads), cluster, smem) : sm_count();
+    SWAPFFN_REQUIRE(resident > 0, "dual GEMM: no cluster of " + std::to_string(Multicast) + " CTAs of this variant fits the GPU");
+    const unsigned clusters = static_cast<unsigned>(std::min(m_units * n_tiles, resident));
+    grid = Multicast > 1 ? dim3(1, clusters * Multicast, 1) : dim3(clusters);
+  }
+  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(1, Multicast, 1), smem, stream, pdl, ta, tb,
+                   SwigluEpilogue::Params{tu, tu_rem}, a.m, a.k / Tile::BK, n_tiles, m_units * n_tiles);
 }
 
 // The compiled variants. Split-K is absent on purpose: the SwiGLU needs whole sums.
 // bn 256 x 4 stages: 192 KB of stages, each B tile feeds 128 rows x 128 outputs (the most reuse);
 // bn 128 x 6 stages: twice the tiles (fills the SMs better at B = 1), half the B reuse.
 // mc 2: two M tiles share each W13 tile through TMA multicast (half the weight traffic from L2).
-// _p: persistent (one CTA per SM walking the tiles; the next tile's loads overlap the epilogue).
+// _p: persistent (one CTA per SM walking the tiles; the next tile's loads overlap the epilogue);
+// mc2_p: both, a resident 2-CTA cluster walking pairs of M tiles that share each W13 tile.
 // bn 128 x 3 stages _o2: two CTAs per SM (96 KB of stages and 112 consumer registers each), so one
 // CTA's epilogue runs under the other's MMAs; costs 1.33x the operand bytes per MMA of bn 256.
 // bn 176 x 5 stages _p (as many stages as fit beside the staging): the width of one of cuBLAS's
@@ -123,6 +132,7 @@ struct DualEntry {
 constexpr DualEntry kDualVariants[] = {{{256, 4, 1, 2}, launch<256, 4, 2, false>},
                                        {{256, 4, 1, 1}, launch<256, 4, 1, false>},
                                        {{256, 4, 1, 1, true}, launch<256, 4, 1, true>},
+                                       {{256, 4, 1, 2, true}, launch<256, 4, 2, true>},
                                        {{128, 6, 1, 2}, launch<128, 6, 2, false>},
                                        {{128, 3, 1, 1, false, 2}, launch<128, 3, 1, false, 2>},
                                        {{176, 5, 1, 1, true}, launch<176, 5, 1, true>}};

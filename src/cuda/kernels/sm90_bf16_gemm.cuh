@@ -24,9 +24,10 @@
 // multicast to have released it (their empty-barrier arrivals go to each CTA of the group).
 // Two-CTAs-per-SM variants (BN <= 128): 288 threads, consumers first and a producer warp last, so
 // one CTA's epilogue overlaps the other's mainloop.
-// Persistent variants (no cluster): a grid of at most one CTA per SM walks the tiles (N fastest);
+// Persistent variants (no split-K): a grid of at most one CTA per SM walks the tiles (N fastest);
 // the stage ring runs on across tiles, so the producer loads the next tile's first stages while the
 // consumers run the epilogue of the current one (no pipeline fill per tile, no relaunch per wave).
+// With B multicast, each resident cluster walks units of ClusterM M tiles that share a B tile.
 #pragma once
 
 #include <cuda.h>
@@ -104,8 +105,8 @@ struct GemmTile {
                 "the split-K partials received by a rank must fit its stage buffers");
   static_assert(ClusterN == 1 || ClusterM == 1, "multicast along one grid dimension at a time");
   static_assert(kClusterSize <= 8, "portable cluster size is at most 8");
-  static_assert(!kPersistent || kClusterSize == 1,
-                "persistent variants run without clusters (no split-K, no multicast)");
+  static_assert(!kPersistent || (SplitK == 1 && ClusterN == 1),
+                "persistent variants run without split-K, and multicast only the B tile (ClusterM)");
   static_assert((kBoxRowsA * 128) % 1024 == 0 && (kBoxRowsB * 128) % 1024 == 0,
                 "multicast slices must start on 1024-byte boundaries to keep the 128B swizzle pattern");
   static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0,
@@ -193,12 +194,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   const auto rank_of = [](int x, int y, int z) { return x + Tile::ClusterN * (y + Tile::ClusterM * z); };
   const int k_tile0 = split * k_tiles_per_split;
   const bool producer = Tile::kCtasPerSm == 1 ? threadIdx.x < 128 : threadIdx.x >= Tile::kProducerThread;
-  // Tiles of this CTA: one (its grid position), or every gridDim.x-th of the linear tile order.
-  const int tile0 = Tile::kPersistent ? static_cast<int>(blockIdx.x) : 0;
-  const int tile_step = Tile::kPersistent ? static_cast<int>(gridDim.x) : 1;
+  // Tiles of this CTA: one (its grid position), or every gridDim.x-th of the linear tile order. With
+  // B multicast (ClusterM CTAs along y) a persistent cluster walks units of ClusterM M tiles that
+  // share one B tile, every CTA of it the same units in the same order (num_tiles counts units).
+  constexpr int CM = Tile::ClusterM;
+  const int tile0 = !Tile::kPersistent ? 0 : CM > 1 ? static_cast<int>(blockIdx.y) / CM : static_cast<int>(blockIdx.x);
+  const int tile_step = !Tile::kPersistent ? 1 : CM > 1 ? static_cast<int>(gridDim.y) / CM : static_cast<int>(gridDim.x);
   const int tile_end = Tile::kPersistent ? num_tiles : 1;
   const auto n_tile_of = [&](int tile) { return Tile::kPersistent ? tile % tiles_n : static_cast<int>(blockIdx.x); };
-  const auto m_tile_of = [&](int tile) { return Tile::kPersistent ? tile / tiles_n : static_cast<int>(blockIdx.y); };
+  const auto m_tile_of = [&](int tile) { return Tile::kPersistent ? tile / tiles_n * CM + cy : static_cast<int>(blockIdx.y); };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
@@ -377,7 +381,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
       }
       j_begin = split * OB;
       j_end = j_begin + OB;
-    } else if constexpr (Tile::kClusterSize > 1) {
+    } else if constexpr (Tile::kClusterSize > 1 && !Tile::kPersistent) {
       cute::cluster_arrive();
       cute::cluster_wait();
     }
@@ -386,6 +390,12 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     uint8_t* stage = Tile::kStageEpilogueInA ? smem_a + ((g + S - 1) % S) * Tile::kStageBytesA + c * 64 * 128
                                              : epi_smem + c * Epi::template smem_bytes<BN>();
     Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t, stage, 1 + c, j_begin, j_end);
+  }
+  // A persistent cluster meets once, after its last tile (matching the producer's one arrival): a CTA
+  // whose peer is still in its mainloop may yet receive multicast bytes and empty-barrier arrivals.
+  if constexpr (Tile::kClusterSize > 1 && Tile::kPersistent) {
+    cute::cluster_arrive();
+    cute::cluster_wait();
   }
   Epi::finish(t);  // e.g. outstanding asynchronous stores of the staging
 }
