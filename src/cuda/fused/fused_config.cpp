@@ -26,7 +26,8 @@ namespace swapffn::cuda {
 //   Rejected: two CTAs per SM with bn 128 (_o2): 237 us at M = 8192, 15.8 at M = 512 (H100).
 //   Rejected: 144-, 176- and 192-wide persistent tiles (cuBLAS's fastest gate/up tiles at large M):
 //   2-5% slower than bn 256 at M = 8192 and 32768 (15% more operand bytes per MMA); bn 176 stays
-//   selectable.
+//   selectable. Rejected: the persistent walk with W13 multicast (mc2_p): +3.8% alone at M = 8192,
+//   level in the step at B = 16 and 64 (the pair's lockstep costs what the multicast saves); selectable.
 // - down: cuBLASLt. Our split-K kernel (bn 64, 2-CTA cluster) runs M = 512 in 14.9 us against
 //   12.3-13.9 for cuBLASLt's pinned split-K-free algorithm (H100, eleventh session), and our kernels
 //   with cuBLAS's bits (sk1: bm64 at M = 512 14.3 us, bn 256 persistent at M = 8192 108-121 against
