@@ -104,6 +104,22 @@ TEST(Fused, NoResidualNoSiluAndDegenerateCountsAgree) {
   }
 }
 
+// d_ff = 320: 2F = 640 is 2.5 dual-GEMM tiles of 256 (and 3.6 of 176), so the last weight tile is
+// partial and its outputs past F are clipped; the down GEMM runs K = 320.
+TEST(Fused, RunsAnFfnWidthThatIsNotAWholeNumberOfTiles) {
+  SKIP_WITHOUT_HOPPER();
+  Config cfg = Config::preset("tiny");
+  cfg.set("d_ff=320");
+  cfg.validate();
+  const Weights w = Weights::random(cfg, 23);
+  for (const char* kernels : {"", "up=bn176_st5_sk1_mc1_p", "down=co_128x256_c2x1"}) {
+    auto e = fused(w, true, kernels);
+    const CheckReport r = check_backend(w, *e, 3, 3, 7, Tolerance::bf16());
+    EXPECT_TRUE(r.passed()) << "'" << kernels << "': " << r.summary();
+  }
+  EXPECT_THROW(fused(w, true, "down=sk2"), Error);  // K = 320 is not whole 64-k steps of two splits
+}
+
 TEST(Fused, RefusesShapesItCannotRunNamingTheField) {
   SKIP_WITHOUT_HOPPER();
   for (const auto& [kv, field] : std::vector<std::pair<std::string, std::string>>{

@@ -317,7 +317,8 @@ void check_fused_supports(const Config& cfg) {
     SWAPFFN_REQUIRE(ok, "backend 'fused' cannot run this config: " + what + " (use backend 'unfused')");
   };
   need(cfg.d_model % 128 == 0, "d_model = " + std::to_string(cfg.d_model) + " is not a multiple of 128");
-  need(cfg.d_ff % 128 == 0, "d_ff = " + std::to_string(cfg.d_ff) + " is not a multiple of 128");
+  // d_ff: the down GEMM's K in whole 64-k steps (the dual GEMM only needs whole 8-row W1/W3 pairs).
+  need(cfg.d_ff % 64 == 0, "d_ff = " + std::to_string(cfg.d_ff) + " is not a multiple of 64");
   need(cfg.d_router % 8 == 0, "d_router = " + std::to_string(cfg.d_router) + " is not a multiple of 8");
   need(cfg.d_model <= 16384 && cfg.d_ff <= 65536, "d_model/d_ff too large for 32-bit row offsets");
 }
