@@ -49,6 +49,11 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   const GpuInfo gpu = query_gpu();
   EXPECT_EQ(d.up.persistent, gpu.present && 4 * 32 > gpu.sm_count);  // B = 1: 512 rows, 2F = 8192
   EXPECT_EQ(select_fused_config(cfg, 16, "", "").up.persistent, gpu.present && 64 * 32 > gpu.sm_count);
+  // ... and multicasts its W13 tiles to pairs of M tiles from ~60 rows per SM (B = 16 on 132 SMs).
+  for (const int64_t b : {1, 4, 16, 64}) {
+    const FusedKernelConfig k = select_fused_config(cfg, b, "", "");
+    EXPECT_EQ(k.up.multicast, k.up.persistent && b * 512 >= 60 * gpu.sm_count ? 2 : 1) << "B = " << b;
+  }
   EXPECT_FALSE(select_fused_config(cfg, 16, "", "up=bn256_st4_sk1_mc1").up.persistent);
   const FusedKernelConfig o = select_fused_config(cfg, 4, "", "up=bn128_st6_sk1_mc2,down=bn64_st6_sk2_mc1,router=cublas");
   EXPECT_EQ(o.up, (GemmVariant{128, 6, 1, 2}));

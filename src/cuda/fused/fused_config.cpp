@@ -26,8 +26,8 @@ namespace swapffn::cuda {
 //   Rejected: two CTAs per SM with bn 128 (_o2): 237 us at M = 8192, 15.8 at M = 512 (H100).
 //   Rejected: 144-, 176- and 192-wide persistent tiles (cuBLAS's fastest gate/up tiles at large M):
 //   2-5% slower than bn 256 at M = 8192 and 32768 (15% more operand bytes per MMA); bn 176 stays
-//   selectable. Rejected: the persistent walk with W13 multicast (mc2_p): +3.8% alone at M = 8192,
-//   level in the step at B = 16 and 64 (the pair's lockstep costs what the multicast saves); selectable.
+//   selectable. From ~60 rows per SM the persistent walk also multicasts W13 to a pair of M tiles
+//   (mc2_p): +3.8% alone at M = 8192, but -1..-2% per step at B >= 16 (from_tune_file says why).
 // - down: cuBLASLt. Our split-K kernel (bn 64, 2-CTA cluster) runs M = 512 in 14.9 us against
 //   12.3-13.9 for cuBLASLt's pinned split-K-free algorithm (H100, eleventh session), and our kernels
 //   with cuBLAS's bits (sk1: bm64 at M = 512 14.3 us, bn 256 persistent at M = 8192 108-121 against
@@ -183,10 +183,16 @@ T cache_field(const nlohmann::json& obj, const std::string& key, const std::opti
 FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::string& tune_file) {
   FusedKernelConfig k;
   k.router = cfg.d_router % 16 == 0 && cfg.d_router <= 64 && cfg.d_model <= 1024 ? "event" : "cublas";
-  // The persistent dual GEMM once its tiles take more than one wave (B >= 2 on 132 SMs).
+  // The persistent dual GEMM once its tiles take more than one wave (B >= 2 on 132 SMs), with its
+  // W13 tiles multicast to a pair of M tiles from ~60 rows per SM (B >= 16): -1.1 / -1.7 / -1.4% per
+  // step at B = 16 / 32 / 64 on average in four runs, every run faster (H100, twentieth session),
+  // though alone it is 4% slower at M = 8192 (in the step L2 also serves the router and the down
+  // GEMM, and the multicast halves the dual GEMM's share). Below, not measured beyond level at B = 4.
   const GpuInfo gpu = query_gpu();
-  const int64_t up_tiles = (batch * cfg.core_count + 127) / 128 * ((2 * cfg.d_ff + k.up.bn - 1) / k.up.bn);
+  const int64_t rows = batch * cfg.core_count;
+  const int64_t up_tiles = (rows + 127) / 128 * ((2 * cfg.d_ff + k.up.bn - 1) / k.up.bn);
   k.up.persistent = gpu.present && up_tiles > gpu.sm_count;
+  k.up.multicast = k.up.persistent && rows >= 60 * int64_t{gpu.sm_count} ? 2 : 1;
   if (tune_file.empty()) return k;
   std::ifstream in(tune_file);
   SWAPFFN_REQUIRE(in.good(), "cannot open tuning cache " + tune_file);
