@@ -70,7 +70,6 @@ void run_tune(const TuneArgs& a) {
     for (const auto& up : cuda::dual_gemm_variants())
       for (const auto& down : downs)
         for (const auto& [router, groups] : {std::pair{"cublas", 1}, std::pair{"event", 1}, std::pair{"event", 2}}) {
-          if (!cuda::up_variant_fits(up, cfg.d_ff)) continue;
           if (std::string(router) == "event" && (cfg.d_router % 16 != 0 || cfg.d_router > 64)) continue;
           EngineOptions eo;
           eo.kernel_config = "up=" + up.name() + ",down=" + down + ",router=" + router + ",groups=" + std::to_string(groups);

@@ -33,10 +33,9 @@ struct GemmVariant {
   bool operator==(const GemmVariant&) const = default;
 };
 
-// Whether a variant's tiles fit the model's shape (the launchers refuse the others): the dual
-// GEMM's N = 2F in whole 16-row W1/W3 groups (its last tile may be partial, so any tile width
-// fits); the down GEMM's N = D in whole (multicast) tiles and K = F in whole 64-k steps of every split.
-inline bool up_variant_fits(const GemmVariant& /*v*/, int64_t d_ff) { return d_ff > 0 && (2 * d_ff) % 16 == 0; }
+// Whether a down GEMM variant's tiles fit the model's shape (the launcher refuses the others): N = D
+// in whole (multicast) tiles and K = F in whole 64-k steps of every split. (Every dual GEMM variant
+// fits any model the fused backend runs: its last weight tile may be partial.)
 inline bool down_variant_fits(const GemmVariant& v, int64_t d_model, int64_t d_ff) {
   return d_model % (int64_t{v.bn} * v.multicast) == 0 && d_ff % (int64_t{64} * v.split_k) == 0;
 }
