@@ -134,6 +134,7 @@ TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
   const Config cfg = Config::preset("default");
   for (const auto& [spec, needle] : std::vector<std::pair<std::string, std::string>>{
            {"speed=max", "speed"}, {"router=magic", "magic"}, {"up", "key=value"}, {"down=bn64_st6_sk1_mc1", "compiled"}, {"down=pp_64x64_c3x1", "pp_64x64_c1x2"},
+           {"up=bn144_st6_sk1_mc1_p", "bn176_st5_sk1_mc1_p"}, {"up=bn256", "up=bn256: no such dual GEMM variant"},
            {"down=sk3", "N = 2 or 4"}, {"down=sk4x", "sk<N>"},
            {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}, {"router_grid=24", "'24'"},
            {"pdl=yes", "pdl"}, {"groups=0", "groups"}, {"groups=9", "groups"}, {"groups=2x", "groups"},

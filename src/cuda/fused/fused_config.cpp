@@ -134,6 +134,23 @@ void set_down(FusedKernelConfig& k, const std::string& val, int64_t rows, int64_
                                 names + ")");
 }
 
+// A dual GEMM variant by name, refused unless it is compiled (an unknown one would otherwise only
+// fail at its first launch, inside the step's graph capture).
+GemmVariant parse_up(const std::string& val) {
+  std::string names;
+  bool compiled = false;
+  for (const auto& v : dual_gemm_variants()) names += (names.empty() ? "" : ", ") + v.name();
+  GemmVariant up;
+  try {
+    up = parse_gemm_variant(val);
+    for (const auto& v : dual_gemm_variants()) compiled = compiled || v == up;
+  } catch (const Error&) {
+    compiled = false;
+  }
+  SWAPFFN_REQUIRE(compiled, "kernel config up=" + val + ": no such dual GEMM variant is compiled (" + names + ")");
+  return up;
+}
+
 void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows, int64_t d_model) {
   size_t pos = 0;
   while (pos < spec.size()) {
@@ -143,7 +160,7 @@ void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows,
     SWAPFFN_REQUIRE(eq != std::string::npos, "kernel config item '" + item + "' is not key=value");
     const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
     if (key == "up") {
-      k.up = parse_gemm_variant(val);
+      k.up = parse_up(val);
     } else if (key == "down") {
       set_down(k, val, rows, d_model);
     } else if (key == "router") {
@@ -225,7 +242,7 @@ FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::st
     // Absent: automatic (a cache written before row groups); present: a count.
     const std::string groups = e.contains("groups") ? std::to_string(cache_field<int>(e, "groups", std::nullopt, at)) : "auto";
     try {
-      k.up = parse_gemm_variant(up);
+      k.up = parse_up(up);
       set_down(k, down, batch * cfg.core_count, cfg.d_model);
       k.router = parse_router(router);
       k.router_grid = parse_router_grid(grid);
