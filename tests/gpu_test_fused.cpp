@@ -3,6 +3,7 @@
 // for delta and the final RAM, stream maps exact), for every selectable kernel configuration;
 // bitwise determinism (graph vs eager, run vs run); bitwise batch invariance; refusal of configs
 // the kernels cannot run and of bad input, with the state unchanged. Skips without a Hopper GPU.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -225,6 +226,33 @@ TEST(Fused, RowGroupsGiveTheSameBitsAsOneGroup) {
       expect_bitwise_equal(base, decode(*fused(w, false, kernels), x, T, s0));
     }
   }
+}
+
+// The L2 window over the FFN weights changes caching only: the same bits with and without it, in a
+// graph and eagerly, with row groups on their own streams; and the engine gives the persisting L2
+// carve-out back (the context's limit as it found it) when it goes away.
+TEST(Fused, L2WeightWindowGivesTheSameBitsAndRestoresTheLimit) {
+  SKIP_WITHOUT_HOPPER();
+  size_t limit_before = 0;
+  ASSERT_EQ(cudaDeviceGetLimit(&limit_before, cudaLimitPersistingL2CacheSize), cudaSuccess);
+  for (const auto& [preset, B, T] : {std::tuple<const char*, int64_t, int64_t>{"tiny", 5, 3}, {"default", 1, 2}}) {
+    const Weights& w = weights_of(preset);
+    const State s0 = random_state(w.cfg, B, 61);
+    const auto x = decode_inputs(62, T, B, w.cfg.d_model);
+    const Decoded base = decode(*fused(w, true, "l2_weights=0"), x, T, s0);
+    for (const char* kernels : {"l2_weights=1", "l2_weights=1,groups=2"}) {
+      SCOPED_TRACE(std::string(preset) + " " + kernels);
+      auto g = fused(w, true, kernels);
+      expect_bitwise_equal(base, decode(*g, x, T, s0));
+      size_t limit = 0;
+      ASSERT_EQ(cudaDeviceGetLimit(&limit, cudaLimitPersistingL2CacheSize), cudaSuccess);
+      EXPECT_GT(limit, 0u) << "no persisting carve-out while the window's engine lives";
+      expect_bitwise_equal(base, decode(*fused(w, false, kernels), x, T, s0));
+    }
+  }
+  size_t limit_after = 0;
+  ASSERT_EQ(cudaDeviceGetLimit(&limit_after, cudaLimitPersistingL2CacheSize), cudaSuccess);
+  EXPECT_EQ(limit_after, limit_before);
 }
 
 TEST(Fused, BadInputIsRefusedAndStateLeftUnchanged) {

@@ -33,7 +33,10 @@ GpuEngine::GpuEngine(const Weights& w, const EngineOptions& opt) : cfg_(w.cfg), 
   io_.resize(1);
 }
 
-GpuEngine::~GpuEngine() { drop_graph(); }
+GpuEngine::~GpuEngine() {
+  cudaStreamSynchronize(stream_);  // nothing in flight when the L2 window gives its lines back
+  drop_graph();
+}
 
 void GpuEngine::drop_graph() {
   if (graph_) cudaGraphExecDestroy(graph_);
@@ -95,6 +98,14 @@ void GpuEngine::capture_graph() {
     throw;
   }
   CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+  if (l2_window_) {
+    try {
+      l2_window_->apply(g);
+    } catch (...) {
+      cudaGraphDestroy(g);
+      throw;
+    }
+  }
   const cudaError_t inst = cudaGraphInstantiate(&graph_, g, 0);
   cudaGraphDestroy(g);
   if (inst != cudaSuccess) graph_ = nullptr;

@@ -7,6 +7,7 @@
 // step in enqueue_step(), ending with enqueue_collapse_and_advance().
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_decoder.hpp"
 #include "cuda/kernels/step_io.hpp"
+#include "cuda/l2_window.hpp"
 #include "swapffn/engine.hpp"
 
 namespace swapffn::cuda {
@@ -85,6 +87,8 @@ class GpuEngine : public Engine, public DeviceDecoder {
   DeviceBuffer<bf16> ram_;
   DeviceBuffer<uint8_t> map_;
   DeviceBuffer<StepIO> io_;
+  // When set, every kernel of the step (graph or eager on stream_) keeps this range in L2.
+  std::unique_ptr<L2Window> l2_window_;
 
  private:
   void host_decode(const float* x, float* delta, int64_t tokens, State& state, Trace* traces);

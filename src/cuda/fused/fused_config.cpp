@@ -174,8 +174,12 @@ void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows,
     } else if (key == "pdl") {
       SWAPFFN_REQUIRE(val == "0" || val == "1", "kernel config pdl must be 0 or 1, got '" + val + "'");
       k.pdl = val == "1";
+    } else if (key == "l2_weights") {
+      SWAPFFN_REQUIRE(val == "0" || val == "1", "kernel config l2_weights must be 0 or 1, got '" + val + "'");
+      k.l2_weights = val == "1";
     } else {
-      SWAPFFN_FAIL("unknown kernel config key '" + key + "' (known: up, down, router, router_grid, chunk, groups, pdl)");
+      SWAPFFN_FAIL("unknown kernel config key '" + key +
+                   "' (known: up, down, router, router_grid, chunk, groups, pdl, l2_weights)");
     }
     pos = end + 1;
   }

@@ -12,10 +12,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "cuda/backends.hpp"
 #include "cuda/fused/fused_config.hpp"
 #include "cuda/gpu_engine.hpp"
+#include "cuda/l2_window.hpp"
 #include "cuda/kernels/core_film.hpp"
 #include "cuda/kernels/rmsnorm.hpp"
 #include "cuda/kernels/event_router.hpp"
@@ -31,8 +34,11 @@ namespace {
 class FusedEngine final : public GpuEngine {
  public:
   FusedEngine(const Weights& w, const EngineOptions& opt) : GpuEngine(w, opt) {
-    w13_.upload(interleave_w13(w.w1, w.w3, cfg_.d_ff, cfg_.d_model));
-    w2_.upload(w.w2);
+    // W13 then W2 in one allocation, so that one L2 window can cover both (l2_weights).
+    const std::vector<bf16> w13 = interleave_w13(w.w1, w.w3, cfg_.d_ff, cfg_.d_model);
+    ffn_w_.resize(w13.size() + w.w2.size());
+    CUDA_CHECK(cudaMemcpy(ffn_w_.get(), w13.data(), w13.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(w2(), w.w2.data(), w.w2.size() * sizeof(bf16), cudaMemcpyHostToDevice));
     router_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_router, cfg_.d_model, CUDA_R_32F, false,
                                                         cfg_.core_count, kGemmWorkspaceBytes);
     down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_model, cfg_.d_ff, CUDA_R_32F, cfg_.ffn_residual,
@@ -64,12 +70,28 @@ class FusedEngine final : public GpuEngine {
       group_streams_.push_back(std::make_unique<OwnedStream>());
       group_done_.push_back(std::make_unique<OwnedEvent>());
     }
+    if (!kcfg_.l2_weights) {
+      l2_window_.reset();
+    } else if (!l2_window_) {
+      l2_window_ = std::make_unique<L2Window>(ffn_w_.get(), ffn_w_.size() * sizeof(bf16));
+    }
+    // The graph's kernel nodes get the window at capture; eager steps take it from their streams.
+    for (cudaStream_t s : all_streams()) {
+      if (l2_window_)
+        l2_window_->apply(s);
+      else
+        L2Window::clear(s);
+    }
     if (const char* v = std::getenv("SWAPFFN_LOG_GEMMS"); v && *v && std::strcmp(v, "0") != 0) {
       const std::string down = kcfg_.down_cublas            ? "cuBLASLt " + down_gemm_->describe(chunk_)
                                : kcfg_.down_cutlass.empty() ? kcfg_.down.name()
                                                             : "CUTLASS " + kcfg_.down_cutlass;
-      std::fprintf(stderr, "fused B=%lld: up %s, down %s, router %s, %zu row group(s)\n", static_cast<long long>(batch),
-                   kcfg_.up.name().c_str(), down.c_str(), kcfg_.router.c_str(), groups_.size());
+      std::fprintf(stderr, "fused B=%lld: up %s, down %s, router %s, %zu row group(s)%s\n", static_cast<long long>(batch),
+                   kcfg_.up.name().c_str(), down.c_str(), kcfg_.router.c_str(), groups_.size(),
+                   l2_window_ ? (", FFN weights in a persisting L2 window of " +
+                                 std::to_string(l2_window_->carve_out_bytes() >> 20) + " MiB")
+                                    .c_str()
+                              : "");
     }
   }
 
@@ -106,6 +128,14 @@ class FusedEngine final : public GpuEngine {
   }
 
  private:
+  bf16* w13() const { return ffn_w_.get(); }
+  bf16* w2() const { return ffn_w_.get() + 2 * cfg_.d_ff * cfg_.d_model; }
+  std::vector<cudaStream_t> all_streams() const {
+    std::vector<cudaStream_t> s{stream_};
+    for (const auto& g : group_streams_) s.push_back(g->s);
+    return s;
+  }
+
   // Rows per FFN chunk of a group of `rows` rows (FusedKernelConfig::row_chunk, else all of them).
   int64_t chunk_rows(int64_t rows) const { return kcfg_.row_chunk > 0 && kcfg_.row_chunk < rows ? kcfg_.row_chunk : rows; }
 
@@ -146,15 +176,15 @@ class FusedEngine final : public GpuEngine {
         float* h = h_.get() + r0 * D;
         for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
           mark(Phase::ffn_gemm);
-          launch_dual_gemm_swiglu({as_nv(nrm), as_nv(w13_.get()), as_nv(u), int(rows), int(2 * F), int(D)}, kcfg_.up,
+          launch_dual_gemm_swiglu({as_nv(nrm), as_nv(w13()), as_nv(u), int(rows), int(2 * F), int(D)}, kcfg_.up,
                                   stream, kcfg_.pdl);
           if (kcfg_.down_cublas) {
-            down_gemm_->run(rows, w2_.get(), u, h, workspace, stream);
+            down_gemm_->run(rows, w2(), u, h, workspace, stream);
           } else if (!kcfg_.down_cutlass.empty()) {
-            launch_cutlass_gemm_residual({as_nv(u), as_nv(w2_.get()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
+            launch_cutlass_gemm_residual({as_nv(u), as_nv(w2()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
                                          kcfg_.down_cutlass, stream, kcfg_.pdl);
           } else {
-            launch_gemm_residual({as_nv(u), as_nv(w2_.get()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
+            launch_gemm_residual({as_nv(u), as_nv(w2()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
                                  kcfg_.down, stream, kcfg_.pdl);
           }
           // The operand of the next GEMM: this event's next FFN step, or (cuBLAS router) the next
@@ -177,7 +207,7 @@ class FusedEngine final : public GpuEngine {
   std::unique_ptr<BatchInvariantGemm> router_gemm_, down_gemm_;
   DeviceBuffer<uint8_t> gemm_workspace_;
   DeviceBuffer<float> z_;
-  DeviceBuffer<bf16> w13_, w2_, nrm_, u_;
+  DeviceBuffer<bf16> ffn_w_, nrm_, u_;  // ffn_w_: W13 (interleaved), then W2
   int64_t chunk_ = 0;  // the most rows of an FFN chunk in any group (row_chunk, else the group's rows)
   std::vector<std::pair<int64_t, int64_t>> groups_;  // first row, rows (row_group_ranges)
   std::vector<std::unique_ptr<OwnedStream>> group_streams_;  // groups 1.. (group 0 runs on stream_)
