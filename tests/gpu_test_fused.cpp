@@ -240,7 +240,7 @@ TEST(Fused, L2WeightWindowGivesTheSameBitsAndRestoresTheLimit) {
     const State s0 = random_state(w.cfg, B, 61);
     const auto x = decode_inputs(62, T, B, w.cfg.d_model);
     const Decoded base = decode(*fused(w, true, "l2_weights=0"), x, T, s0);
-    for (const char* kernels : {"l2_weights=1", "l2_weights=1,groups=2"}) {
+    for (const char* kernels : {"l2_weights=1", "l2_weights=0.5,groups=2"}) {
       SCOPED_TRACE(std::string(preset) + " " + kernels);
       auto g = fused(w, true, kernels);
       expect_bitwise_equal(base, decode(*g, x, T, s0));

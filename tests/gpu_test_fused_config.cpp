@@ -73,8 +73,9 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(select_fused_config(cfg, 1, "", "groups=auto").row_groups, 1);
   EXPECT_TRUE(d.pdl);
   EXPECT_FALSE(select_fused_config(cfg, 16, "", "pdl=0").pdl);
-  EXPECT_FALSE(d.l2_weights);
-  EXPECT_TRUE(select_fused_config(cfg, 16, "", "l2_weights=1").l2_weights);
+  EXPECT_EQ(d.l2_weights, 0);
+  EXPECT_EQ(select_fused_config(cfg, 16, "", "l2_weights=1").l2_weights, 1);
+  EXPECT_EQ(select_fused_config(cfg, 16, "", "l2_weights=0.5").l2_weights, 0.5);
   // down=sk4: split 4 at every batch size (the summation order), the tile width by the batch size:
   // 128 x 128 while one wave of 4-CTA clusters covers the tiles (B = 1: 4 x 8 clusters; an H100
   // holds 30 at once, so it takes 128 x 256 there), 128 x 256 beyond.
@@ -139,7 +140,7 @@ TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
            {"up=bn144_st6_sk1_mc1_p", "bn176_st5_sk1_mc1_p"}, {"up=bn256", "up=bn256: no such dual GEMM variant"},
            {"down=sk3", "N = 2 or 4"}, {"down=sk4x", "sk<N>"},
            {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}, {"router_grid=24", "'24'"},
-           {"pdl=yes", "pdl"}, {"l2_weights=2", "l2_weights must be 0 or 1"}, {"groups=0", "groups"}, {"groups=9", "groups"}, {"groups=2x", "groups"},
+           {"pdl=yes", "pdl"}, {"l2_weights=2", "l2_weights must be a fraction"}, {"l2_weights=0.5x", "'0.5x'"}, {"groups=0", "groups"}, {"groups=9", "groups"}, {"groups=2x", "groups"},
            {"router=cublas,router_grid=16", "needs router=event"}, {"router=cublas,groups=2", "needs router=event"}}) {
     try {
       select_fused_config(cfg, 1, "", spec);

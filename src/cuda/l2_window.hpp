@@ -17,8 +17,10 @@ namespace swapffn::cuda {
 
 class L2Window {
  public:
-  // Throws naming the limit when the device has no persisting L2 or the range is empty.
-  L2Window(const void* base, size_t bytes);
+  // `hit_fraction` (0, 1] of the range's lines persist (chosen by address), at most what the
+  // carve-out holds. Throws naming the limit when the device has no persisting L2, the range is
+  // empty or the fraction is outside (0, 1].
+  L2Window(const void* base, size_t bytes, double hit_fraction = 1.0);
   ~L2Window();
   L2Window(const L2Window&) = delete;
   L2Window& operator=(const L2Window&) = delete;
@@ -33,10 +35,13 @@ class L2Window {
 
   const cudaAccessPolicyWindow& window() const { return window_; }
   size_t carve_out_bytes() const { return carve_out_; }
+  size_t max_carve_out_bytes() const { return max_carve_out_; }
+  double hit_fraction() const { return hit_fraction_; }
 
  private:
   cudaAccessPolicyWindow window_{};
-  size_t carve_out_ = 0, previous_limit_ = 0;
+  double hit_fraction_ = 1;
+  size_t carve_out_ = 0, max_carve_out_ = 0, previous_limit_ = 0;
 };
 
 }  // namespace swapffn::cuda

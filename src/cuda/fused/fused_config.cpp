@@ -80,6 +80,19 @@ int parse_row_groups(const std::string& val) {
   return v;
 }
 
+double parse_l2_weights(const std::string& val) {
+  size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(val, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  SWAPFFN_REQUIRE(used == val.size() && v >= 0 && v <= 1,
+                  "kernel config l2_weights must be a fraction from 0 (no window) to 1, got '" + val + "'");
+  return v;
+}
+
 int64_t parse_row_chunk(const std::string& val) {
   size_t used = 0;
   int64_t v = -1;
@@ -175,8 +188,7 @@ void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows,
       SWAPFFN_REQUIRE(val == "0" || val == "1", "kernel config pdl must be 0 or 1, got '" + val + "'");
       k.pdl = val == "1";
     } else if (key == "l2_weights") {
-      SWAPFFN_REQUIRE(val == "0" || val == "1", "kernel config l2_weights must be 0 or 1, got '" + val + "'");
-      k.l2_weights = val == "1";
+      k.l2_weights = parse_l2_weights(val);
     } else {
       SWAPFFN_FAIL("unknown kernel config key '" + key +
                    "' (known: up, down, router, router_grid, chunk, groups, pdl, l2_weights)");

@@ -41,10 +41,10 @@ struct FusedKernelConfig {
   // Rows are independent: no row's arithmetic changes, so the count may follow the batch size.
   // Needs router "event" (the cuBLAS router's GEMM runs over all rows).
   int row_groups = 0;
-  // Keep W13 and W2 in L2 for the whole step ("l2_weights"): an access-policy window over them with
-  // persisting hits, on a carve-out of L2 set aside while the engine lives (cuda/l2_window.hpp).
-  // Caching only: no output bit changes.
-  bool l2_weights = false;
+  // Keep W13 and W2 in L2 for the whole step ("l2_weights"): this fraction of their lines (0: no
+  // window) in an access-policy window with persisting hits, on a carve-out of L2 set aside while
+  // the engine lives (cuda/l2_window.hpp). Caching only: no output bit changes.
+  double l2_weights = 0;
 };
 
 // The first row and the row count of each group when `rows` rows split into `groups` groups: whole
@@ -57,7 +57,7 @@ void check_fused_supports(const Config& cfg);
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
 // kernel_config ("up=<variant>,down=<variant>|<cutlass variant>|cublas|sk2|sk4,router=cublas|event,
-// router_grid=<grid>,chunk=<rows>,groups=auto|<1..8>,pdl=0|1,l2_weights=0|1", each part optional) overrides;
+// router_grid=<grid>,chunk=<rows>,groups=auto|<1..8>,pdl=0|1,l2_weights=<0..1>", each part optional) overrides;
 // sk<N>: our down GEMM with split-K N, its tile width chosen for the batch size; pdl: programmatic
 // dependent launch of our kernels and CUTLASS's (on by default).
 FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,

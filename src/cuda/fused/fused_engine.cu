@@ -70,10 +70,11 @@ class FusedEngine final : public GpuEngine {
       group_streams_.push_back(std::make_unique<OwnedStream>());
       group_done_.push_back(std::make_unique<OwnedEvent>());
     }
-    if (!kcfg_.l2_weights) {
+    if (kcfg_.l2_weights <= 0) {
       l2_window_.reset();
-    } else if (!l2_window_) {
-      l2_window_ = std::make_unique<L2Window>(ffn_w_.get(), ffn_w_.size() * sizeof(bf16));
+    } else if (!l2_window_ || l2_window_->hit_fraction() != kcfg_.l2_weights) {
+      l2_window_.reset();
+      l2_window_ = std::make_unique<L2Window>(ffn_w_.get(), ffn_w_.size() * sizeof(bf16), kcfg_.l2_weights);
     }
     // The graph's kernel nodes get the window at capture; eager steps take it from their streams.
     for (cudaStream_t s : all_streams()) {
@@ -88,8 +89,10 @@ class FusedEngine final : public GpuEngine {
                                                             : "CUTLASS " + kcfg_.down_cutlass;
       std::fprintf(stderr, "fused B=%lld: up %s, down %s, router %s, %zu row group(s)%s\n", static_cast<long long>(batch),
                    kcfg_.up.name().c_str(), down.c_str(), kcfg_.router.c_str(), groups_.size(),
-                   l2_window_ ? (", FFN weights in a persisting L2 window of " +
-                                 std::to_string(l2_window_->carve_out_bytes() >> 20) + " MiB")
+                   l2_window_ ? (", FFN weights in an L2 window, hit ratio " +
+                                 std::to_string(l2_window_->window().hitRatio) + ", carve-out " +
+                                 std::to_string(l2_window_->carve_out_bytes() >> 20) + " of at most " +
+                                 std::to_string(l2_window_->max_carve_out_bytes() >> 20) + " MiB")
                                     .c_str()
                               : "");
     }
