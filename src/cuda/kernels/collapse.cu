@@ -11,32 +11,39 @@ constexpr int kWarpThreads = 256;  // 8 warps, one output each, in the dot-produ
 
 // partial[b, chunk, k, d] = sum over the chunk's cores c (ascending) of alpha[c, k] * h[b, c, d].
 // The chunk's 32 values of h are loaded into registers at once (all loads in flight; a loop
-// loading one per iteration was a chain of 32 dependent L2 round trips, ~12 us at B = 1), then
-// eight k per pass accumulate over them in the same ascending order.
+// loading one per iteration was a chain of 32 dependent L2 round trips, ~12 us at B = 1), and so
+// is the chunk's alpha, by the whole block into shared memory (read inside the loop, behind its
+// break on the chunk's length, its 8 cache lines had come as a chain of L2 round trips: 13.9 us at
+// B = 1). Then eight k per pass accumulate over them in the same ascending order.
 __global__ void __launch_bounds__(kPoolThreads) collapse_pool_partial_kernel(CollapseArgs a) {
   constexpr int kKPerPass = 8;
+  __shared__ float al[kChunk][kKPerPass];
   const int64_t d = blockIdx.x * int64_t{kPoolThreads} + threadIdx.x;
   const int64_t chunk = blockIdx.y, b = blockIdx.z, D = a.d_model, K = a.collapse_k;
-  if (d >= D) return;
+  const bool active = d < D;  // every thread takes part in the block's alpha loads and barriers
   const int64_t c0 = chunk * kChunk;
   const int n = static_cast<int>(c0 + kChunk < a.cores ? kChunk : a.cores - c0);
   const int64_t chunks = gridDim.y;
   float hv[kChunk];
 #pragma unroll
-  for (int i = 0; i < kChunk; ++i) hv[i] = i < n ? a.h[(b * a.cores + c0 + i) * D + d] : 0.f;
+  for (int i = 0; i < kChunk; ++i) hv[i] = active && i < n ? a.h[(b * a.cores + c0 + i) * D + d] : 0.f;
   for (int64_t k0 = 0; k0 < K; k0 += kKPerPass) {
+    if (k0 > 0) __syncthreads();  // the previous pass is done reading al
+    for (int e = threadIdx.x; e < kChunk * kKPerPass; e += kPoolThreads) {
+      const int i = e / kKPerPass, j = e % kKPerPass;
+      al[i][j] = i < n && k0 + j < K ? a.alpha[(c0 + i) * K + k0 + j] : 0.f;
+    }
+    __syncthreads();
     float acc[kKPerPass] = {};
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       if (i >= n) break;
-      const float* al = a.alpha + (c0 + i) * K + k0;
 #pragma unroll
-      for (int j = 0; j < kKPerPass; ++j)
-        if (k0 + j < K) acc[j] += al[j] * hv[i];
+      for (int j = 0; j < kKPerPass; ++j) acc[j] += al[i][j] * hv[i];
     }
 #pragma unroll
     for (int j = 0; j < kKPerPass; ++j)
-      if (k0 + j < K) a.partial[((b * chunks + chunk) * K + k0 + j) * D + d] = acc[j];
+      if (active && k0 + j < K) a.partial[((b * chunks + chunk) * K + k0 + j) * D + d] = acc[j];
   }
 }
 
