@@ -120,14 +120,6 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
     map[q] = a.stream_map[r];
     router::load_row(a.h, r, D, lane, hv[q]);
   }
-  // With one row per warp (8-row CTAs: the small batches, where the router's chain of dependent
-  // steps is the whole of its time) the row's four banks are loaded now, under the weight wait and
-  // the MMAs, instead of the chosen one after the decision. Wider CTAs have the registers for it
-  // only once, and their time is more the weight copies' than the chain's.
-  constexpr bool kPrefetchBanks = kRowsPerWarp == 1;
-  [[maybe_unused]] router::PrefetchedBanks banks;
-  if constexpr (kPrefetchBanks)
-    if (row0 + warp < row_end) banks.load(a, row0 + warp, lane);
 #pragma unroll
   for (int q = 0; q < kRowsPerWarp; ++q)
     rs[q] = row0 + warp + kWarps * q < row_end ? router::row_rs(hv[q], D, a.eps) : 0.f;  // uniform over the warp
@@ -201,12 +193,8 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
 #pragma unroll
   for (int q = 0; q < kRowsPerWarp; ++q) {
     const int lr = warp + kWarps * q;
-    if (row0 + lr >= row_end) continue;
-    if constexpr (kPrefetchBanks)
-      router::finish_row(a, row0 + lr, z_smem + lr * R, swap_w, biases, bank_w, ngain, map[q], hv[q], lane, banks);
-    else
-      router::finish_row(a, row0 + lr, z_smem + lr * R, swap_w, biases, bank_w, ngain, map[q], hv[q], lane,
-                         router::LoadBank{a, row0 + lr});
+    if (row0 + lr < row_end)
+      router::finish_row(a, row0 + lr, z_smem + lr * R, swap_w, biases, bank_w, ngain, map[q], hv[q], lane);
   }
 }
 

@@ -62,41 +62,12 @@ __device__ __forceinline__ float slice_sum(Part part) {
   return sum;
 }
 
-// Row m's bank p as a lane holds it (element i: uint2 index lane + 32 i), loaded from the RAM.
-struct LoadBank {
-  const EventRouterArgs& a;
-  int64_t m;
-  __device__ __forceinline__ void operator()(int p, int lane, uint2 (&in)[kMaxVec]) const {
-    const int nvec = static_cast<int>(a.d_model) / 128;
-    const uint2* bank = reinterpret_cast<const uint2*>(a.ram + (size_t(m) * 4 + p) * a.d_model);
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) in[i] = bank[lane + 32 * i];
-  }
-};
-
-// All four banks of row m loaded ahead (before the decision, so that the chosen one is not a
-// dependent load at the end of the router's chain); operator() then picks bank p from registers.
-struct PrefetchedBanks {
-  uint2 v[4][kMaxVec];
-  __device__ __forceinline__ void load(const EventRouterArgs& a, int64_t m, int lane) {
-#pragma unroll
-    for (int p = 0; p < 4; ++p) LoadBank{a, m}(p, lane, v[p]);
-  }
-  __device__ __forceinline__ void operator()(int p, int /*lane*/, uint2 (&in)[kMaxVec]) const {
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i) in[i] = p == 0 ? v[0][i] : p == 1 ? v[1][i] : p == 2 ? v[2][i] : v[3][i];
-  }
-};
-
 // Called by the warp that holds row m in hv (map: its stream map before the event): the decision
-// from z (R floats), the trace entry, the exchange of h with the chosen bank (its row from
-// fetch_bank: LoadBank or PrefetchedBanks, the same values), then the FFN operand
+// from z (R floats), the trace entry, the exchange of h with the chosen bank, then the FFN operand
 // bf16(rms(h) * norm_gain) of the new h when a.norm_out is set (ngain: norm_gain, anywhere).
-template <class FetchBank>
 __device__ __forceinline__ void finish_row(const EventRouterArgs& a, int64_t m, const float* z, const float* swap_w,
                                            const float* biases, const float* bank_w, const float* ngain, uint8_t map,
-                                           float4 (&hv)[kMaxVec], int lane, const FetchBank& fetch_bank) {
+                                           float4 (&hv)[kMaxVec], int lane) {
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
   const RowDecision d = decide_row(z, static_cast<int>(a.d_router), swap_w, biases[0], bank_w, biases + 1, lane);
   const int p = map_lane(map, d.slot);  // the physical bank of the chosen slot
@@ -105,7 +76,9 @@ __device__ __forceinline__ void finish_row(const EventRouterArgs& a, int64_t m, 
     float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
     uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
     uint2 in[kMaxVec];
-    fetch_bank(p, lane, in);
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) in[i] = bank[lane + 32 * i];
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
       if (i < nvec) {
