@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -69,44 +70,45 @@ const std::string& parse_router(const std::string& val) {
   return val;
 }
 
+// The whole of `val` as a number of type T, or nothing (empty, trailing characters, out of range).
+template <class T>
+std::optional<T> whole_number(const std::string& val) {
+  size_t used = 0;
+  T v{};
+  try {
+    if constexpr (std::is_same_v<T, double>)
+      v = std::stod(val, &used);
+    else if constexpr (std::is_same_v<T, int>)
+      v = std::stoi(val, &used);
+    else
+      v = std::stoll(val, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != val.size()) return std::nullopt;
+  return v;
+}
+
 int parse_row_groups(const std::string& val) {
   if (val == "auto") return 0;
-  size_t used = 0;
-  int v = 0;
-  try {
-    v = std::stoi(val, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  SWAPFFN_REQUIRE(used == val.size() && v >= 1 && v <= kMaxRowGroups,
+  const std::optional<int> v = whole_number<int>(val);
+  SWAPFFN_REQUIRE(v && *v >= 1 && *v <= kMaxRowGroups,
                   "kernel config groups must be auto or a group count from 1 to " + std::to_string(kMaxRowGroups) +
                       ", got '" + val + "'");
-  return v;
+  return *v;
 }
 
 double parse_l2_weights(const std::string& val) {
-  size_t used = 0;
-  double v = -1;
-  try {
-    v = std::stod(val, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  SWAPFFN_REQUIRE(used == val.size() && v >= 0 && v <= 1,
+  const std::optional<double> v = whole_number<double>(val);
+  SWAPFFN_REQUIRE(v && *v >= 0 && *v <= 1,
                   "kernel config l2_weights must be a fraction from 0 (no window) to 1, got '" + val + "'");
-  return v;
+  return *v;
 }
 
 int64_t parse_row_chunk(const std::string& val) {
-  size_t used = 0;
-  int64_t v = -1;
-  try {
-    v = std::stoll(val, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  SWAPFFN_REQUIRE(used == val.size() && v >= 0, "kernel config chunk must be a row count >= 0 (0: no chunks), got '" + val + "'");
-  return v;
+  const std::optional<int64_t> v = whole_number<int64_t>(val);
+  SWAPFFN_REQUIRE(v && *v >= 0, "kernel config chunk must be a row count >= 0 (0: no chunks), got '" + val + "'");
+  return *v;
 }
 
 // Our down GEMM with split-K `split`, its tile width chosen for `rows`: the narrow tile while one wave
@@ -126,15 +128,9 @@ void set_down(FusedKernelConfig& k, const std::string& val, int64_t rows, int64_
   k.down_cutlass = is_cutlass_down_variant(val) ? val : "";
   if (k.down_cublas || !k.down_cutlass.empty()) return;
   if (val.size() > 2 && val.compare(0, 2, "sk") == 0 && val.find('_') == std::string::npos) {
-    size_t used = 0;
-    int split = 0;
-    try {
-      split = std::stoi(val.substr(2), &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    SWAPFFN_REQUIRE(used == val.size() - 2, "kernel config down=" + val + ": expected cublas, sk<N> or a variant name");
-    k.down = down_for_split(split, rows, d_model);
+    const std::optional<int> split = whole_number<int>(val.substr(2));
+    SWAPFFN_REQUIRE(split.has_value(), "kernel config down=" + val + ": expected cublas, sk<N> or a variant name");
+    k.down = down_for_split(*split, rows, d_model);
     return;
   }
   std::string names;
