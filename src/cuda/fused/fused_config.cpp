@@ -58,9 +58,9 @@ namespace swapffn::cuda {
 //   other batch sizes measured). Rejected as a B = 1 default: slower.
 // - l2_weights: off. Rejected as a default (twenty-first session, H100): a persisting access-policy
 //   window over W13 and W2 was slower at every batch size and hit fraction (B = 1 +1..+3%, B = 16
-//   +2.5..+5%, B = 64 +2..+3%),
-//   and did not keep the weights: at B = 1 the dual GEMM still read 12.6-12.8 of its 13.8 MB per
-//   launch from DRAM. The misses cost B = 1 little (in the step the GEMMs take their warm-L2 times).
+//   +2.5..+5%, B = 64 +2..+3%), and did not keep the weights: at B = 1 the dual GEMM still read
+//   12.6-12.8 MB per launch from DRAM (13.8 without). The misses cost B = 1 little (in the step the
+//   GEMMs take their warm-L2 times).
 namespace {
 
 // More groups than this only cut the rows finer than the GEMM tiles can use at any batch size.
