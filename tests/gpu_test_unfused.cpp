@@ -77,6 +77,9 @@ TEST(Unfused, OddConfigsAgreeWithReference) {
       {"n_events=0"},
       {"k_ffn=0"},
       {"d_model=1152", "core_count=8"},  // RMSNorm rows too long to stay in registers (two passes)
+      // The collapse's pooling in three passes over k (8 + 8 + 3, a barrier between them) and a
+      // last core chunk of 8 (32 + 8 cores).
+      {"collapse_k=19", "core_count=40"},
   };
   for (const auto& sets : variants) {
     Config cfg = Config::preset("tiny");
