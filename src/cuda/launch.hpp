@@ -1,6 +1,6 @@
-// cudaLaunchKernelEx with the two launch attributes the fused backend uses: a thread-block cluster
-// shape and programmatic dependent launch (PDL: the kernel may start while its predecessor drains;
-// it must execute griddepcontrol.wait before touching what the predecessor wrote).
+// cudaLaunchKernelEx with the launch attributes the backends use: a thread-block cluster shape,
+// programmatic dependent launch (PDL: the kernel may start while its predecessor drains; it must
+// execute griddepcontrol.wait before touching what the predecessor wrote), and cooperative launch.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -80,6 +80,23 @@ void launch_kernel_ex(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int sm
   }
   cfg.attrs = attrs;
   cfg.numAttrs = n;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+  SWAPFFN_CHECK_LAUNCH();
+}
+
+// A cooperative launch: every block of the grid is resident at once, so the kernel may use grid
+// barriers (cooperative_groups::this_grid().sync()). The grid must fit one wave (max_ctas_per_wave).
+template <class Kernel, class... Args>
+void launch_cooperative(Kernel kernel, dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
   SWAPFFN_CHECK_LAUNCH();
 }

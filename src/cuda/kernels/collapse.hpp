@@ -20,7 +20,7 @@ struct CollapseArgs {
   float* partial;                   // workspace [B, collapse_chunks(C), K, D]
   float* pooled;                    // workspace [B, K, D]
   float* zc;                        // workspace [B, Rc]
-  const StepIO* io;                 // io->delta: [B, D] out
+  StepIO* io;                       // io->delta: [B, D] out; the pointers advance at the end
   int64_t batch, cores, d_model, collapse_k, collapse_r;
   bool silu;
 };
@@ -28,6 +28,8 @@ struct CollapseArgs {
 // Number of core chunks summed in parallel (the partial workspace's second dimension).
 int64_t collapse_chunks(int64_t cores);
 
-void launch_collapse(const CollapseArgs& a, cudaStream_t stream);
+// The collapse, then io->x and io->delta advance by x_stride elements and gate/slot (when set) by
+// trace_stride, ready for the next token step of a replayed graph.
+void launch_collapse_and_advance(const CollapseArgs& a, int64_t x_stride, int64_t trace_stride, cudaStream_t stream);
 
 }  // namespace swapffn::cuda

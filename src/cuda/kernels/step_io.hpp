@@ -1,6 +1,7 @@
 // StepIO: where the current token step reads x and writes delta and the decision trace.
 // It lives in device memory so that a captured CUDA graph (which bakes kernel arguments) can be
-// replayed for token after token: the last node of a step advances the pointers to the next token.
+// replayed for token after token: the step's last kernel (the collapse) advances the pointers to the
+// next token.
 #pragma once
 #include <cstdint>
 
@@ -17,8 +18,5 @@ struct StepIO {
 
 // *io = value, in stream order (a kernel argument: nothing on the host has to outlive the call).
 void launch_set_step_io(StepIO* io, const StepIO& value, cudaStream_t stream);
-
-// io->x and io->delta advance by x_stride elements, gate/slot (when set) by trace_stride.
-void launch_advance_step_io(StepIO* io, int64_t x_stride, int64_t trace_stride, cudaStream_t stream);
 
 }  // namespace swapffn::cuda
