@@ -153,24 +153,22 @@ TEST(Unfused, DecodeEqualsRepeatedSteps) {
   EXPECT_TRUE(s == whole.state);
 }
 
-// A sequence's bits must not depend on its batch-mates or on B (the GEMM algorithm is pinned).
-TEST(Unfused, SequenceIsBitwiseIdenticalAloneAndInBatchOfFive) {
-  SKIP_WITHOUT_HOPPER();
-  for (const char* preset : {"tiny", "default"}) {
-    SCOPED_TRACE(preset);
-    const Weights& w = weights_of(preset);
-    const Config& cfg = w.cfg;
-    const int64_t T = 3, D = cfg.d_model, B = 5, pos = 2;
-    const State batch0 = random_state(cfg, B, 6);
-    const auto xb = decode_inputs(20, T, B, D);
+// Decodes a random batch of B and, for each position in `positions`, that sequence alone, and
+// expects the same bits: delta, final state and decision trace.
+void expect_alone_equals_in_batch(const Weights& w, int64_t B, const std::vector<int64_t>& positions) {
+  const Config& cfg = w.cfg;
+  const int64_t T = 3, D = cfg.d_model, C = cfg.core_count;
+  const State batch0 = random_state(cfg, B, 6);
+  const auto xb = decode_inputs(20, T, B, D);
+  auto e = unfused(w, true);
+  const Decoded rb = decode(*e, xb, T, batch0);
+  for (const int64_t pos : positions) {
+    SCOPED_TRACE("sequence " + std::to_string(pos) + " of " + std::to_string(B));
     State alone0 = State::init(cfg, 1);
     batch0.copy_sequence_to(pos, alone0, 0);
     std::vector<float> xa(static_cast<size_t>(T * D));
     for (int64_t t = 0; t < T; ++t)
       std::copy_n(xb.begin() + (t * B + pos) * D, D, xa.begin() + t * D);
-
-    auto e = unfused(w, true);
-    const Decoded rb = decode(*e, xb, T, batch0);
     const Decoded ra = decode(*e, xa, T, alone0);
     for (int64_t t = 0; t < T; ++t)
       EXPECT_EQ(0, std::memcmp(ra.delta.data() + t * D, rb.delta.data() + (t * B + pos) * D, D * sizeof(float)))
@@ -178,7 +176,6 @@ TEST(Unfused, SequenceIsBitwiseIdenticalAloneAndInBatchOfFive) {
     State extracted = State::init(cfg, 1);
     rb.state.copy_sequence_to(pos, extracted, 0);
     EXPECT_TRUE(extracted == ra.state) << "final state";
-    const int64_t C = cfg.core_count;
     for (int64_t t = 0; t < T; ++t)
       for (int64_t ev = 0; ev < cfg.n_events; ++ev)
         for (int64_t c = 0; c < C; ++c) {
@@ -188,6 +185,29 @@ TEST(Unfused, SequenceIsBitwiseIdenticalAloneAndInBatchOfFive) {
           ASSERT_EQ(ta.slot[static_cast<size_t>(ta.index(ev, 0, c))], tb.slot[static_cast<size_t>(tb.index(ev, pos, c))]);
         }
   }
+}
+
+// A sequence's bits must not depend on its batch-mates or on B (the GEMM algorithm is pinned).
+TEST(Unfused, SequenceIsBitwiseIdenticalAloneAndInBatchOfFive) {
+  SKIP_WITHOUT_HOPPER();
+  for (const char* preset : {"tiny", "default"}) {
+    SCOPED_TRACE(preset);
+    expect_alone_equals_in_batch(weights_of(preset), 5, {2});
+  }
+}
+
+// The collapse is one cooperative kernel whose grid is capped at the blocks resident at once
+// (at most 8 of 256 threads per SM); each phase strides over its work items. With 4 x SMs + 8
+// tiny sequences, every phase has more items than that cap (the pooling phase, the fewest, has
+// 2 per sequence), so each block runs several items of each phase, and the sequences at the
+// ends and the middle must still come out as they do alone.
+TEST(Unfused, CollapseOfABatchWiderThanOneWaveMatchesEachSequenceAlone) {
+  SKIP_WITHOUT_HOPPER();
+  const Weights& w = weights_of("tiny");
+  ASSERT_EQ(w.cfg.d_model, 128) << "the item counts above assume the tiny preset";
+  ASSERT_EQ(w.cfg.core_count, 40) << "the item counts above assume the tiny preset";
+  const int64_t B = 4 * query_gpu().sm_count + 8;
+  expect_alone_equals_in_batch(w, B, {0, B / 2 + 1, B - 1});
 }
 
 // The trace has the right shape and holds real decisions (both gate values occur).
