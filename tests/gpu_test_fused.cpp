@@ -228,28 +228,6 @@ TEST(Fused, RowGroupsGiveTheSameBitsAsOneGroup) {
   }
 }
 
-// The programmatic edge into cuBLASLt's down GEMM (pdl_cublas) changes when that kernel launches,
-// never what it computes. Had the kernel not waited (griddepcontrol.wait) for the dual GEMM, the
-// bits would differ: our dual GEMM releases its dependents as it starts, so at B = 1 (128 dual-GEMM
-// CTAs, one wave) the down GEMM's first CTAs start on the idle SMs and would read the previous FFN
-// step's intermediate; at B = 8 the dual GEMM is persistent and they would start as its CTAs leave.
-TEST(Fused, ProgrammaticEdgeIntoCublasGivesTheSameBits) {
-  SKIP_WITHOUT_HOPPER();
-  for (const auto& [preset, B, T] :
-       {std::tuple<const char*, int64_t, int64_t>{"tiny", 5, 3}, {"default", 1, 3}, {"default", 8, 2}}) {
-    const Weights& w = weights_of(preset);
-    const State s0 = random_state(w.cfg, B, 71);
-    const auto x = decode_inputs(72, T, B, w.cfg.d_model);
-    const Decoded base = decode(*fused(w, true, "pdl_cublas=0"), x, T, s0);
-    for (const char* kernels : {"pdl_cublas=1", "pdl_cublas=1,groups=2"}) {
-      SCOPED_TRACE(std::string(preset) + " " + kernels);
-      auto g = fused(w, true, kernels);
-      expect_bitwise_equal(base, decode(*g, x, T, s0));
-      expect_bitwise_equal(base, decode(*g, x, T, s0));  // the graph replayed from its first token
-    }
-  }
-}
-
 // The L2 window over the FFN weights changes caching only: the same bits with and without it, in a
 // graph and eagerly, with row groups on their own streams; and the engine gives the persisting L2
 // carve-out back (the context's limit as it found it) when it goes away.

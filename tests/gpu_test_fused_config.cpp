@@ -73,8 +73,6 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(select_fused_config(cfg, 1, "", "groups=auto").row_groups, 1);
   EXPECT_TRUE(d.pdl);
   EXPECT_FALSE(select_fused_config(cfg, 16, "", "pdl=0").pdl);
-  EXPECT_FALSE(d.pdl_cublas);
-  EXPECT_TRUE(select_fused_config(cfg, 16, "", "pdl_cublas=1").pdl_cublas);
   EXPECT_EQ(d.l2_weights, 0);
   EXPECT_EQ(select_fused_config(cfg, 16, "", "l2_weights=1").l2_weights, 1);
   EXPECT_EQ(select_fused_config(cfg, 16, "", "l2_weights=0.5").l2_weights, 0.5);
@@ -143,8 +141,6 @@ TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
            {"down=sk3", "N = 2 or 4"}, {"down=sk4x", "sk<N>"},
            {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}, {"router_grid=24", "'24'"},
            {"pdl=yes", "pdl"}, {"l2_weights=2", "l2_weights must be a fraction"}, {"l2_weights=0.5x", "'0.5x'"}, {"groups=0", "groups"}, {"groups=9", "groups"}, {"groups=2x", "groups"},
-           {"pdl_cublas=2", "pdl_cublas must be 0 or 1"}, {"pdl_cublas=1,pdl=0", "needs pdl=1 and down=cublas"},
-           {"pdl_cublas=1,down=sk2", "needs pdl=1 and down=cublas"},
            {"router=cublas,router_grid=16", "needs router=event"}, {"router=cublas,groups=2", "needs router=event"}}) {
     try {
       select_fused_config(cfg, 1, "", spec);

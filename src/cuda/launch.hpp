@@ -1,10 +1,7 @@
 // cudaLaunchKernelEx with the launch attributes the backends use: a thread-block cluster shape,
 // programmatic dependent launch (PDL: the kernel may start while its predecessor drains; it must
-// execute griddepcontrol.wait before touching what the predecessor wrote), and cooperative launch;
-// and a programmatic graph edge into a library kernel captured on a stream.
+// execute griddepcontrol.wait before touching what the predecessor wrote), and cooperative launch.
 #pragma once
-#include <vector>
-
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
@@ -85,26 +82,6 @@ void launch_kernel_ex(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int sm
   cfg.numAttrs = n;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
   SWAPFFN_CHECK_LAUNCH();
-}
-
-// While `stream` is being captured: the next node captured on it becomes a programmatic dependent
-// of the nodes it would depend on (what cudaLaunchAttributeProgrammaticStreamSerialization does for
-// our own launches), for a library's kernel whose launch we do not make. That kernel must execute
-// griddepcontrol.wait before it touches what its predecessors wrote. Outside capture: nothing.
-inline void capture_next_as_programmatic(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const cudaGraphNode_t* deps = nullptr;
-  const cudaGraphEdgeData* edges = nullptr;
-  size_t n = 0;
-  CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, &edges, &n));
-  if (status != cudaStreamCaptureStatusActive || n == 0) return;
-  std::vector<cudaGraphNode_t> nodes(deps, deps + n);
-  std::vector<cudaGraphEdgeData> data(n);
-  for (auto& e : data) {
-    e.from_port = cudaGraphKernelNodePortProgrammatic;
-    e.type = cudaGraphDependencyTypeProgrammatic;
-  }
-  CUDA_CHECK(cudaStreamUpdateCaptureDependencies(stream, nodes.data(), data.data(), n, cudaStreamSetCaptureDependencies));
 }
 
 // A cooperative launch: every block of the grid is resident at once, so the kernel may use grid

@@ -188,14 +188,11 @@ void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows,
     } else if (key == "pdl") {
       SWAPFFN_REQUIRE(val == "0" || val == "1", "kernel config pdl must be 0 or 1, got '" + val + "'");
       k.pdl = val == "1";
-    } else if (key == "pdl_cublas") {
-      SWAPFFN_REQUIRE(val == "0" || val == "1", "kernel config pdl_cublas must be 0 or 1, got '" + val + "'");
-      k.pdl_cublas = val == "1";
     } else if (key == "l2_weights") {
       k.l2_weights = parse_l2_weights(val);
     } else {
       SWAPFFN_FAIL("unknown kernel config key '" + key +
-                   "' (known: up, down, router, router_grid, chunk, groups, pdl, pdl_cublas, l2_weights)");
+                   "' (known: up, down, router, router_grid, chunk, groups, pdl, l2_weights)");
     }
     pos = end + 1;
   }
@@ -315,9 +312,6 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
   SWAPFFN_REQUIRE(k.router_grid == RouterGrid::automatic || k.router == "event",
                   "fused: router_grid=" + to_string(k.router_grid) + " needs router=event (the " + k.router +
                       " router has no CTA grid to choose)");
-  SWAPFFN_REQUIRE(!k.pdl_cublas || (k.pdl && k.down_cublas),
-                  "fused: pdl_cublas=1 needs pdl=1 and down=cublas (it makes cuBLASLt's down GEMM a programmatic "
-                  "dependent of the dual GEMM)");
   return k;
 }
 

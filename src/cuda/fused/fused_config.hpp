@@ -22,11 +22,6 @@ struct FusedKernelConfig {
   // (sm90_bf16_gemm_residual_cutlass.hpp), instead of `down`. It does not split K.
   std::string down_cutlass;
   bool pdl = true;                // programmatic dependent launch for the GEMMs
-  // With pdl and down_cublas ("pdl_cublas"): in the step's graph, cuBLASLt's down GEMM becomes a
-  // programmatic dependent of the dual GEMM (an edge set at capture; cuBLASLt's launch takes no PDL
-  // attribute), so its launch overlaps the dual GEMM's drain. Safe only because cuBLASLt's sm90
-  // GEMM kernels execute griddepcontrol.wait before their first global read (their SASS, PERF.md).
-  bool pdl_cublas = false;
   // Event head: "cublas" = RMSNorm (fused into the previous kernel) + cuBLASLt router GEMM + the
   // decision/swap kernel; "event" = the one-kernel event router (event_router.cu). The built-in
   // default depends on the batch (select_fused_config).
@@ -62,8 +57,7 @@ void check_fused_supports(const Config& cfg);
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
 // kernel_config ("up=<variant>,down=<variant>|<cutlass variant>|cublas|sk2|sk4,router=cublas|event,
-// router_grid=<grid>,chunk=<rows>,groups=auto|<1..8>,pdl=0|1,pdl_cublas=0|1,l2_weights=<0..1>", each part optional)
-// overrides;
+// router_grid=<grid>,chunk=<rows>,groups=auto|<1..8>,pdl=0|1,l2_weights=<0..1>", each part optional) overrides;
 // sk<N>: our down GEMM with split-K N, its tile width chosen for the batch size; pdl: programmatic
 // dependent launch of our kernels and CUTLASS's (on by default).
 FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,

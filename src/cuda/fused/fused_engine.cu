@@ -19,7 +19,6 @@
 #include "cuda/fused/fused_config.hpp"
 #include "cuda/gpu_engine.hpp"
 #include "cuda/l2_window.hpp"
-#include "cuda/launch.hpp"
 #include "cuda/kernels/core_film.hpp"
 #include "cuda/kernels/rmsnorm.hpp"
 #include "cuda/kernels/event_router.hpp"
@@ -183,7 +182,6 @@ class FusedEngine final : public GpuEngine {
           launch_dual_gemm_swiglu({as_nv(nrm), as_nv(w13()), as_nv(u), int(rows), int(2 * F), int(D)}, kcfg_.up,
                                   stream, kcfg_.pdl);
           if (kcfg_.down_cublas) {
-            if (kcfg_.pdl && kcfg_.pdl_cublas) capture_next_as_programmatic(stream);
             down_gemm_->run(rows, w2(), u, h, workspace, stream);
           } else if (!kcfg_.down_cutlass.empty()) {
             launch_cutlass_gemm_residual({as_nv(u), as_nv(w2()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
