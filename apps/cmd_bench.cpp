@@ -34,7 +34,6 @@ struct BenchArgs {
   std::vector<std::string> backends;
   std::vector<std::string> fused_configs;  // extra rows of the fused backend with these kernel configs
   std::vector<int64_t> batches{1, 4, 16, 64};
-  std::vector<int> graph_steps;  // extra rows of the GPU backends with this many token steps per graph
   int tokens = 16, warmup = 2, repeats = 5, peak_n = 8192;
   uint64_t seed = 1;
   bool breakdown = false, eager = false;
@@ -137,19 +136,15 @@ void run_bench(const BenchArgs& a) {
       std::string label;
       bool graph;
       std::string kernel_config;
-      int graph_steps;
     };
-    std::vector<Variant> variants{{b, true, "", 1}};
-    if (a.eager && is_gpu_backend(b)) variants.push_back({b + "(eager)", false, "", 1});
-    if (is_gpu_backend(b))
-      for (int n : a.graph_steps) variants.push_back({b + "(graph x" + std::to_string(n) + ")", true, "", n});
+    std::vector<Variant> variants{{b, true, ""}};
+    if (a.eager && is_gpu_backend(b)) variants.push_back({b + "(eager)", false, ""});
     if (b == "fused")
-      for (const auto& kc : a.fused_configs) variants.push_back({b + "[" + kc + "]", true, kc, 1});
-    for (const auto& [label, graph, kernel_config, graph_steps] : variants) {
+      for (const auto& kc : a.fused_configs) variants.push_back({b + "[" + kc + "]", true, kc});
+    for (const auto& [label, graph, kernel_config] : variants) {
       EngineOptions eo;
       eo.graph = graph;
       eo.kernel_config = kernel_config;
-      eo.graph_steps = graph_steps;
       std::unique_ptr<Engine> engine;
       try {
         engine = make_engine(b, w, eo);
@@ -260,10 +255,6 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_flag("--breakdown", a->breakdown, "time per phase (router+swap, FFN GEMMs, elementwise, collapse)");
   cmd->add_flag("--eager", a->eager, "GPU backends: also time without CUDA graphs");
-  cmd->add_option("--graph-steps", a->graph_steps,
-                  "GPU backends: also time with each of these numbers of token steps per CUDA graph "
-                  "(comma-separated, 1 to 64)")
-      ->delimiter(',');
   cmd->add_option("--fused-configs", a->fused_configs,
                   "also time the fused backend with each of these kernel configs (';'-separated, e.g. "
                   "'up=bn256_st4_sk1_mc1_p;down=cublas')")

@@ -228,44 +228,6 @@ TEST(Fused, RowGroupsGiveTheSameBitsAsOneGroup) {
   }
 }
 
-// Several token steps in one graph (graph_steps) change how the steps are launched, never what they
-// compute: the same bits as one step per graph, for token counts that are whole groups, leave a
-// remainder for the one-step graph, or are shorter than a group; on the unfused backend too.
-// A count outside 1..64 is refused when the engine is made, naming the option.
-TEST(Fused, MultiStepGraphsGiveTheSameBits) {
-  SKIP_WITHOUT_HOPPER();
-  for (const auto& [preset, B, T] :
-       {std::tuple<const char*, int64_t, int64_t>{"tiny", 3, 8}, {"tiny", 2, 3}, {"default", 1, 6}}) {
-    const Weights& w = weights_of(preset);
-    const State s0 = random_state(w.cfg, B, 81);
-    const auto x = decode_inputs(82, T, B, w.cfg.d_model);
-    for (const char* backend : {"fused", "unfused"}) {
-      EngineOptions one;
-      auto base_engine = make_engine(backend, w, one);
-      const Decoded base = decode(*base_engine, x, T, s0);
-      for (int steps : {2, 3, 4}) {
-        SCOPED_TRACE(std::string(preset) + " " + backend + " B=" + std::to_string(B) + " T=" + std::to_string(T) +
-                     " graph_steps=" + std::to_string(steps));
-        EngineOptions o;
-        o.graph_steps = steps;
-        auto e = make_engine(backend, w, o);
-        expect_bitwise_equal(base, decode(*e, x, T, s0));
-        expect_bitwise_equal(base, decode(*e, x, T, s0));  // the captured graphs replayed from the first token
-      }
-    }
-  }
-  for (int bad : {0, -1, 65}) {
-    EngineOptions o;
-    o.graph_steps = bad;
-    try {
-      make_engine("fused", weights_of("tiny"), o);
-      ADD_FAILURE() << "graph_steps=" << bad << " accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("graph_steps"), std::string::npos) << e.what();
-    }
-  }
-}
-
 // The L2 window over the FFN weights changes caching only: the same bits with and without it, in a
 // graph and eagerly, with row groups on their own streams; and the engine gives the persisting L2
 // carve-out back (the context's limit as it found it) when it goes away.

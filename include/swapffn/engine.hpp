@@ -55,10 +55,6 @@ class Engine {
 struct EngineOptions {
   int threads = 0;        // CPU threads for the reference (0 = hardware concurrency)
   bool graph = true;      // GPU backends: capture a token step in a CUDA graph
-  // GPU backends with graph: also capture this many token steps in one graph (1 to 64) and replay
-  // it for each whole group of that many tokens of a decode (the one-step graph takes the rest),
-  // so that fewer graph launches separate the steps. The same bits for every value.
-  int graph_steps = 1;
   // fused backend: tuning cache written by `swapffn tune` ("" = $SWAPFFN_TUNE_FILE, else defaults)
   std::string tune_file;
   // fused backend: explicit kernels "up=<variant>,down=<variant>|cublas,router=event|cublas", each

@@ -15,8 +15,6 @@ std::vector<float> widen_bf16(const std::vector<bf16>& v) {
 }
 
 GpuEngine::GpuEngine(const Weights& w, const EngineOptions& opt) : cfg_(w.cfg), opt_(opt) {
-  SWAPFFN_REQUIRE(opt.graph_steps >= 1 && opt.graph_steps <= 64,
-                  "graph_steps must be from 1 to 64 token steps per graph, got " + std::to_string(opt.graph_steps));
   cfg_.validate();
   w.validate();
   router_w_.upload(w.router_w);
@@ -42,8 +40,7 @@ GpuEngine::~GpuEngine() {
 
 void GpuEngine::drop_graph() {
   if (graph_) cudaGraphExecDestroy(graph_);
-  if (graph_multi_) cudaGraphExecDestroy(graph_multi_);
-  graph_ = graph_multi_ = nullptr;
+  graph_ = nullptr;
 }
 
 void GpuEngine::ensure_batch(int64_t batch) {
@@ -77,31 +74,23 @@ void GpuEngine::enqueue_collapse_and_advance() {
 }
 
 void GpuEngine::run_tokens(int64_t tokens) {
-  int64_t t = 0;
-  if (!graph_ && tokens > 0) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (graph_) {
+      CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+      continue;
+    }
     // The first step after (re)allocation runs eagerly; with graphs on, the capture follows it: by
     // then every library handle and kernel module is loaded, so the capture records launches only.
     enqueue_step(nullptr);
-    ++t;
-    if (opt_.graph) {
-      graph_ = capture_graph(1);
-      if (opt_.graph_steps > 1) graph_multi_ = capture_graph(opt_.graph_steps);
-    }
+    if (opt_.graph) capture_graph();
   }
-  if (!graph_) {
-    for (; t < tokens; ++t) enqueue_step(nullptr);
-    return;
-  }
-  for (; graph_multi_ && tokens - t >= opt_.graph_steps; t += opt_.graph_steps)
-    CUDA_CHECK(cudaGraphLaunch(graph_multi_, stream_));
-  for (; t < tokens; ++t) CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
 }
 
-cudaGraphExec_t GpuEngine::capture_graph(int steps) {
+void GpuEngine::capture_graph() {
   cudaGraph_t g = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
-    for (int s = 0; s < steps; ++s) enqueue_step(nullptr);  // each step's last kernel advances the StepIO
+    enqueue_step(nullptr);
   } catch (...) {
     cudaStreamEndCapture(stream_, &g);
     if (g) cudaGraphDestroy(g);
@@ -116,11 +105,10 @@ cudaGraphExec_t GpuEngine::capture_graph(int steps) {
       throw;
     }
   }
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+  const cudaError_t inst = cudaGraphInstantiate(&graph_, g, 0);
   cudaGraphDestroy(g);
+  if (inst != cudaSuccess) graph_ = nullptr;
   CUDA_CHECK(inst);
-  return exec;
 }
 
 void GpuEngine::upload_state(const State& s) {

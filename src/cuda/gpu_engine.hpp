@@ -95,13 +95,12 @@ class GpuEngine : public Engine, public DeviceDecoder {
   void ensure_batch(int64_t batch);
   void set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot);
   void run_tokens(int64_t tokens);
-  cudaGraphExec_t capture_graph(int steps);  // `steps` token steps, one after another
+  void capture_graph();
   void drop_graph();
 
   DeviceBuffer<float> x_dev_, delta_dev_;
   DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
-  cudaGraphExec_t graph_ = nullptr;        // one token step
-  cudaGraphExec_t graph_multi_ = nullptr;  // opt_.graph_steps token steps, when more than one
+  cudaGraphExec_t graph_ = nullptr;
 };
 
 }  // namespace swapffn::cuda
