@@ -68,9 +68,10 @@ void GpuEngine::set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slo
 
 void GpuEngine::enqueue_collapse_and_advance() {
   const int64_t B = batch_, C = cfg_.core_count, D = cfg_.d_model;
-  launch_collapse_and_advance({h_.get(), alpha_.get(), as_nv(basis_.get()), as_nv(decoder_.get()), partial_.get(), pooled_.get(),
-                               zc_.get(), io_.get(), B, C, D, cfg_.collapse_k, cfg_.collapse_r, cfg_.collapse_silu},
-                              B * D, cfg_.n_events * B * C, stream_);
+  const CollapseArgs args{h_.get(), alpha_.get(), as_nv(basis_.get()), as_nv(decoder_.get()),
+                          partial_.get(), pooled_.get(), zc_.get(), io_.get(),
+                          B, C, D, cfg_.collapse_k, cfg_.collapse_r, cfg_.collapse_silu};
+  launch_collapse_and_advance(args, B * D, cfg_.n_events * B * C, stream_);
 }
 
 void GpuEngine::run_tokens(int64_t tokens) {

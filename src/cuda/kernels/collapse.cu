@@ -19,13 +19,14 @@ constexpr int kThreads = 256;  // d values per pooling item; 8 warps, one output
 constexpr int kWarps = kThreads / 32;
 constexpr int kKPerPass = 8;   // k accumulated per pass over a chunk's values of h
 
+// Work items of the four phases (the grids of the four kernels this one replaced).
 struct Phases {
-  int64_t pool_cols;   // ceil(D / kThreads)
-  int64_t chunks;      // ceil(C / kChunk)
-  int64_t pool_items;  // pool_cols * chunks * B
-  int64_t pooled;      // B * K * D
-  int64_t basis_items; // B * Rc
-  int64_t decode_warps;// B * D
+  int64_t pool_cols;     // ceil(D / kThreads)
+  int64_t chunks;        // ceil(C / kChunk)
+  int64_t pool_items;    // pool_cols * chunks * B: one block each
+  int64_t pooled;        // B * K * D: one thread each
+  int64_t basis_items;   // B * Rc: one block each
+  int64_t decode_warps;  // B * D: one warp each
 };
 
 Phases phases_of(const CollapseArgs& a) {
@@ -78,8 +79,9 @@ __device__ void pool_finish(const CollapseArgs& a, const Phases& p, int64_t i) {
   const int64_t KD = a.collapse_k * a.d_model;
   const int64_t b = i / KD, kd = i % KD;
   float acc = 0.f;
+  // Loads in flight, adds in order.
 #pragma unroll 8
-  for (int64_t ch = 0; ch < p.chunks; ++ch) acc += a.partial[(b * p.chunks + ch) * KD + kd];  // loads in flight, adds in order
+  for (int64_t ch = 0; ch < p.chunks; ++ch) acc += a.partial[(b * p.chunks + ch) * KD + kd];
   a.pooled[i] = acc;
 }
 
