@@ -2,6 +2,9 @@
 // programmatic dependent launch (PDL: the kernel may start while its predecessor drains; it must
 // execute griddepcontrol.wait before touching what the predecessor wrote), and cooperative launch.
 #pragma once
+#include <atomic>
+#include <string>
+
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
@@ -53,6 +56,25 @@ int max_ctas_per_wave(Kernel kernel, dim3 block, int smem_bytes) {
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x * block.y * block.z),
                                                            static_cast<size_t>(smem_bytes)));
   return per_sm * sm_count();
+}
+
+// A launcher's per-device answer to an occupancy query, computed once per device: the query costs
+// microseconds of host time, more than a small kernel (eager steps, timing loops). Each launcher
+// (kernel variant) keeps its own table; compute() must return a positive count.
+inline constexpr int kMaxDevices = 64;
+template <class Compute>
+int once_per_device(std::atomic<int> (&table)[kMaxDevices], Compute compute) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  SWAPFFN_REQUIRE(dev >= 0 && dev < kMaxDevices,
+                  "device " + std::to_string(dev) + " is beyond the launchers' per-device tables (" +
+                      std::to_string(kMaxDevices) + " devices)");
+  int v = table[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = compute();
+    table[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
 }
 
 template <class Kernel, class... Args>

@@ -3,6 +3,7 @@
 // kernel, and each kernel boundary in the graph cost more than a grid barrier. Every phase strides
 // over the same work items as the separate kernels did, with the same summation orders (same bits).
 #include <algorithm>
+#include <atomic>
 
 #include <cooperative_groups.h>
 
@@ -166,8 +167,12 @@ void launch_collapse_and_advance(const CollapseArgs& a, int64_t x_stride, int64_
   // launch must fit, and a grid barrier costs more with more blocks).
   const int64_t widest = std::max({p.pool_items, ceil_div(p.pooled, kThreads), p.basis_items,
                                    ceil_div(p.decode_warps, kWarps)});
-  const int64_t resident = max_ctas_per_wave(collapse_kernel, dim3(kThreads), 0);
-  SWAPFFN_REQUIRE(resident > 0, "collapse: the kernel cannot be resident on this device");
+  static std::atomic<int> resident_on[kMaxDevices] = {};
+  const int64_t resident = once_per_device(resident_on, [] {
+    const int n = max_ctas_per_wave(collapse_kernel, dim3(kThreads), 0);
+    SWAPFFN_REQUIRE(n > 0, "collapse: the kernel cannot be resident on this device");
+    return n;
+  });
   const auto grid = static_cast<unsigned>(std::min(widest, resident));
   launch_cooperative(collapse_kernel, dim3(grid), dim3(kThreads), stream, a, p, x_stride, trace_stride);
 }

@@ -81,8 +81,6 @@ struct SwigluEpilogue {
   __device__ static float silu(float g) { return __fdividef(g, 1.f + __expf(-g)); }
 };
 
-constexpr int kMaxDevices = 64;
-
 template <int BN, int Stages, int Multicast, bool Persistent, int CtasPerSm = 1>
 void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
   using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast, Persistent, CtasPerSm>;
@@ -108,15 +106,12 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
     // occupancy query costs microseconds of host time, more than a small GEMM (eager launches,
     // timing loops), so its answer is kept per device.
     static std::atomic<int> resident_on[kMaxDevices] = {};
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    SWAPFFN_REQUIRE(dev < kMaxDevices, "dual GEMM: device " + std::to_string(dev) + " beyond the launcher's table");
-    int resident = resident_on[dev].load(std::memory_order_relaxed);
-    if (resident == 0) {
-      resident = Multicast > 1 ? max_active_clusters(kernel, dim3(Tile::kThreads), dim3(1, Multicast, 1), smem) : sm_count();
-      SWAPFFN_REQUIRE(resident > 0, "dual GEMM: no cluster of " + std::to_string(Multicast) + " CTAs of this variant fits the GPU");
-      resident_on[dev].store(resident, std::memory_order_relaxed);
-    }
+    const int resident = once_per_device(resident_on, [&] {
+      const int n =
+          Multicast > 1 ? max_active_clusters(kernel, dim3(Tile::kThreads), dim3(1, Multicast, 1), smem) : sm_count();
+      SWAPFFN_REQUIRE(n > 0, "dual GEMM: no cluster of " + std::to_string(Multicast) + " CTAs of this variant fits the GPU");
+      return n;
+    });
     const unsigned clusters = static_cast<unsigned>(std::min(m_units * n_tiles, resident));
     grid = Multicast > 1 ? dim3(1, clusters * Multicast, 1) : dim3(clusters);
   }
