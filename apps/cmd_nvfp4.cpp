@@ -303,6 +303,16 @@ double sol_us(const Ceilings& c, double bytes, double flops) {
   return std::max(bytes / (c.bw_gbs * 1e3), flops / (c.tflops * 1e6));
 }
 
+// What every shape's bench shares: the scale layout, the stream-K candidates' CTA counts, whether
+// to time the data-path probes, and whether to search the candidate configs or time the default
+// alone (a profiler then sees only the default's kernels).
+struct BenchOptions {
+  ScaleLayout layout = ScaleLayout::plain;
+  std::vector<int> sk_ctas;
+  bool probe = false;
+  bool search = true;
+};
+
 // Times each candidate config, returns (best us, best index); default is candidates[0].
 template <class Cfg>
 std::pair<double, size_t> search(Timer& timer, const std::vector<Cfg>& cands, const std::function<void(const Cfg&)>& run,
@@ -318,7 +328,8 @@ std::pair<double, size_t> search(Timer& timer, const std::vector<Cfg>& cands, co
   return {best, bi};
 }
 
-Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, int64_t m, int64_t k, int64_t l, double b200, ScaleLayout layout) {
+Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const BenchOptions& o, int64_t m, int64_t k, int64_t l, double b200) {
+  const ScaleLayout layout = o.layout;
   Result r;
   r.op = "gemv";
   r.shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(l);
@@ -337,6 +348,7 @@ Result bench_gemv(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
       for (const auto& v : tma_variants)
         for (int s : {1, 2})
           if (s <= k / v[1]) cands.push_back({w, s, GemvDecode::int8, GemvLoad::tma, v[0], v[1]});
+  if (!o.search) cands.resize(1);
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
@@ -391,7 +403,8 @@ void run_probes(Timer& timer, Result& r, const TileConfig& def, int64_t tile_sta
 // The 128-k stages of an m x n output in tiles of 128 x bn.
 int64_t tile_stages(int64_t m, int64_t n, int64_t k, int64_t bn) { return ((m + 127) / 128) * ((n + bn - 1) / bn) * (k / 128); }
 
-Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const std::vector<int>& sk_ctas, bool probe, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
+Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const BenchOptions& o, int64_t m, int64_t n, int64_t k, double b200) {
+  const ScaleLayout layout = o.layout;
   Result r;
   r.op = "gemm";
   r.shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
@@ -406,13 +419,14 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
     for (int s : {1, 2, 3, 4, 6})
       if (s <= k / 64 / 8) cands.push_back({t, s});
   for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs})
-    for (int ctas : sk_ctas) cands.push_back({t, 1, ctas});  // stream-K
+    for (int ctas : o.sk_ctas) cands.push_back({t, 1, ctas});  // stream-K
+  if (!o.search) cands.resize(1);
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   for (int s : {1, 2, 4}) ws_bytes = std::max(ws_bytes, workspace_bytes(p, TileConfig{cands[0].tile, s}));
   DeviceBuffer ws = make_workspace(ws_bytes);
   const std::function<void(const TileConfig&)> run = [&](const TileConfig& cfg) { gemm(p, cfg, {ws.get(), ws.bytes()}, nullptr); };
-  if (probe) run_probes(timer, r, cands[0], tile_stages(m, n, k, tile_n(cands[0].tile)), m, k, 1, layout, false, run);
+  if (o.probe) run_probes(timer, r, cands[0], tile_stages(m, n, k, tile_n(cands[0].tile)), m, k, 1, layout, false, run);
   const auto [best, bi] = search<TileConfig>(timer, cands, run, &r.default_us);
   r.us = best;
   r.config = describe(cands[bi]);
@@ -432,7 +446,8 @@ Result bench_gemm(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
-Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const std::vector<int>& sk_ctas, bool probe, int64_t m, int64_t n, int64_t k, double b200, ScaleLayout layout) {
+Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const BenchOptions& o, int64_t m, int64_t n, int64_t k, double b200) {
+  const ScaleLayout layout = o.layout;
   Result r;
   r.op = "dual";
   r.shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
@@ -447,13 +462,14 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
                  Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc, Tile::m128_n128_rs, Tile::m128_n64_rs})
     for (int s : {1, 2, 3, 4})
       cands.push_back({t, s});
-  for (int ctas : sk_ctas) cands.push_back({Tile::m128_n128_rs, 1, ctas});  // stream-K
+  for (int ctas : o.sk_ctas) cands.push_back({Tile::m128_n128_rs, 1, ctas});  // stream-K
+  if (!o.search) cands.resize(1);
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   for (int s : {1, 2, 4}) ws_bytes = std::max(ws_bytes, workspace_bytes(p, TileConfig{cands[0].tile, s}));
   DeviceBuffer ws = make_workspace(ws_bytes);
   const std::function<void(const TileConfig&)> run = [&](const TileConfig& cfg) { dual_gemm_swiglu(p, cfg, {ws.get(), ws.bytes()}, nullptr); };
-  if (probe) run_probes(timer, r, cands[0], tile_stages(m, n, k, tile_n(cands[0].tile)), m, k, 2, layout, false, run);
+  if (o.probe) run_probes(timer, r, cands[0], tile_stages(m, n, k, tile_n(cands[0].tile)), m, k, 2, layout, false, run);
   const auto [best, bi] = search<TileConfig>(timer, cands, run, &r.default_us);
   r.us = best;
   r.config = describe(cands[bi]);
@@ -482,8 +498,9 @@ Result bench_dual(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sm
   return r;
 }
 
-Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, bool probe, int64_t n, int64_t k,
-                     const std::vector<int64_t>& ms, double b200, ScaleLayout layout) {
+Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int sms, const BenchOptions& o, int64_t n, int64_t k,
+                     const std::vector<int64_t>& ms, double b200) {
+  const ScaleLayout layout = o.layout;
   std::string shape = std::to_string(n) + "x" + std::to_string(k) + " m=";
   for (size_t g = 0; g < ms.size(); ++g) shape += (g ? "," : "") + std::to_string(ms[g]);
   Result r;
@@ -512,12 +529,13 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
     for (const auto& c : cands) repeat = repeat || describe(c) == describe(mixed);
     if (!repeat) cands.push_back(mixed);
   }
+  if (!o.search) cands.resize(1);
   size_t ws_bytes = 0;
   for (const auto& cfg : cands) ws_bytes = std::max(ws_bytes, workspace_bytes(p, cfg));
   DeviceBuffer ws = make_workspace(ws_bytes);
   const Workspace w{ws.get(), ws.bytes()};
   const std::function<void(const TileConfig&)> run = [&](const TileConfig& cfg) { grouped_gemm(p, cfg, w, nullptr); };
-  if (probe) {
+  if (o.probe) {
     // The probes run grids of one width: a mixed default's tile with every column tile of it.
     TileConfig uniform = cands[0];
     uniform.wide_n = -1;
@@ -550,10 +568,10 @@ Result bench_grouped(Timer& timer, const Cublas& blas, const Ceilings& ceil, int
 // shapes: "MxNxK" strings for --op gemm or dual; when given they replace the shapes (no
 // B200 reference then).
 void run_bench(const std::string& op, const std::string& json_path, int reps, Flush flush,
-               const std::vector<std::string>& shapes, ScaleLayout layout, std::vector<int> sk_ctas, bool probe) {
+               const std::vector<std::string>& shapes, BenchOptions o) {
   require_hopper();
   const GpuInfo g = query_gpu();
-  if (sk_ctas.empty()) sk_ctas.push_back(g.sm_count);
+  if (o.sk_ctas.empty()) o.sk_ctas.push_back(g.sm_count);
   Timer timer(reps, g.l2_bytes, flush, g.sm_count);
   Cublas blas;
   const Ceilings ceil = measure_ceilings(timer, blas, g.sm_count);
@@ -569,32 +587,32 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
       std::istringstream in(sh);
       SWAPFFN_REQUIRE(in >> m >> x1 >> n >> x2 >> k && x1 == 'x' && x2 == 'x' && in.peek() == EOF,
                       "nvfp4 bench --shape '" + sh + "' is not MxNxK");
-      rows.push_back(op == "gemm" ? bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, probe, m, n, k, 0.0, layout)
-                                  : bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, m, n, k, 0.0, layout));
+      rows.push_back(op == "gemm" ? bench_gemm(timer, blas, ceil, g.sm_count, o, m, n, k, 0.0)
+                                  : bench_dual(timer, blas, ceil, g.sm_count, o, m, n, k, 0.0));
     }
   }
   const bool all = op == "all" && shapes.empty();
   if (shapes.empty() && (all || op == "gemv")) {
-    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 7168, 16384, 1, 18.4, layout));
-    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 4096, 7168, 8, 28.0, layout));
-    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, 7168, 2048, 4, 12.6, layout));
+    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, o, 7168, 16384, 1, 18.4));
+    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, o, 4096, 7168, 8, 28.0));
+    rows.push_back(bench_gemv(timer, blas, ceil, g.sm_count, o, 7168, 2048, 4, 12.6));
   }
   if (shapes.empty() && (all || op == "gemm")) {
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, probe, 128, 7168, 16384, 18.3, layout));
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, probe, 128, 4096, 7168, 8.29, layout));
-    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, sk_ctas, probe, 128, 7168, 2048, 6.54, layout));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, o, 128, 7168, 16384, 18.3));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, o, 128, 4096, 7168, 8.29));
+    rows.push_back(bench_gemm(timer, blas, ceil, g.sm_count, o, 128, 7168, 2048, 6.54));
   }
   if (shapes.empty() && (all || op == "dual")) {
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, 256, 4096, 7168, 12.4, layout));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, 512, 4096, 7168, 16.4, layout));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, 256, 3072, 4096, 9.43, layout));
-    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, sk_ctas, probe, 512, 3072, 7168, 16.3, layout));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, o, 256, 4096, 7168, 12.4));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, o, 512, 4096, 7168, 16.4));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, o, 256, 3072, 4096, 9.43));
+    rows.push_back(bench_dual(timer, blas, ceil, g.sm_count, o, 512, 3072, 7168, 16.3));
   }
   if (shapes.empty() && (all || op == "grouped")) {
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, probe, 4096, 7168, {80, 176, 128, 72, 64, 248, 96, 160}, 27.9, layout));
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, probe, 7168, 2048, {40, 76, 168, 72, 164, 148, 196, 160}, 19.4, layout));
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, probe, 3072, 4096, {192, 320}, 8.48, layout));
-    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, probe, 4096, 1536, {128, 384}, 6.43, layout));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, o, 4096, 7168, {80, 176, 128, 72, 64, 248, 96, 160}, 27.9));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, o, 7168, 2048, {40, 76, 168, 72, 164, 148, 196, 160}, 19.4));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, o, 3072, 4096, {192, 320}, 8.48));
+    rows.push_back(bench_grouped(timer, blas, ceil, g.sm_count, o, 4096, 1536, {128, 384}, 6.43));
   }
   std::printf("\n%-8s %-36s %9s %9s %7s %9s %9s %9s %9s  %-22s %s\n", "op", "shape", "ours_us", "SOL_us", "%SOL", "read_us",
               "B200_us", "cuBLAS_us", "default", "best config", "check vs cuBLAS");
@@ -636,7 +654,8 @@ void run_bench(const std::string& op, const std::string& json_path, int reps, Fl
                                         : std::string("L2 flushed (memset of 2x L2") +
                                               (flush == Flush::clean ? ", then a stream read of another 2x L2" : "") +
                                               ") before each run") +
-                  "; scales " + to_string(layout);
+                  "; scales " + to_string(o.layout) +
+                  (o.search ? "; best of the candidate configs" : "; the default config alone (--no-search)");
     for (const auto& r : rows)
       j["results"].push_back({{"op", r.op}, {"shape", r.shape}, {"us", r.us}, {"sol_us", r.sol_us},
                               {"pct_sol", 100.0 * r.sol_us / r.us}, {"b200_best_us", r.b200_us},
@@ -680,6 +699,7 @@ void add_nvfp4_command(CLI::App& app) {
   auto scales = std::make_shared<std::string>("plain");
   auto sk_ctas = std::make_shared<std::vector<int>>();
   auto probe = std::make_shared<bool>(false);
+  auto no_search = std::make_shared<bool>(false);
   auto* bench = cmd->add_subcommand("bench", "the issue's 14 shapes vs Hopper SOL, B200 best and cuBLAS bf16");
   bench->add_option("--op", *op, "gemv, gemm, dual, grouped or all")->check(CLI::IsMember({"gemv", "gemm", "dual", "grouped", "all"}));
   bench->add_option("--json", *json, "write the results as JSON to this file");
@@ -699,12 +719,16 @@ void add_nvfp4_command(CLI::App& app) {
                   "of them, without arithmetic, or the weights through a deeper weight-only ring; TileConfig::probe) "
                   "and the parts of its fixed cost (the pre-pass alone, the grid's launch alone), at splits 1, 2 and 4 "
                   "(grouped: 1)");
-  bench->callback([op, json, reps, flush, shapes, scales, sk_ctas, probe] {
+  bench->add_flag("--no-search", *no_search,
+                  "time each shape's default config alone, without the search over candidate configs (quicker; "
+                  "under a profiler only the default's kernels run)");
+  bench->callback([op, json, reps, flush, shapes, scales, sk_ctas, probe, no_search] {
 #ifdef SWAPFFN_WITH_CUDA
     run_bench(*op, *json, *reps, *flush == "clean" ? Flush::clean : *flush == "none" ? Flush::none : Flush::write, *shapes,
-              *scales == "blocked" ? ScaleLayout::blocked_128x4 : ScaleLayout::plain, *sk_ctas, *probe);
+              BenchOptions{*scales == "blocked" ? ScaleLayout::blocked_128x4 : ScaleLayout::plain, *sk_ctas, *probe,
+                           !*no_search});
 #else
-    (void)op, (void)json, (void)reps, (void)flush, (void)shapes, (void)scales, (void)sk_ctas, (void)probe;
+    (void)op, (void)json, (void)reps, (void)flush, (void)shapes, (void)scales, (void)sk_ctas, (void)probe, (void)no_search;
     SWAPFFN_FAIL("swapffn nvfp4 needs a CUDA build");
 #endif
   });
