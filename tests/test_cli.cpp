@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "swapffn/device.hpp"
 #include "swapffn/dump.hpp"
 #include "swapffn/engine.hpp"
@@ -168,6 +170,30 @@ TEST_F(Cli, Info) {
     EXPECT_NE(r.code, 0);
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find("no usable GPU"), std::string::npos) << r.err;
+  }
+}
+
+// `nvfp4 bench --no-search` times each shape's default config alone: one candidate line per shape
+// on stderr, the best config reported is the default, and the result still matches cuBLAS.
+TEST_F(Cli, Nvfp4BenchWithoutSearchTimesTheDefaultAlone) {
+#ifdef SWAPFFN_WITH_CUDA
+  if (!query_gpu().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU";
+#else
+  GTEST_SKIP() << "needs a CUDA build";
+#endif
+  const std::string json = path("bench.json");
+  const Result r = cli("nvfp4 bench --op dual --shape 256x512x512 --shape 128x384x768 --no-search --reps 3 --json " + json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  size_t candidates = 0;
+  for (size_t at = r.err.find("candidate"); at != std::string::npos; at = r.err.find("candidate", at + 1)) ++candidates;
+  EXPECT_EQ(candidates, 2u) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_NE(j["method"].get<std::string>().find("--no-search"), std::string::npos) << j["method"];
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const auto& row : j["results"]) {
+    EXPECT_EQ(row["best_config"], row["default_config"]) << row;
+    EXPECT_EQ(row["us"], row["default_us"]) << row;
+    EXPECT_EQ(row["mismatches_vs_cublas"], 0) << row;
   }
 }
 
