@@ -23,7 +23,7 @@ def main(path):
     h, data = rows[head], rows[head + 2:]
     ix = {c: i for i, c in enumerate(h)}
     # Consecutive launches of one main kernel with one grid are one shape; its pre-pass runs just before.
-    shapes, prev = [], None
+    shapes, prev, pending = [], None, None
     for r in data:
         name = r[ix["Kernel Name"]]
         if "predequant" in name:
@@ -35,7 +35,10 @@ def main(path):
             prev = key
         shapes[-1]["main"].append(r)
         if "gemv" not in name:
+            if pending is None:
+                sys.exit(f"launch {r[ix['ID']]} ({name.split('(')[0]}) has no pre-pass before it")
             shapes[-1]["pre"].append(pending)
+            pending = None
     if len(shapes) != len(SHAPES):
         sys.exit(f"expected {len(SHAPES)} shapes, found {len(shapes)}")
 

@@ -197,7 +197,7 @@ TEST(Unfused, SequenceIsBitwiseIdenticalAloneAndInBatchOfFive) {
 }
 
 // The collapse is one cooperative kernel whose grid is capped at the blocks resident at once
-// (at most 8 of 256 threads per SM); each phase strides over its work items. With 4 x SMs + 8
+// (at most 8 blocks of 256 threads per SM); each phase strides over its work items. With 4 x SMs + 8
 // tiny sequences, every phase has more items than that cap (the pooling phase, the fewest, has
 // 2 per sequence), so each block runs several items of each phase, and the sequences at the
 // ends and the middle must still come out as they do alone.
