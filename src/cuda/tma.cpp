@@ -46,6 +46,25 @@ CUtensorMap make_tma_2d_bf16_sw128(const void* base, uint64_t rows, uint64_t col
   return map;
 }
 
+CUtensorMap make_tma_2d_f32_sw128(void* base, uint64_t rows, uint64_t cols, uint32_t box_rows) {
+  SWAPFFN_REQUIRE(box_rows >= 1 && box_rows <= 256, "TMA box rows must be in [1, 256], got " +
+                                                        std::to_string(box_rows));
+  SWAPFFN_REQUIRE(reinterpret_cast<uintptr_t>(base) % 16 == 0 && (cols * 4) % 16 == 0,
+                  "TMA needs 16-byte aligned base and row pitch");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * 4};
+  const cuuint32_t box[2] = {32, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, elem_strides,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SWAPFFN_REQUIRE(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r) +
+                                         " for a " + std::to_string(rows) + "x" + std::to_string(cols) +
+                                         " fp32 matrix");
+  return map;
+}
+
 CUtensorMap make_tma_3d_u8(const void* base, uint64_t cols, uint64_t rows, uint64_t batches, uint64_t row_pitch,
                            uint64_t batch_pitch, uint32_t box_cols, uint32_t box_rows, bool swizzle_128b,
                            uint32_t elem_bytes) {

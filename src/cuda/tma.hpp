@@ -14,6 +14,10 @@ namespace swapffn::cuda {
 CUtensorMap make_tma_2d_bf16_sw128(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
                                    uint32_t box_cols);
 
+// A 2-D row-major fp32 matrix [rows, cols] written (stored or reduce-added) in boxes of box_rows x 32
+// columns with 128-byte swizzle (32 fp32 are one swizzle atom). Box rows past `rows` are not written.
+CUtensorMap make_tma_2d_f32_sw128(void* base, uint64_t rows, uint64_t cols, uint32_t box_rows);
+
 // A 3-D byte tensor [batches][rows][cols] (cols contiguous; row and batch pitches in bytes, multiples
 // of 16) read in boxes of box_rows x box_cols bytes within one batch, with 128-byte swizzle when
 // swizzle_128b (box_cols must then be 128) or none (box_cols a multiple of 16). Out-of-range rows

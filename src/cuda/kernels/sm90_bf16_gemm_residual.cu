@@ -16,51 +16,68 @@ namespace {
 
 struct ResidualEpilogue {
   struct Params {
-    float* h;  // [M, D]
-    int ld_h;  // D
+    CUtensorMap h;  // h [M, D] fp32, boxes of 64 rows x 32 columns, 128-byte swizzle
     bool residual;
   };
-  // fp32 pairs: four lanes cover 32 contiguous bytes of a row, whole sectors, so no staging.
-  // The old values of a group of blocks are loaded together before any of them is stored: with a
-  // load, add and store per pair, the compiler must assume a store may alias the next pair's load
-  // (the row stride is a run-time value), so each of the tile's 2 x BN/8 loads waited for the
-  // previous store, a chain of dependent L2 round trips (28% of the consumer's stall samples of the
-  // 64-row tile at M = 512, Nsight Compute, eleventh session).
-  static constexpr int kGroup = 8;  // 8-column blocks per group: 16 loads in flight, 32 registers
+  // The tile goes out through the copy engine, 32 columns (one 8 KB box of the warpgroup's 64 rows)
+  // at a time: staged in shared memory in the TMA's 128-byte swizzle, then reduce-added into h in L2
+  // (`cp.reduce.async.bulk.tensor ... .add`; a plain TMA store without the residual). The add is the
+  // same one fp32 addition per output, h + sum, so the bits are those of a load-add-store (and of
+  // cuBLAS's kernel, which adds its residual the same way). It exists because the consumers' own
+  // read-modify-write of h was a dependent L2 round trip at the end of every tile that nothing
+  // overlapped: here the warpgroup only writes shared memory, and the copy engine's writes run under
+  // the next tile's mainloop (persistent variants) or after the CTA has gone (the others).
+  // Two box slots per warpgroup: box i + 2 waits only until box i's copy has read its slot.
+  static constexpr int kBoxCols = 32;
+  static constexpr int kBoxBytes = 64 * kBoxCols * 4;
+  static constexpr int kSlots = 2;
   template <int BN>
-  static constexpr int smem_bytes() { return 0; }
-  __device__ static void finish(int) {}
+  static constexpr int smem_bytes() { return kSlots * kBoxBytes; }
+  // Shared memory may go away once the copies have read it; their writes complete on their own and
+  // are visible to the next kernel of the stream (and to a PDL dependent after its wait).
+  __device__ static void finish(int t) {
+    if (t == 0) cute::tma_store_wait<0>();
+  }
   template <int BN>
-  __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int M, int t,
-                               uint8_t* /*stage*/, int /*barrier*/, int j_begin, int j_end) {
-    constexpr int kBlocks = BN / 8, G = kBlocks < kGroup ? kBlocks : kGroup;
-    static_assert(kBlocks % G == 0, "whole groups of 8-column blocks");
-    const auto dst_of = [&](int j, int half) {
-      const sm90::AccCoord a = sm90::acc_coord(t, j);
-      const int row = m_base + a.row + 8 * half;
-      return row < M ? reinterpret_cast<float2*>(p.h + static_cast<size_t>(row) * p.ld_h + n_base + a.col) : nullptr;
-    };
+  __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int /*M*/, int t,
+                               uint8_t* stage, int barrier, int j_begin, int j_end) {
+    static_assert(BN % kBoxCols == 0, "whole 32-column boxes per tile");
+    // Rows past M fall outside the tensor map: the copy engine does not write them.
+    const sm90::AccCoord a = sm90::acc_coord(t, 0);
+    const int box_begin = j_begin * 8 / kBoxCols, box_end = j_end * 8 / kBoxCols;
 #pragma unroll
-    for (int j0 = 0; j0 < kBlocks; j0 += G) {
-      float2 old[G][2];
+    for (int b = 0; b < BN / kBoxCols; ++b) {
+      if (b < box_begin || b >= box_end) continue;  // another split-K rank's columns
+      const int i = b - box_begin;                  // this tile's i-th box
+      uint8_t* slot = stage + (i % kSlots) * kBoxBytes;
+      if (t == 0) {
+        // The slot's previous box (of this tile, or of the last one) must have been read.
+        if (i < kSlots)
+          cute::tma_store_wait<0>();
+        else
+          cute::tma_store_wait<kSlots - 1>();
+      }
+      sm90::warpgroup_bar(barrier);
 #pragma unroll
-      for (int jj = 0; jj < G; ++jj)
+      for (int jj = 0; jj < kBoxCols / 8; ++jj) {
+        const int j = b * (kBoxCols / 8) + jj, col = jj * 8 + a.col;  // col: within the box
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          float2* dst = dst_of(j0 + jj, half);
-          const bool mine = j0 + jj >= j_begin && j0 + jj < j_end && dst != nullptr;  // else: another split-K rank's
-          old[jj][half] = p.residual && mine ? *dst : make_float2(0.f, 0.f);
+          const int row = a.row + 8 * half;
+          // 16-byte chunk col / 4 of the row, swizzled by the row within its 8-row group.
+          *reinterpret_cast<float2*>(slot + row * 128 + (((col / 4) ^ (row & 7)) * 16) + (col % 4) * 4) =
+              make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
         }
-#pragma unroll
-      for (int jj = 0; jj < G; ++jj)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float2* dst = dst_of(j0 + jj, half);
-          if (j0 + jj < j_begin || j0 + jj >= j_end || dst == nullptr) continue;
-          const int j = j0 + jj;
-          const float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-          *dst = p.residual ? make_float2(old[jj][half].x + v.x, old[jj][half].y + v.y) : v;
-        }
+      }
+      cute::tma_store_fence();  // this thread's shared-memory writes become visible to the copy engine
+      sm90::warpgroup_bar(barrier);
+      if (t == 0) {
+        if (p.residual)
+          cute::SM90_TMA_REDUCE_ADD_2D::copy(&p.h, slot, n_base + b * kBoxCols, m_base);
+        else
+          cute::SM90_TMA_STORE_2D::copy(&p.h, slot, n_base + b * kBoxCols, m_base);
+        cute::tma_store_arrive();
+      }
     }
   }
 };
@@ -68,6 +85,8 @@ struct ResidualEpilogue {
 template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
 void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
+  static_assert(BN / SplitK % ResidualEpilogue::kBoxCols == 0,
+                "each split-K rank writes whole 32-column boxes of h (the epilogue's TMA box)");
   SWAPFFN_REQUIRE(a.n % (BN * Multicast) == 0, "down GEMM: D = " + std::to_string(a.n) +
                                                    " is not a multiple of the tile N x multicast " +
                                                    std::to_string(BN * Multicast));
@@ -76,13 +95,14 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
                       std::to_string(Tile::BK * SplitK));
   const CUtensorMap ta = make_tma_2d_bf16_sw128(a.a, a.m, a.k, Tile::kBoxRowsA, 64);
   const CUtensorMap tb = make_tma_2d_bf16_sw128(a.w, a.n, a.k, Tile::kBoxRowsB, 64);
+  const CUtensorMap th = make_tma_2d_f32_sw128(a.h, a.m, a.n, 64);
   auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
   const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = a.n / BN;
   const dim3 grid = Persistent ? dim3(static_cast<unsigned>(std::min(m_tiles * n_tiles, sm_count())))
                                : dim3(n_tiles, m_tiles, SplitK);
   launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK),
                    sm90::kernel_smem_bytes<Tile, ResidualEpilogue>(), stream, pdl, ta, tb,
-                     ResidualEpilogue::Params{a.h, a.n, a.residual}, a.m, a.k / Tile::BK / SplitK, n_tiles,
+                     ResidualEpilogue::Params{th, a.residual}, a.m, a.k / Tile::BK / SplitK, n_tiles,
                      m_tiles * n_tiles);
 }
 
