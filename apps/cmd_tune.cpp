@@ -45,10 +45,14 @@ void run_tune(const TuneArgs& a) {
   const Config& cfg = w.cfg;
 
   std::vector<int> ms;
-  for (int64_t b : a.batches) ms.push_back(static_cast<int>(b * cfg.core_count));
+  std::vector<cuda::GemmVariant> ups;  // the dual GEMM the engine runs at each batch size
+  for (int64_t b : a.batches) {
+    ms.push_back(static_cast<int>(b * cfg.core_count));
+    ups.push_back(cuda::select_fused_config(cfg, b, "", "").up);
+  }
   std::printf("== FFN GEMMs alone (median of %d x 10 launches)\n", a.repeats * 4);
   std::printf("%-16s %7s %6s %6s %-14s %10s %8s\n", "gemm", "M", "N", "K", "variant", "us", "TF/s");
-  for (const auto& t : cuda::time_ffn_gemms(int(cfg.d_model), int(cfg.d_ff), ms, a.repeats * 4, int(cfg.core_count)))
+  for (const auto& t : cuda::time_ffn_gemms(int(cfg.d_model), int(cfg.d_ff), ms, a.repeats * 4, int(cfg.core_count), ups))
     std::printf("%-16s %7d %6d %6d %-14s %10.2f %8.1f %s\n", t.gemm.c_str(), t.m, t.n, t.k,
                 t.label.c_str(), t.us, t.tflops, t.algo.c_str());
   if (a.gemms_only) return;

@@ -1,6 +1,7 @@
 #include "cuda/fused/ffn_gemm_timing.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -48,7 +49,8 @@ void cublas_nt(cublasHandle_t h, const __nv_bfloat16* a, const __nv_bfloat16* b,
 }  // namespace
 
 std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<int>& ms, int repeats,
-                                       int reference_rows) {
+                                       int reference_rows, const std::vector<GemmVariant>& up) {
+  SWAPFFN_REQUIRE(up.size() == ms.size(), "time_ffn_gemms: one dual GEMM variant per row count");
   const int max_m = *std::max_element(ms.begin(), ms.end());
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -70,7 +72,8 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
   DeviceBuffer<uint8_t> workspace(kWorkspace);
   BatchInvariantGemm pinned(lt.h, d_model, d_ff, CUDA_R_32F, true, reference_rows, kWorkspace);
   std::vector<GemmTiming> out;
-  for (int m : ms) {
+  for (size_t mi = 0; mi < ms.size(); ++mi) {
+    const int m = ms[mi];
     const double f1 = 2.0 * m * 2.0 * d_ff * d_model, f2 = 2.0 * m * d_model * d_ff;
     for (const auto& v : dual_gemm_variants()) {
       DualGemmSwigluArgs args{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
@@ -121,6 +124,33 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
     const double us3 = median_us([&] { pinned.run(m, w2.get(), u.get(), h.get(), workspace.get(), stream); }, repeats,
                                  stream);
     out.push_back({"cublas_down_pinned", m, d_model, d_ff, "-", us3, f2 / us3 * 1e-6, pinned.describe(m)});
+
+    const DualGemmSwigluArgs dual{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
+    const double dual_us = median_us([&] { launch_dual_gemm_swiglu(dual, up[mi], stream, true); }, repeats, stream);
+    const auto pair_row = [&](const std::string& label, double us) {
+      char note[96];
+      std::snprintf(note, sizeof note, "after %s (%.2f us alone): down %.2f us", up[mi].name().c_str(), dual_us,
+                    us - dual_us);
+      out.push_back({"pair_dual_down", m, d_model, d_ff, label, us, (f1 + f2) / us * 1e-6, note});
+    };
+    pair_row("cublas_pinned", median_us(
+                                  [&] {
+                                    launch_dual_gemm_swiglu(dual, up[mi], stream, true);
+                                    pinned.run(m, w2.get(), u.get(), h.get(), workspace.get(), stream);
+                                  },
+                                  repeats, stream));
+    for (const auto& v : down_gemm_variants()) {
+      if (v.split_k != 1 || !down_variant_fits(v, d_model, d_ff)) continue;
+      for (const bool pdl : {true, false}) {
+        GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
+        pair_row(v.name() + (pdl ? "" : " nopdl"), median_us(
+                                                      [&] {
+                                                        launch_dual_gemm_swiglu(dual, up[mi], stream, true);
+                                                        launch_gemm_residual(args, v, stream, pdl);
+                                                      },
+                                                      repeats, stream));
+      }
+    }
   }
   {
     const int n = 8192;

@@ -23,7 +23,13 @@ struct GemmTiming {
 
 // Times every compiled variant (and cuBLAS) for each row count in ms on random bf16 data;
 // reference_rows anchors the pinned down GEMM's numerics as in the engines (the core count).
+// Then, per row count, the down GEMMs in the step's context ("pair_dual_down" rows): the dual GEMM
+// variant up[i] (the one the engine runs at ms[i]) and a down GEMM launched in turn, as in an FFN
+// step (the down GEMM reads the u just written, with the dual GEMM's programmatic edge into ours),
+// for cuBLAS's pinned GEMM and each of our variants that sum like it, with and without that edge.
+// A down GEMM can cost more there than alone; the row's note gives the pair time less the dual
+// GEMM's time alone.
 std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<int>& ms, int repeats,
-                                       int reference_rows);
+                                       int reference_rows, const std::vector<GemmVariant>& up);
 
 }  // namespace swapffn::cuda
