@@ -82,6 +82,9 @@ struct ResidualEpilogue {
   }
 };
 
+// Persistent variants walk the tiles from the last row block back (reverse_tiles): the dual GEMM
+// before them writes u from the first row block on, so at large M its last rows are still in L2
+// and its first ones are not; read first, they are hits, and the first rows come from DRAM either way.
 template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
 void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
@@ -103,7 +106,7 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK),
                    sm90::kernel_smem_bytes<Tile, ResidualEpilogue>(), stream, pdl, ta, tb,
                      ResidualEpilogue::Params{th, a.residual}, a.m, a.k / Tile::BK / SplitK, n_tiles,
-                     m_tiles * n_tiles);
+                     m_tiles * n_tiles, /*reverse_tiles=*/Persistent);
 }
 
 // Clusters of the variant resident at once on this GPU (its split-K cluster, with its shared memory):
