@@ -116,8 +116,7 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
     grid = Multicast > 1 ? dim3(1, clusters * Multicast, 1) : dim3(clusters);
   }
   launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(1, Multicast, 1), smem, stream, pdl, ta, tb,
-                   SwigluEpilogue::Params{tu, tu_rem}, a.m, a.k / Tile::BK, n_tiles, m_units * n_tiles,
-                   /*reverse_tiles=*/false);
+                   SwigluEpilogue::Params{tu, tu_rem}, a.m, a.k / Tile::BK, n_tiles, m_units * n_tiles);
 }
 
 // The compiled variants. Split-K is absent on purpose: the SwiGLU needs whole sums.

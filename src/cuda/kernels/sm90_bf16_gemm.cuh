@@ -173,7 +173,7 @@ template <class Tile, class Epi>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     sm90_bf16_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                           const __grid_constant__ typename Epi::Params params, int M, int k_tiles_per_split, int tiles_n,
-                          int num_tiles, bool reverse_tiles) {
+                          int num_tiles) {
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, S = Tile::Stages;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
@@ -201,14 +201,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   const int tile0 = !Tile::kPersistent ? 0 : CM > 1 ? static_cast<int>(blockIdx.y) / CM : static_cast<int>(blockIdx.x);
   const int tile_step = !Tile::kPersistent ? 1 : CM > 1 ? static_cast<int>(gridDim.y) / CM : static_cast<int>(gridDim.x);
   const int tile_end = Tile::kPersistent ? num_tiles : 1;
-  // reverse_tiles: a persistent grid walks the units from the last one (see the launchers).
-  const auto unit_of = [&](int tile) { return reverse_tiles ? num_tiles - 1 - tile : tile; };
-  const auto n_tile_of = [&](int tile) {
-    return Tile::kPersistent ? unit_of(tile) % tiles_n : static_cast<int>(blockIdx.x);
-  };
-  const auto m_tile_of = [&](int tile) {
-    return Tile::kPersistent ? unit_of(tile) / tiles_n * CM + cy : static_cast<int>(blockIdx.y);
-  };
+  const auto n_tile_of = [&](int tile) { return Tile::kPersistent ? tile % tiles_n : static_cast<int>(blockIdx.x); };
+  const auto m_tile_of = [&](int tile) { return Tile::kPersistent ? tile / tiles_n * CM + cy : static_cast<int>(blockIdx.y); };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {

@@ -82,9 +82,6 @@ struct ResidualEpilogue {
   }
 };
 
-// Persistent variants walk the tiles from the last row block back (reverse_tiles): the dual GEMM
-// before them writes u from the first row block on, so at large M its last rows are still in L2
-// and its first ones are not; read first, they are hits, and the first rows come from DRAM either way.
 template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
 void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
@@ -106,7 +103,7 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(Multicast, 1, SplitK),
                    sm90::kernel_smem_bytes<Tile, ResidualEpilogue>(), stream, pdl, ta, tb,
                      ResidualEpilogue::Params{th, a.residual}, a.m, a.k / Tile::BK / SplitK, n_tiles,
-                     m_tiles * n_tiles, /*reverse_tiles=*/Persistent);
+                     m_tiles * n_tiles);
 }
 
 // Clusters of the variant resident at once on this GPU (its split-K cluster, with its shared memory):
@@ -122,8 +119,8 @@ int clusters_per_wave() {
 
 // The compiled variants. bm 64 bn 64 st 12 (64-row tiles, one consumer warpgroup), no split:
 // cuBLAS's B = 1 recipe (its pinned kernel, nvjet 64x64, 13 stages, a 2-CTA multicast cluster:
-// 8 x 16 = 128 CTAs over the whole K) and its summation order (bitwise, tested); 14.3 us at M = 512
-// against its 12.5-12.7 (H100, eleventh session). Measured and dropped: two consumer warpgroups of
+// 8 x 16 = 128 CTAs over the whole K) and its summation order (bitwise, tested); 14.0 us at M = 512
+// against its 13.5 (H100, twenty-fourth session). Measured and dropped: two consumer warpgroups of
 // 32 columns (15.8 us), 13 stages (the same), the multicast pair of u (16.2) or of W2 (17.0), 64 x
 // 128 tiles (15.9); multicast lowers our L2 reads but not the time. bn 64 with split-K 2:
 // 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024); bn 128 split 2: half the CTAs, more B reuse.
