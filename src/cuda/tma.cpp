@@ -21,48 +21,38 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return fn;
 }
 
+// A 2-D row-major matrix of `elem_bytes`-byte elements in boxes one 128-byte swizzle atom wide.
+CUtensorMap encode_2d_sw128(CUtensorMapDataType type, uint32_t elem_bytes, const char* type_name, const void* base,
+                            uint64_t rows, uint64_t cols, uint32_t box_rows) {
+  SWAPFFN_REQUIRE(box_rows >= 1 && box_rows <= 256, "TMA box rows must be in [1, 256], got " +
+                                                        std::to_string(box_rows));
+  SWAPFFN_REQUIRE(reinterpret_cast<uintptr_t>(base) % 16 == 0 && (cols * elem_bytes) % 16 == 0,
+                  "TMA needs 16-byte aligned base and row pitch");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {cols * elem_bytes};
+  const cuuint32_t box[2] = {128 / elem_bytes, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  CUresult r = encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  SWAPFFN_REQUIRE(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r) +
+                                         " for a " + std::to_string(rows) + "x" + std::to_string(cols) + " " +
+                                         type_name + " matrix");
+  return map;
+}
+
 }  // namespace
 
 CUtensorMap make_tma_2d_bf16_sw128(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
                                    uint32_t box_cols) {
   SWAPFFN_REQUIRE(box_cols * 2 == 128, "a 128-byte-swizzled box must be 64 bf16 wide, got " +
                                            std::to_string(box_cols));
-  SWAPFFN_REQUIRE(box_rows >= 1 && box_rows <= 256, "TMA box rows must be in [1, 256], got " +
-                                                        std::to_string(box_rows));
-  SWAPFFN_REQUIRE(reinterpret_cast<uintptr_t>(base) % 16 == 0 && (cols * 2) % 16 == 0,
-                  "TMA needs 16-byte aligned base and row pitch");
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {cols * 2};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
-                         strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  SWAPFFN_REQUIRE(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r) +
-                                         " for a " + std::to_string(rows) + "x" + std::to_string(cols) +
-                                         " bf16 matrix");
-  return map;
+  return encode_2d_sw128(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, "bf16", base, rows, cols, box_rows);
 }
 
 CUtensorMap make_tma_2d_f32_sw128(void* base, uint64_t rows, uint64_t cols, uint32_t box_rows) {
-  SWAPFFN_REQUIRE(box_rows >= 1 && box_rows <= 256, "TMA box rows must be in [1, 256], got " +
-                                                        std::to_string(box_rows));
-  SWAPFFN_REQUIRE(reinterpret_cast<uintptr_t>(base) % 16 == 0 && (cols * 4) % 16 == 0,
-                  "TMA needs 16-byte aligned base and row pitch");
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {cols * 4};
-  const cuuint32_t box[2] = {32, box_rows};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, elem_strides,
-                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  SWAPFFN_REQUIRE(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r) +
-                                         " for a " + std::to_string(rows) + "x" + std::to_string(cols) +
-                                         " fp32 matrix");
-  return map;
+  return encode_2d_sw128(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, "fp32", base, rows, cols, box_rows);
 }
 
 CUtensorMap make_tma_3d_u8(const void* base, uint64_t cols, uint64_t rows, uint64_t batches, uint64_t row_pitch,
