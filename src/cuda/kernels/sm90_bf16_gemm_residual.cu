@@ -22,8 +22,9 @@ struct ResidualEpilogue {
   // The tile goes out through the copy engine, 32 columns (one 8 KB box of the warpgroup's 64 rows)
   // at a time: staged in shared memory in the TMA's 128-byte swizzle, then reduce-added into h in L2
   // (`cp.reduce.async.bulk.tensor ... .add`; a plain TMA store without the residual). The add is the
-  // same one fp32 addition per output, h + sum, so the bits are those of a load-add-store (and of
-  // cuBLAS's kernel, which adds its residual the same way). It exists because the consumers' own
+  // same one fp32 addition per output, h + sum, rounded to nearest, so the bits are those of a
+  // load-add-store (and of cuBLAS's kernel, which adds its residual the same way; tested). Only
+  // subnormal operands, which h does not hold, might be treated differently by the copy engine's add. It exists because the consumers' own
   // read-modify-write of h was a dependent L2 round trip at the end of every tile that nothing
   // overlapped: here the warpgroup only writes shared memory, and the copy engine's writes run under
   // the next tile's mainloop (persistent variants) or after the CTA has gone (the others).
