@@ -53,7 +53,8 @@ void run_tune(const TuneArgs& a) {
   std::printf("== FFN GEMMs alone, then pair_dual_down: each down GEMM after the dual GEMM (median of %d x 10 launches)\n",
               a.repeats * 4);
   std::printf("%-16s %7s %6s %6s %-14s %10s %8s\n", "gemm", "M", "N", "K", "variant", "us", "TF/s");
-  for (const auto& t : cuda::time_ffn_gemms(int(cfg.d_model), int(cfg.d_ff), ms, a.repeats * 4, int(cfg.core_count), ups))
+  for (const auto& t :
+       cuda::time_ffn_gemms(int(cfg.d_model), int(cfg.d_ff), ms, a.repeats * 4, int(cfg.core_count), ups))
     std::printf("%-16s %7d %6d %6d %-14s %10.2f %8.1f %s\n", t.gemm.c_str(), t.m, t.n, t.k,
                 t.label.c_str(), t.us, t.tflops, t.algo.c_str());
   if (a.gemms_only) return;
@@ -137,7 +138,9 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--tokens", a->tokens, "token steps per timed run")->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "timed runs per point")->capture_default_str();
   cmd->add_option("--out", a->out, "tuning cache to write")->capture_default_str();
-  cmd->add_flag("--gemms-only", a->gemms_only, "only time the FFN GEMM variants alone, and the down GEMMs after the dual GEMM as in a step (writes no cache)");
+  cmd->add_flag("--gemms-only", a->gemms_only,
+                "only time the FFN GEMM variants alone, and the down GEMMs after the dual GEMM as in a step "
+                "(writes no cache)");
   cmd->callback([a] {
 #ifdef SWAPFFN_WITH_CUDA
     run_tune(*a);

@@ -24,9 +24,9 @@ struct ResidualEpilogue {
   // (`cp.reduce.async.bulk.tensor ... .add`; a plain TMA store without the residual). The add is the
   // same one fp32 addition per output, h + sum, rounded to nearest, so the bits are those of a
   // load-add-store (and of cuBLAS's kernel, which adds its residual the same way; tested). Only
-  // subnormal operands, which h does not hold, might be treated differently by the copy engine's add. It exists because the consumers' own
-  // read-modify-write of h was a dependent L2 round trip at the end of every tile that nothing
-  // overlapped: here the warpgroup only writes shared memory, and the copy engine's writes run under
+  // subnormal operands, which h does not hold, might be treated differently by the copy engine's add.
+  // It exists because the consumers' own read-modify-write of h was a dependent L2 round trip at the
+  // end of every tile that nothing overlapped: here the warpgroup only writes shared memory, and the copy engine's writes run under
   // the next tile's mainloop (persistent variants) or after the CTA has gone (the others).
   // Two box slots per warpgroup: box i + 2 waits only until box i's copy has read its slot.
   static constexpr int kBoxCols = 32;
