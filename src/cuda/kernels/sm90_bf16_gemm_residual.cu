@@ -23,12 +23,15 @@ struct ResidualEpilogue {
   // at a time: staged in shared memory in the TMA's 128-byte swizzle, then reduce-added into h in L2
   // (`cp.reduce.async.bulk.tensor ... .add`; a plain TMA store without the residual). The add is the
   // same one fp32 addition per output, h + sum, rounded to nearest, so the bits are those of a
-  // load-add-store (and of cuBLAS's kernel, which adds its residual the same way; tested). Only
-  // subnormal operands, which h does not hold, might be treated differently by the copy engine's add.
-  // It exists because the consumers' own read-modify-write of h was a dependent L2 round trip at the
-  // end of every tile that nothing overlapped: here the warpgroup only writes shared memory, and the copy engine's writes run under
-  // the next tile's mainloop (persistent variants) or after the CTA has gone (the others).
-  // Two box slots per warpgroup: box i + 2 waits only until box i's copy has read its slot.
+  // load-add-store (and of cuBLAS's kernel, which adds its residual the same way; `swapffn tune`
+  // compares the bits per variant). Only subnormal operands, which h does not hold, might be treated
+  // differently by the copy engine's add. It exists because the consumers' own read-modify-write of
+  // h was a dependent L2 round trip at the end of every tile that nothing overlapped: here the
+  // warpgroup only writes shared memory, and the copy engine's writes run under the next tile's
+  // mainloop (persistent variants) or after the CTA has gone (the others).
+  // Two box slots per warpgroup: from the third box of a tile on, box i waits only until box i - 2's
+  // copy has read its slot; the first two wait for every earlier copy (simpler, and the previous
+  // tile's copies have long finished reading by then).
   static constexpr int kBoxCols = 32;
   static constexpr int kBoxBytes = 64 * kBoxCols * 4;
   static constexpr int kSlots = 2;
