@@ -35,54 +35,24 @@ struct SwigluEpilogue {
   static constexpr int full_boxes() { return BN / 128; }
   template <int BN>
   static constexpr int rem_bytes() { return BN % 128; }  // bytes per row of the remainder box
-  // The first column part of the overlapped epilogue (sm90_bf16_gemm.cuh): about half the tile, in
-  // whole 16-row W1/W3 groups (256 -> 128 + 128, 176 -> 96 + 80, 128 -> 64 + 64).
-  template <int BN>
-  static constexpr int overlap_cols() { return (BN / 2 + 15) / 16 * 16; }
-  // The whole tile at once (the variants that stage the epilogue in the last stage's A rows). The dual
-  // GEMM never splits K (launch<> fixes SplitK = 1: the SwiGLU needs whole sums), so every CTA owns
-  // all of its tile's columns and the block range is always the whole tile.
+  // The dual GEMM never splits K (launch<> fixes SplitK = 1: the SwiGLU needs whole sums), so every
+  // CTA owns all of its tile's columns and the block range is always the whole tile.
   template <int BN>
   __device__ static void apply(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int /*M*/, int t,
                                uint8_t* stage, int barrier, int /*j_begin*/, int /*j_end*/) {
-    begin(t, barrier);
-    stage_outputs<BN, 0, BN / 16>(acc, t, stage);
-    store<BN>(p, m_base, n_base, t, stage, barrier);
-  }
-  // The first part's outputs while the MMAs of the second run, then the second's.
-  template <int BN, class FinishMma>
-  __device__ static void apply_overlapped(const Params& p, float (&acc)[BN / 2], int m_base, int n_base, int /*M*/,
-                                          int t, uint8_t* stage, int barrier, const FinishMma& finish_mma) {
-    constexpr int kSplit = overlap_cols<BN>() / 16;
-    begin(t, barrier);
-    stage_outputs<BN, 0, kSplit>(acc, t, stage);
-    finish_mma();
-    stage_outputs<BN, kSplit, BN / 16>(acc, t, stage);
-    store<BN>(p, m_base, n_base, t, stage, barrier);
-  }
-  // The stores must be complete before the CTA (and its shared memory) goes away.
-  __device__ static void finish(int t) {
-    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-  }
-  // The previous tile's store has read the staging.
-  __device__ static void begin(int t, int barrier) {
-    if (t == 0) cute::tma_store_wait<0>();
-    sm90::warpgroup_bar(barrier);
-  }
-  // Outputs of the 16-column W1/W3 groups [G0, G1) (outputs 8 G0 .. 8 G1 - 1) into the staging.
-  template <int BN, int G0, int G1>
-  __device__ static void stage_outputs(const float (&acc)[BN / 2], int t, uint8_t* stage) {
     static_assert(BN % 16 == 0, "each 16-row W1/W3 group gives one 16-byte chunk of outputs per row");
-    constexpr int kFull = full_boxes<BN>(), kRem = rem_bytes<BN>();
+    constexpr int kBoxBytes = 64 * 128, kFull = full_boxes<BN>(), kRem = rem_bytes<BN>();
     // Byte `byte` of chunk g (16 bytes: outputs 8g..8g+7) of row r; g is a compile-time index.
     const auto at = [&](int r, int g, int byte) {
       if (g < 8 * kFull)
         return stage + (g / 8) * kBoxBytes + r * 128 + (((g % 8) ^ (r & 7)) * 16) + byte;
       return stage + kFull * kBoxBytes + r * kRem + (g - 8 * kFull) * 16 + byte;
     };
+    if (t == 0) cute::tma_store_wait<0>();  // the previous tile's store has read the staging
+    sm90::warpgroup_bar(barrier);
     const sm90::AccCoord a = sm90::acc_coord(t, 0);
 #pragma unroll
-    for (int g = G0; g < G1; ++g) {
+    for (int g = 0; g < BN / 16; ++g) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const float* gate = &acc[4 * (2 * g) + 2 * half];
@@ -91,26 +61,24 @@ struct SwigluEpilogue {
         *reinterpret_cast<__nv_bfloat162*>(at(a.row + 8 * half, g, a.col * 2)) = v;  // a.col = 2 (lane % 4)
       }
     }
-  }
-  // One thread stores the staged tile (rows >= M clipped) once every thread's writes are visible.
-  template <int BN>
-  __device__ static void store(const Params& p, int m_base, int n_base, int t, uint8_t* stage, int barrier) {
-    constexpr int kFull = full_boxes<BN>(), kRem = rem_bytes<BN>();
     cute::tma_store_fence();  // this thread's shared-memory writes become visible to the copy engine
     sm90::warpgroup_bar(barrier);
     if (t == 0) {
 #pragma unroll
       for (int b = 0; b < kFull; ++b)
-        cute::SM90_TMA_STORE_2D::copy(&p.u, stage + b * kBoxBytes, n_base / 2 + b * 64, m_base);
+        cute::SM90_TMA_STORE_2D::copy(&p.u, stage + b * kBoxBytes, n_base / 2 + b * 64, m_base);  // rows >= M clipped
       if constexpr (kRem > 0)
         cute::SM90_TMA_STORE_3D::copy(&p.u_rem, stage + kFull * kBoxBytes, (n_base / 2 + kFull * 64) * 2, m_base, 0);
       cute::tma_store_arrive();
     }
   }
-  static constexpr int kBoxBytes = 64 * 128;
+  // The stores must be complete before the CTA (and its shared memory) goes away.
+  __device__ static void finish(int t) {
+    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
   // silu(g) * up with one multi-function-unit op: sigmoid(g) = (1 + tanh(g/2)) / 2, so with h = g/2
-  // it is (h up) tanh(h) + h up. The MUFU unit (16 results per clock per SM) bounds this epilogue;
-  // exp and a reciprocal took two of its ops per output. tanh.approx's relative
+  // it is (h up) tanh(h) + h up. The MUFU unit (16 results per clock per SM) bounds this epilogue,
+  // which no MMA overlaps; exp and a reciprocal took two of its ops per output. tanh.approx's relative
   // error (~1e-5) is far below the bf16 rounding of u that follows; a saturated tanh (+-1) gives
   // g up and 0 exactly.
   __device__ static float silu_mul(float g, float up) {

@@ -127,18 +127,15 @@ struct WgmmaAtom;
                                                                  cute::SM90::GMMA::Major::K>;          \
   };
 SWAPFFN_WGMMA_ATOM(64)
-SWAPFFN_WGMMA_ATOM(80)
-SWAPFFN_WGMMA_ATOM(96)
 SWAPFFN_WGMMA_ATOM(128)
 SWAPFFN_WGMMA_ATOM(176)
 SWAPFFN_WGMMA_ATOM(256)
 #undef SWAPFFN_WGMMA_ATOM
 
-// One wgmma on the accumulators d[Off], d[Off + 1], ... (compile-time indices keep them in registers).
-template <class Op, int Off, int N, size_t... I>
+template <class Op, int N, size_t... I>
 __device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&d)[N], cute::SM90::GMMA::ScaleOut scale,
                                            std::index_sequence<I...>) {
-  Op::fma(da, db, d[Off + I]..., scale);
+  Op::fma(da, db, d[I]..., scale);
 }
 
 // Shared-memory matrix descriptor of a K-major tile laid out by TMA with 128-byte swizzle:
@@ -153,28 +150,6 @@ __device__ __forceinline__ uint64_t sw128_desc(const void* smem) {
   return d.desc_;
 }
 
-// The MMAs of one k-step (a 64-wide stage, four k16 steps) on tile columns [C0, C0 + NC): B rows
-// [C0, C0 + NC) of the stage (128 bytes each; C0 a multiple of 8 keeps the swizzle atoms whole) into
-// accumulators [C0 / 2, (C0 + NC) / 2). `first` overwrites them (scale-d 0) instead of adding.
-template <int C0, int NC, int N>
-__device__ __forceinline__ void mma_k_step(const uint8_t* a, const uint8_t* b, float (&acc)[N], bool first) {
-  static_assert(C0 % 8 == 0 && C0 + NC <= 2 * N, "columns within the tile, whole 8-row swizzle groups");
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    wgmma_call<typename WgmmaAtom<NC>::Op, C0 / 2>(
-        sw128_desc(a + kk * 32), sw128_desc(b + C0 * 128 + kk * 32), acc,
-        (first && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
-        std::make_index_sequence<NC / 2>{});
-}
-
-// Compiler fence on accumulators [B, E): no access to them moves across it (those of MMAs still in
-// flight must not be touched).
-template <int B, int E, int N>
-__device__ __forceinline__ void fence_acc(float (&acc)[N]) {
-#pragma unroll
-  for (int i = B; i < E; ++i) cute::warpgroup_fence_operand(acc[i]);
-}
-
 // Position of accumulator pair p (0..BN/4-1, covering columns 2p..2p+1 of one 8-column block) of a
 // thread of a consumer warpgroup: rows r and r + 8 share the same columns.
 struct AccCoord {
@@ -187,15 +162,12 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 }
 
 
-// The epilogue interface: `Epi::finish(thread_in_wg)` once per consumer thread after its last tile;
-// `Epi::overlap_cols<BN>()`, 0 or the width F0 of a first column part (see kOverlap in the kernel);
-// with 0, `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg, stage, barrier, j_begin, j_end)`
+// The epilogue interface: `Epi::finish(thread_in_wg)` once per consumer thread after its last tile,
+// and `Epi::apply(params, acc, m_base, n_base, M, thread_in_wg, stage, barrier, j_begin, j_end)`
 // with acc holding the accumulators of 64 rows starting at m_base and BN columns from n_base, fully
 // reduced in the 8-column blocks [j_begin, j_end) that this CTA must write (all of them without
 // split-K); stage is Epi::smem_bytes<BN>() of shared memory owned by this consumer warpgroup and
-// barrier a named-barrier id (1 or 2) for its 128 threads; otherwise (no split-K, so all columns)
-// `Epi::apply_overlapped(params, acc, m_base, n_base, M, thread_in_wg, stage, barrier, finish_mma)`,
-// where only acc[0, F0 / 2) is final until the epilogue calls finish_mma(). Launchers pass
+// barrier a named-barrier id (1 or 2) for its 128 threads. Launchers pass
 // kernel_smem_bytes<Tile, Epi>() (below) as the dynamic shared memory.
 template <class Tile, class Epi>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
@@ -321,62 +293,37 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   // No zero fill: the first MMA overwrites (scale-d 0). A fill would be a non-wgmma definition of
   // the accumulators inside the MMA pipeline, which serialises the wgmmas (ptxas C7515).
   float acc[Tile::kAccPerThread];
-  constexpr int kAcc = Tile::kAccPerThread;
-  // Overlapped epilogue: every k-step issues its MMAs as two wgmmas, on columns [0, F0) and
-  // [F0, BN), and the tile's last k-step commits them as two groups, so the epilogue works on the
-  // first part's finished outputs while the tensor cores still run the second part's last k-step
-  // (with one CTA per SM nothing else overlaps the epilogue): ~500 clocks of MMAs for both
-  // warpgroups at 128 x 256 against ~500 clocks of MUFU for the first part's SwiGLU. The body
-  // k-steps use the two shapes too: with one BN-wide wgmma there and the two parts only at the end,
-  // ptxas serialised every wgmma of the kernel (C7511). The price is A read from shared memory twice
-  // per k16. Not with split-K (the exchange needs whole sums) or with the staging in the last
-  // stage's A rows, which the second part's MMAs still read.
-  constexpr int F0 = Epi::template overlap_cols<BN>();
-  constexpr bool kOverlap = F0 > 0 && Tile::SplitK == 1 && !Tile::kStageEpilogueInA;
-  static_assert(F0 == 0 || (F0 % 16 == 0 && F0 < BN), "the first column part is whole W1/W3 pairs, short of BN");
-  const auto a_of = [&](int s) { return smem_a + s * Tile::kStageBytesA + c * 64 * 128; };
-  const auto b_of = [&](int s) { return smem_b + s * Tile::kStageBytesB; };
 
   int g = 0;  // k-steps consumed so far by this CTA
   for (int tile = tile0; tile < tile_end; tile += tile_step) {
     const int n_tile = n_tile_of(tile), m_tile = m_tile_of(tile);
-    const int body = k_tiles_per_split - (kOverlap ? 1 : 0);
-    for (int it = 0; it < body; ++it, ++g) {
+    for (int it = 0; it < k_tiles_per_split; ++it, ++g) {
       const int s = g % S;
-      Barrier::wait(&full[s], (g / S) & 1);
-      fence_acc<0, kAcc>(acc);
+      const uint32_t phase = (g / S) & 1;
+      Barrier::wait(&full[s], phase);
+      const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * 64 * 128;
+      const uint8_t* b = smem_b + s * Tile::kStageBytesB;
+  #pragma unroll
+      for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
       cute::warpgroup_arrive();
-      if constexpr (kOverlap) {
-        mma_k_step<0, F0>(a_of(s), b_of(s), acc, it == 0);
-        mma_k_step<F0, BN - F0>(a_of(s), b_of(s), acc, it == 0);
-      } else {
-        mma_k_step<0, BN>(a_of(s), b_of(s), acc, it == 0);
-      }
+  #pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk)
+        wgmma_call<typename WgmmaAtom<BN>::Op>(
+            sw128_desc(a + kk * 32), sw128_desc(b + kk * 32), acc,
+            (it == 0 && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+            std::make_index_sequence<Tile::kAccPerThread>{});
       cute::warpgroup_commit_batch();
       // Keep this k-step's MMAs in flight while the previous one's stage is handed back.
       cute::warpgroup_wait<1>();
-      fence_acc<0, kAcc>(acc);
+  #pragma unroll
+      for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
       if (it > 0) release((g + S - 1) % S);
     }
-    if constexpr (kOverlap) {
-      const int s = g % S;
-      Barrier::wait(&full[s], (g / S) & 1);
-      fence_acc<0, kAcc>(acc);
-      cute::warpgroup_arrive();
-      mma_k_step<0, F0>(a_of(s), b_of(s), acc, body == 0);
-      cute::warpgroup_commit_batch();
-      mma_k_step<F0, BN - F0>(a_of(s), b_of(s), acc, body == 0);
-      cute::warpgroup_commit_batch();
-      cute::warpgroup_wait<1>();  // the first part (and the body) done; the second part in flight
-      fence_acc<0, F0 / 2>(acc);
-      if (body > 0) release((g + S - 1) % S);
-      ++g;
-    } else {
-      cute::warpgroup_wait<0>();
-      fence_acc<0, kAcc>(acc);
-      // The tile's last stage goes back too: the producer may already fill it for the next tile.
-      if constexpr (Tile::kPersistent) release((g + S - 1) % S);
-    }
+    cute::warpgroup_wait<0>();
+  #pragma unroll
+    for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+    // The tile's last stage goes back too: the producer may already fill it for the next tile.
+    if constexpr (Tile::kPersistent) release((g + S - 1) % S);
 
     // 8-column accumulator blocks this CTA finishes: all, or its rank's share of a split-K tile.
     int j_begin = 0, j_end = BN / 8;
@@ -434,7 +381,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
       }
       j_begin = split * OB;
       j_end = j_begin + OB;
-    } else if constexpr (Tile::kClusterSize > 1 && !Tile::kPersistent && !kOverlap) {
+    } else if constexpr (Tile::kClusterSize > 1 && !Tile::kPersistent) {
       cute::cluster_arrive();
       cute::cluster_wait();
     }
@@ -442,23 +389,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     // they are complete; no load is in flight), or the separate buffer.
     uint8_t* stage = Tile::kStageEpilogueInA ? smem_a + ((g + S - 1) % S) * Tile::kStageBytesA + c * 64 * 128
                                              : epi_smem + c * Epi::template smem_bytes<BN>();
-    if constexpr (kOverlap) {
-      // Called by the epilogue once it is done with the first part: the second part's MMAs, the last
-      // stage handed back (persistent: the producer fills it for the next tile), and the
-      // non-persistent cluster's meeting before any CTA of it may exit.
-      const auto finish_mma = [&] {
-        cute::warpgroup_wait<0>();
-        fence_acc<F0 / 2, kAcc>(acc);
-        if constexpr (Tile::kPersistent) release((g + S - 1) % S);
-        if constexpr (Tile::kClusterSize > 1 && !Tile::kPersistent) {
-          cute::cluster_arrive();
-          cute::cluster_wait();
-        }
-      };
-      Epi::template apply_overlapped<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t, stage, 1 + c, finish_mma);
-    } else {
-      Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t, stage, 1 + c, j_begin, j_end);
-    }
+    Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t, stage, 1 + c, j_begin, j_end);
   }
   // A persistent cluster meets once, after its last tile (matching the producer's one arrival): a CTA
   // whose peer is still in its mainloop may yet receive multicast bytes and empty-barrier arrivals.

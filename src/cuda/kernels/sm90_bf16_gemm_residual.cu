@@ -37,10 +37,6 @@ struct ResidualEpilogue {
   static constexpr int kSlots = 2;
   template <int BN>
   static constexpr int smem_bytes() { return kSlots * kBoxBytes; }
-  // No overlapped epilogue: the split-K variants need whole sums, and the split-free ones' epilogue
-  // is a few shared-memory stores per output (the copy engine adds), not worth a second MMA group.
-  template <int BN>
-  static constexpr int overlap_cols() { return 0; }
   // Shared memory may go away once the copies have read it; their writes complete on their own and
   // are visible to the next kernel of the stream (and to a PDL dependent after its wait).
   __device__ static void finish(int t) {
