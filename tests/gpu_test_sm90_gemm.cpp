@@ -108,6 +108,7 @@ std::vector<DualCase> dual_cases() {
     out.push_back({40, 384, 128, v});
     out.push_back({300, 256, 192, v});
     out.push_back({200, 72, 128, v});
+    out.push_back({128, 128, 64, v});  // one k-step: the first MMA (scale-d 0) is also the last
     // Gate sums of std 12: the SiLU's saturated ends (tanh = +-1, silu(g) = g or 0) and the steep
     // middle, where an error in the SiLU formula shows.
     out.push_back({256, 256, 128, v, 12.f});
