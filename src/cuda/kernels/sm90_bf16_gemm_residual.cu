@@ -123,9 +123,10 @@ int clusters_per_wave() {
 
 // The compiled variants. bm 64 bn 64 st 12 (64-row tiles, one consumer warpgroup), no split:
 // cuBLAS's B = 1 recipe (its pinned kernel, nvjet 64x64, 13 stages, a 2-CTA multicast cluster:
-// 8 x 16 = 128 CTAs over the whole K) and its summation order (bitwise, tested); 14.0 us at M = 512
-// against its 13.5 (H100, twenty-fourth session). Measured and dropped: two consumer warpgroups of
-// 32 columns (15.8 us), 13 stages (the same), the multicast pair of u (16.2) or of W2 (17.0), 64 x
+// 8 x 16 = 128 CTAs over the whole K) and its summation order (the same bits: `swapffn tune` compares
+// them per variant; no test pins it, since cuBLAS may change its kernel); 14.0 us at M = 512 against
+// its 13.5 (H100, twenty-fourth session). Measured and dropped: two consumer warpgroups of 32 columns
+// (15.8 us), 13 stages (the same), the multicast pair of u (16.2) or of W2 (17.0), 64 x
 // 128 tiles (15.9); multicast lowers our L2 reads but not the time. bn 64 with split-K 2:
 // 4 * D/64 * 2 = 128 CTAs at B = 1 (D = 1024); bn 128 split 2: half the CTAs, more B reuse.
 // bn 128 split 4: 128 CTAs at B = 1 again, each over K/4 with 128 x 128 tiles (half the operand
