@@ -5,9 +5,7 @@
 //   test runs without a GPU.
 // - Grids: every row split (CTAs of 8, 16 or 32 rows) must give the same bits for every output:
 //   h, the banks, the stream map, the trace and the FFN operand, on random inputs where some rows
-//   swap and some do not. The 8-row CTAs read the chosen bank row from a shared-memory copy where
-//   four bank rows per row fit router_w's space (all shapes here but D 128 R 16), the others from
-//   global memory, so this also compares the two.
+//   swap and some do not.
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>

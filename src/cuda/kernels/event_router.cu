@@ -79,26 +79,15 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   float* bank_w = swap_w + R;
   float* biases = bank_w + 4 * R;  // swap_b, bank_b[4]
   uint64_t* w_ready = reinterpret_cast<uint64_t*>(smem + L.w_bytes + L.n_bytes + L.z_bytes + L.param_bytes);
-  uint64_t* banks_ready = w_ready + 1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = static_cast<int>(a.row_begin) + blockIdx.x * kRows;
   const int ld = D + kPad, D4 = D / 4, nvec = D / 128;
-  // 8-row CTAs (B <= 3 at the defaults) copy the four bank rows of each of their rows into router_w's
-  // space once the MMAs are done with it, so the exchange after the decision reads shared memory
-  // instead of waiting for an L2 round trip. The copy comes after router_w's, not beside it: the
-  // router_w copy is on the critical path, and loading the banks with it made the router slower
-  // (docs/PERF.md, twenty-first session). Wider CTAs would copy 128 KB or more, longer than the
-  // slice sums and decisions it would hide behind.
-  const int cta_rows = row_end - row0 < kRows ? row_end - row0 : kRows;
-  const uint32_t bank_bytes = uint32_t(cta_rows) * 4 * D * 2;
-  const bool banks_in_smem = kRows == 8 && size_t(kRows) * 4 * D * 2 <= L.w_bytes;
 
   // 0. The weights do not depend on the previous kernel: bulk-copy router_w and the small weight
   //    vectors into shared memory before waiting for it, so the copies overlap its tail and the h
   //    loads below (one transaction barrier for all; no chain of dependent loads in the prologue).
   if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(w_ready, 1);
-    cutlass::arch::ClusterTransactionBarrier::init(banks_ready, 1);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -184,13 +173,7 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
       }
     }
   }
-  __syncthreads();  // every warp is done reading the operand (its space takes the partial sums) and router_w
-  if (banks_in_smem && threadIdx.x == 0) {
-    // The MMAs' reads of router_w (generic proxy) come before the copy's writes (async proxy).
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(banks_ready, bank_bytes);
-    cute::SM90_BULK_COPY_G2S::copy(a.ram + size_t(row0) * 4 * D, banks_ready, w_smem, bank_bytes);
-  }
+  __syncthreads();  // every warp is done reading the operand: its space takes the partial sums
   float* mine = partial + warp * kMmaRows * kNBlocks * 8;
 #pragma unroll
   for (int j = 0; j < kNBlocks; ++j) {
@@ -211,12 +194,8 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   for (int q = 0; q < kRowsPerWarp; ++q) {
     const int lr = warp + kWarps * q;
     if (row0 + lr < row_end)
-      router::finish_row(a, row0 + lr, z_smem + lr * R, swap_w, biases, bank_w, ngain, map[q], hv[q], lane,
-                         banks_in_smem ? reinterpret_cast<const uint2*>(w_smem) + size_t(lr) * D : nullptr,
-                         banks_ready);
+      router::finish_row(a, row0 + lr, z_smem + lr * R, swap_w, biases, bank_w, ngain, map[q], hv[q], lane);
   }
-  // The copy must have landed before the CTA's shared memory goes away, even where no row swapped.
-  if (banks_in_smem) cutlass::arch::ClusterTransactionBarrier::wait(banks_ready, 0);
 }
 
 }  // namespace

@@ -7,8 +7,7 @@
 // router weights (128 KB at the defaults) are bulk-copied into shared memory before the kernel waits
 // on its predecessor (programmatic dependent launch), the rows are normalised into shared memory,
 // warps run tensor-core MMAs (m16n8k16) over K-slices, the partial sums are added over warps in a
-// fixed order (deterministic, batch invariant), and each warp then decides and moves its row (the
-// 8-row CTAs with the row's four bank rows already copied into shared memory during the sums).
+// fixed order (deterministic, batch invariant), and each warp then decides and moves its row.
 // A first version streamed router_w from L2 in the MMA loop with 16 rows per CTA: 42 us per event
 // at M = 512 (32 CTAs, few loads in flight). A form that split router_w over K across a cluster
 // of 8 CTAs was slower (docs/PERF.md, fifth session): the chain of dependent steps, not the bytes

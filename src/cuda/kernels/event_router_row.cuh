@@ -7,8 +7,6 @@
 
 #include <cstdint>
 
-#include <cutlass/arch/barrier.h>
-
 #include "cuda/kernels/event_router.hpp"
 #include "cuda/kernels/router_decision.cuh"
 #include "cuda/kernels/row_reduce.cuh"
@@ -67,11 +65,9 @@ __device__ __forceinline__ float slice_sum(Part part) {
 // Called by the warp that holds row m in hv (map: its stream map before the event): the decision
 // from z (R floats), the trace entry, the exchange of h with the chosen bank, then the FFN operand
 // bf16(rms(h) * norm_gain) of the new h when a.norm_out is set (ngain: norm_gain, anywhere).
-// banks: a copy of the row's four bank rows (the same values) arriving on banks_ready, or null to
-// read the chosen one from a.ram.
 __device__ __forceinline__ void finish_row(const EventRouterArgs& a, int64_t m, const float* z, const float* swap_w,
                                            const float* biases, const float* bank_w, const float* ngain, uint8_t map,
-                                           float4 (&hv)[kMaxVec], int lane, const uint2* banks, uint64_t* banks_ready) {
+                                           float4 (&hv)[kMaxVec], int lane) {
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
   const RowDecision d = decide_row(z, static_cast<int>(a.d_router), swap_w, biases[0], bank_w, biases + 1, lane);
   const int p = map_lane(map, d.slot);  // the physical bank of the chosen slot
@@ -79,15 +75,10 @@ __device__ __forceinline__ void finish_row(const EventRouterArgs& a, int64_t m, 
   if (d.gate) {
     float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
     uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
-    const uint2* src = bank;
-    if (banks) {
-      cutlass::arch::ClusterTransactionBarrier::wait(banks_ready, 0);
-      src = banks + p * (D / 4);
-    }
     uint2 in[kMaxVec];
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) in[i] = src[lane + 32 * i];
+      if (i < nvec) in[i] = bank[lane + 32 * i];
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
       if (i < nvec) {
