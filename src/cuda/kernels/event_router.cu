@@ -105,16 +105,6 @@ __global__ void __launch_bounds__(RouterShape<kRows>::kWarps * 32) event_router_
   // The biases (not a multiple of 16 bytes) by plain loads; the __syncthreads after step 1
   // publishes them.
   if (threadIdx.x < 5) biases[threadIdx.x] = threadIdx.x == 0 ? a.swap_b[0] : a.bank_b[threadIdx.x - 1];
-  // 8-row CTAs (B <= 3 at the defaults): the four bank rows of each row (contiguous in ram) into L2,
-  // so that the chosen one, loaded after the decision, is not a DRAM round trip (the bank rows of an
-  // event are evicted by the two FFN steps since the last one). A hint only: no value is read here,
-  // and the previous kernels do not write ram.
-  if (kRows == 8 && threadIdx.x == 32) {
-    const int cta_rows = row_end - row0 < kRows ? row_end - row0 : kRows;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.ram + size_t(row0) * 4 * D),
-                 "r"(uint32_t(cta_rows) * 4 * D * 2)
-                 : "memory");
-  }
   pdl_wait();  // h, ram and the maps were written by the previous kernels of the step
   pdl_launch_dependents();
 
