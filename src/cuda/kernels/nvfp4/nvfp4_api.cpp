@@ -92,6 +92,21 @@ cu::SplitWorkspace stream_k_workspace(const std::string& op, int64_t tiles, int 
   return w;
 }
 
+// The launch arguments that the GEMM and the dual GEMM share; the caller adds the B operands.
+template <class Problem>
+cu::GemmArgs gemm_args(const Problem& p, const TileConfig& c) {
+  cu::GemmArgs a;
+  a.a = cu::operand_args(p.a, p.m, p.k);
+  a.c = p.c;
+  a.m = p.m;
+  a.n = p.n;
+  a.k = p.k;
+  a.l = p.l;
+  a.split_k = c.split_k;
+  a.stream_k = c.stream_k;
+  return a;
+}
+
 template <class Args>
 void attach(const std::string& op, const cu::SplitWorkspace& need, Workspace ws, Args& a) {
   if (need.total() == 0) return;
@@ -347,16 +362,8 @@ void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream
   check_stream_k(op, c, c.tile == Tile::m128_n128_rs || c.tile == Tile::m128_n256_rs, "128x128rs or 128x256rs", {&p.b});
   check_probe(op, c, p.m, {&p.b});
   check_wide_n(op, c, false);
-  cu::GemmArgs a;
-  a.a = cu::operand_args(p.a, p.m, p.k);
+  cu::GemmArgs a = gemm_args(p, c);
   a.b[0] = cu::operand_args(p.b, p.n, p.k);
-  a.c = p.c;
-  a.m = p.m;
-  a.n = p.n;
-  a.k = p.k;
-  a.l = p.l;
-  a.split_k = c.split_k;
-  a.stream_k = c.stream_k;
   attach(op, gemm_ws(p, c), ws, a);
   if (c.probe != Probe::none) cu::launch_rs_probe(a, c.tile, 1, c.probe, stream);
   else cu::launch_gemm(a, c.tile, stream);
@@ -370,17 +377,9 @@ void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace w
   check_stream_k(op, c, c.tile == Tile::m128_n128_rs, "128x128rs", {&p.b1, &p.b2});
   check_probe(op, c, p.m, {&p.b1, &p.b2});
   check_wide_n(op, c, false);
-  cu::GemmArgs a;
-  a.a = cu::operand_args(p.a, p.m, p.k);
+  cu::GemmArgs a = gemm_args(p, c);
   a.b[0] = cu::operand_args(p.b1, p.n, p.k);
   a.b[1] = cu::operand_args(p.b2, p.n, p.k);
-  a.c = p.c;
-  a.m = p.m;
-  a.n = p.n;
-  a.k = p.k;
-  a.l = p.l;
-  a.split_k = c.split_k;
-  a.stream_k = c.stream_k;
   attach(op, dual_ws(p, c), ws, a);
   if (c.probe != Probe::none) cu::launch_rs_probe(a, c.tile, 2, c.probe, stream);
   else cu::launch_dual_gemm_swiglu(a, c.tile, stream);

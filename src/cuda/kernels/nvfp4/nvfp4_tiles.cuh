@@ -8,9 +8,11 @@
 #pragma once
 #include <type_traits>
 
+#include "cuda/cuda_check.hpp"
 #include "cuda/kernels/nvfp4/nvfp4_rs_mainloop.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_tile_mainloop.cuh"
 #include "cuda/kernels/nvfp4/nvfp4_ws_mainloop.cuh"
+#include "cuda/launch.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/nvfp4.hpp"
 
@@ -263,6 +265,23 @@ void launch_stream_k(Kernel kernel, const GemmArgs& args, int threads, int smem_
                      const TmaOperands& maps, cudaStream_t stream) {
   const auto ctas = static_cast<unsigned>(args.stream_k < iters ? args.stream_k : iters);
   launch_kernel_ex(kernel, dim3(ctas), dim3(threads), dim3(1, 1, 1), smem_bytes, stream, true, args, maps);
+}
+
+// Tile launches (one CTA per output tile, batch x split-K along z) of the GEMM and dual GEMM
+// kernels: the TMA paths take the tensor maps and a programmatic edge from the A pre-pass where
+// the tile has one (kPreA); launch_kernel_ex opts in to the shared memory and checks the launch.
+template <class Cfg, Path P, class Kernel>
+void launch_tiles(Kernel kernel, const GemmArgs& args, const TmaOperands& maps, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
+                  static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
+                  static_cast<unsigned>(args.l * args.split_k));
+  if constexpr (P == Path::wst || P == Path::rs) {
+    launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
+  } else {
+    allow_dynamic_smem(kernel, Cfg::kSmemAlloc);
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});
+    SWAPFFN_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace swapffn::cuda::nvfp4

@@ -165,18 +165,8 @@ void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
   }
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
-    auto kernel = nvfp4_gemm_kernel<Cfg, decltype(path)::value>;
-    const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
-                    static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
-                    static_cast<unsigned>(args.l * args.split_k));
-    // launch_kernel_ex opts in to the shared memory and checks the launch itself.
-    if constexpr (decltype(path)::value == Path::wst || decltype(path)::value == Path::rs) {
-      launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
-    } else {
-      allow_dynamic_smem(kernel, Cfg::kSmemAlloc);
-      kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});
-      SWAPFFN_CHECK_LAUNCH();
-    }
+    constexpr Path P = decltype(path)::value;
+    launch_tiles<Cfg, P>(nvfp4_gemm_kernel<Cfg, P>, args, maps, stream);
   });
 }
 
