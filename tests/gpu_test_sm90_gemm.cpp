@@ -297,5 +297,58 @@ TEST(ResidualGemm, SameSplitGivesSameBitsForAnyTileAndRowCount) {
   }
 }
 
+// The diagnostic halves of the default GEMMs (GemmFeed, timed by `swapffn tune`) must run to the
+// end for the row counts of B = 1 and a partial tile, and do only their half: operands_only never
+// writes the output (no epilogue), mma_only writes it (the epilogue runs) without any load. Their
+// values are not meaningful and are not checked.
+TEST(GemmFeed, EachHalfRunsAndOnlyTheMmaHalfWrites) {
+  SKIP_WITHOUT_HOPPER();
+  constexpr int f = 1024, k = 256;
+  for (const int m : {512, 200}) {
+    std::mt19937_64 rng(77 + m);
+    DeviceBuffer<bf16> da, dw, du(size_t(m) * f), dw2;
+    da.upload(random_bf16(size_t(m) * k, rng, 1.f));
+    dw.upload(random_bf16(size_t(2) * f * k, rng, 0.05f));
+    dw2.upload(random_bf16(size_t(k) * f, rng, 0.05f));
+    DeviceBuffer<float> dh(size_t(m) * k);
+    const auto nv = [](DeviceBuffer<bf16>& b) { return reinterpret_cast<__nv_bfloat16*>(b.get()); };
+    for (const auto& v : dual_gemm_feed_variants())
+      for (const auto feed : {GemmFeed::operands_only, GemmFeed::mma_only}) {
+        CUDA_CHECK(cudaMemset(du.get(), 0x7F, du.size() * sizeof(bf16)));
+        launch_dual_gemm_swiglu_feed({nv(da), nv(dw), nv(du), m, 2 * f, k}, v, feed, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto u = download(du, du.size());
+        size_t written = 0;
+        for (const bf16 x : u) written += x.bits != 0x7F7F;
+        const std::string what = "dual " + v.name() + " M " + std::to_string(m);
+        if (feed == GemmFeed::operands_only)
+          EXPECT_EQ(written, 0u) << what << ": operands_only wrote u";
+        else
+          EXPECT_GT(written, 0u) << what << ": mma_only wrote nothing";
+      }
+    for (const auto& v : down_gemm_feed_variants())
+      for (const auto feed : {GemmFeed::operands_only, GemmFeed::mma_only}) {
+        CUDA_CHECK(cudaMemset(dh.get(), 0x7F, dh.size() * sizeof(float)));
+        launch_gemm_residual_feed({nv(du), nv(dw2), dh.get(), m, k, f, true}, v, feed, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto h = download(dh, dh.size());
+        size_t written = 0;
+        for (const float x : h) {
+          uint32_t b;
+          std::memcpy(&b, &x, 4);
+          written += b != 0x7F7F7F7Fu;
+        }
+        const std::string what = "down " + v.name() + " M " + std::to_string(m);
+        if (feed == GemmFeed::operands_only)
+          EXPECT_EQ(written, 0u) << what << ": operands_only wrote h";
+        else
+          EXPECT_GT(written, 0u) << what << ": mma_only wrote nothing";
+      }
+  }
+  EXPECT_THROW(launch_dual_gemm_swiglu_feed({nullptr, nullptr, nullptr, 512, 2048, 256}, GemmVariant{128, 6, 1, 2},
+                                            GemmFeed::operands_only, nullptr),
+               Error);
+}
+
 }  // namespace
 }  // namespace swapffn::cuda

@@ -125,6 +125,31 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
                                  stream);
     out.push_back({"cublas_down_pinned", m, d_model, d_ff, "-", us3, f2 / us3 * 1e-6, pinned.describe(m)});
 
+    // The two halves of the default variants (GemmFeed): the operand loads alone, the MMAs and epilogue
+    // alone. The note gives the operand bytes every tile takes in and their rate per busy SM.
+    const auto feed_rows = [&](const char* gemm, const GemmVariant& v, int n, int k, double flops, auto&& launch_feed) {
+      const int64_t tiles = int64_t(m + v.bm - 1) / v.bm * ((n + v.bn - 1) / v.bn);
+      const double bytes = double(tiles) * (v.bm + v.bn) * k * 2;
+      const int64_t busy = std::min<int64_t>(tiles, sm_count());
+      for (const auto feed : {GemmFeed::operands_only, GemmFeed::mma_only}) {
+        const double us = median_us([&] { launch_feed(feed); }, repeats, stream);
+        char note[128] = "";
+        if (feed == GemmFeed::operands_only)
+          std::snprintf(note, sizeof note, "%.1f MB of operands, %.1f GB/s per SM on %lld SMs", bytes * 1e-6,
+                        bytes / double(busy) / us * 1e-3, static_cast<long long>(busy));
+        out.push_back({std::string(gemm) + (feed == GemmFeed::operands_only ? "_operands_only" : "_mma_only"), m, n, k,
+                       v.name(), us, flops / us * 1e-6, note});
+      }
+    };
+    for (const auto& v : dual_gemm_feed_variants()) {
+      const DualGemmSwigluArgs args{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
+      feed_rows("dual", v, 2 * d_ff, d_model, f1, [&](GemmFeed feed) { launch_dual_gemm_swiglu_feed(args, v, feed, stream); });
+    }
+    for (const auto& v : down_gemm_feed_variants()) {
+      const GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
+      feed_rows("down", v, d_model, d_ff, f2, [&](GemmFeed feed) { launch_gemm_residual_feed(args, v, feed, stream); });
+    }
+
     const DualGemmSwigluArgs dual{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
     const double dual_us = median_us([&] { launch_dual_gemm_swiglu(dual, up[mi], stream, true); }, repeats, stream);
     const auto pair_row = [&](const std::string& label, double us) {

@@ -90,7 +90,7 @@ struct SwigluEpilogue {
   }
 };
 
-template <int BN, int Stages, int Multicast, bool Persistent, int CtasPerSm = 1>
+template <int BN, int Stages, int Multicast, bool Persistent, int CtasPerSm = 1, GemmFeed Feed = GemmFeed::gemm>
 void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
   using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast, Persistent, CtasPerSm>;
   SWAPFFN_REQUIRE(a.n2 > 0 && a.n2 % 16 == 0,
@@ -103,7 +103,7 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
   const CUtensorMap tu_rem = kRem > 0 ? make_tma_3d_u8(a.u, uint64_t(a.n2), a.m, 1, uint64_t(a.n2), uint64_t(a.n2) * a.m,
                                                        kRem, 64, false)
                                       : CUtensorMap{};
-  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, SwigluEpilogue>;
+  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, SwigluEpilogue, Feed>;
   // M tiles rounded up to whole clusters: a CTA past the last row reads zeros and writes nothing.
   // The last N tile may be partial (2F not a multiple of BN): its missing weight rows read as zeros.
   const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = (a.n2 + BN - 1) / BN;
@@ -153,6 +153,17 @@ constexpr DualEntry kDualVariants[] = {{{256, 4, 1, 2}, launch<256, 4, 2, false>
                                        {{128, 3, 1, 1, false, 2}, launch<128, 3, 1, false, 2>},
                                        {{176, 5, 1, 1, true}, launch<176, 5, 1, true>}};
 
+// Diagnostic builds (GemmFeed): the B = 1 default and the persistent tile without multicast.
+struct DualFeedEntry {
+  GemmVariant v;
+  void (*operands_only)(const DualGemmSwigluArgs&, cudaStream_t, bool);
+  void (*mma_only)(const DualGemmSwigluArgs&, cudaStream_t, bool);
+};
+constexpr DualFeedEntry kDualFeedVariants[] = {
+    {{256, 4, 1, 1}, launch<256, 4, 1, false, 1, GemmFeed::operands_only>, launch<256, 4, 1, false, 1, GemmFeed::mma_only>},
+    {{256, 4, 1, 1, true}, launch<256, 4, 1, true, 1, GemmFeed::operands_only>,
+     launch<256, 4, 1, true, 1, GemmFeed::mma_only>}};
+
 }  // namespace
 
 std::vector<bf16> interleave_w13(const std::vector<bf16>& w1, const std::vector<bf16>& w3, int64_t f, int64_t k) {
@@ -177,6 +188,19 @@ void launch_dual_gemm_swiglu(const DualGemmSwigluArgs& a, const GemmVariant& v, 
   for (const auto& e : kDualVariants)
     if (e.v == v) return e.fn(a, stream, pdl);
   SWAPFFN_FAIL("dual GEMM: no compiled variant " + v.name());
+}
+
+std::vector<GemmVariant> dual_gemm_feed_variants() {
+  std::vector<GemmVariant> out;
+  for (const auto& e : kDualFeedVariants) out.push_back(e.v);
+  return out;
+}
+
+void launch_dual_gemm_swiglu_feed(const DualGemmSwigluArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream) {
+  SWAPFFN_REQUIRE(feed != GemmFeed::gemm, "dual GEMM: the gemm feed is launch_dual_gemm_swiglu");
+  for (const auto& e : kDualFeedVariants)
+    if (e.v == v) return (feed == GemmFeed::operands_only ? e.operands_only : e.mma_only)(a, stream, false);
+  SWAPFFN_FAIL("dual GEMM: no diagnostic build of variant " + v.name());
 }
 
 }  // namespace swapffn::cuda

@@ -44,6 +44,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
+#include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "cuda/launch.hpp"
 
 namespace swapffn::cuda::sm90 {
@@ -169,12 +170,16 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 // split-K); stage is Epi::smem_bytes<BN>() of shared memory owned by this consumer warpgroup and
 // barrier a named-barrier id (1 or 2) for its 128 threads. Launchers pass
 // kernel_smem_bytes<Tile, Epi>() (below) as the dynamic shared memory.
-template <class Tile, class Epi>
+// kFeed (sm90_gemm_launch.hpp): the GEMM, or one of its two halves for `swapffn tune`'s diagnostics.
+template <class Tile, class Epi, GemmFeed kFeed = GemmFeed::gemm>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     sm90_bf16_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                           const __grid_constant__ typename Epi::Params params, int M, int k_tiles_per_split, int tiles_n,
                           int num_tiles) {
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, S = Tile::Stages;
+  using Feed = GemmFeed;
+  static_assert(kFeed == Feed::gemm || Tile::kClusterSize == 1,
+                "the diagnostic feeds run without clusters (no split-K exchange, no multicast)");
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
 
@@ -222,7 +227,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   }
   if (producer) {
     if constexpr (Tile::kCtasPerSm == 1) cutlass::arch::warpgroup_reg_dealloc<40>();
-    if (threadIdx.x == Tile::kProducerThread) {
+    if (threadIdx.x == Tile::kProducerThread && kFeed != Feed::mma_only) {
       uint16_t mask_a = 0, mask_b = 0;
       for (int x = 0; x < Tile::ClusterN; ++x) mask_a |= uint16_t(1u << rank_of(x, cy, split));
       for (int y = 0; y < Tile::ClusterM; ++y) mask_b |= uint16_t(1u << rank_of(cx, y, split));
@@ -300,7 +305,12 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     for (int it = 0; it < k_tiles_per_split; ++it, ++g) {
       const int s = g % S;
       const uint32_t phase = (g / S) & 1;
-      Barrier::wait(&full[s], phase);
+      if constexpr (kFeed == Feed::operands_only) {
+        Barrier::wait(&full[s], phase);
+        release(s);
+        continue;
+      }
+      if constexpr (kFeed == Feed::gemm) Barrier::wait(&full[s], phase);
       const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * 64 * 128;
       const uint8_t* b = smem_b + s * Tile::kStageBytesB;
   #pragma unroll
@@ -317,13 +327,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
       cute::warpgroup_wait<1>();
   #pragma unroll
       for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
-      if (it > 0) release((g + S - 1) % S);
+      if (it > 0 && kFeed == Feed::gemm) release((g + S - 1) % S);
     }
+    if constexpr (kFeed == Feed::operands_only) continue;
     cute::warpgroup_wait<0>();
   #pragma unroll
     for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
     // The tile's last stage goes back too: the producer may already fill it for the next tile.
-    if constexpr (Tile::kPersistent) release((g + S - 1) % S);
+    if constexpr (Tile::kPersistent && kFeed == Feed::gemm) release((g + S - 1) % S);
 
     // 8-column accumulator blocks this CTA finishes: all, or its rank's share of a split-K tile.
     int j_begin = 0, j_end = BN / 8;

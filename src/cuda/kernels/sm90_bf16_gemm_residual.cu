@@ -86,7 +86,7 @@ struct ResidualEpilogue {
   }
 };
 
-template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent>
+template <int BM, int BN, int Stages, int SplitK, int Multicast, bool Persistent, GemmFeed Feed = GemmFeed::gemm>
 void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   using Tile = sm90::GemmTile<BN, Stages, SplitK, Multicast, 1, Persistent, 1, BM>;
   static_assert(BN / SplitK % ResidualEpilogue::kBoxCols == 0,
@@ -100,7 +100,7 @@ void launch(const GemmResidualArgs& a, cudaStream_t stream, bool pdl) {
   const CUtensorMap ta = make_tma_2d_bf16_sw128(a.a, a.m, a.k, Tile::kBoxRowsA, 64);
   const CUtensorMap tb = make_tma_2d_bf16_sw128(a.w, a.n, a.k, Tile::kBoxRowsB, 64);
   const CUtensorMap th = make_tma_2d_f32_sw128(a.h, a.m, a.n, 64);
-  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue>;
+  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, ResidualEpilogue, Feed>;
   const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = a.n / BN;
   const dim3 grid = Persistent ? dim3(static_cast<unsigned>(std::min(m_tiles * n_tiles, sm_count())))
                                : dim3(n_tiles, m_tiles, SplitK);
@@ -156,6 +156,18 @@ constexpr ResidualEntry kResidualVariants[] = {
     SWAPFFN_DOWN_VARIANT(128, 256, 4, 1, 1, true),   SWAPFFN_DOWN_VARIANT(64, 64, 12, 1, 1, false)};
 #undef SWAPFFN_DOWN_VARIANT
 
+// Diagnostic builds (GemmFeed): cuBLAS's B = 1 recipe and the persistent large-M tile.
+struct ResidualFeedEntry {
+  GemmVariant v;
+  void (*operands_only)(const GemmResidualArgs&, cudaStream_t, bool);
+  void (*mma_only)(const GemmResidualArgs&, cudaStream_t, bool);
+};
+constexpr ResidualFeedEntry kResidualFeedVariants[] = {
+    {{64, 12, 1, 1, false, 1, 64}, launch<64, 64, 12, 1, 1, false, GemmFeed::operands_only>,
+     launch<64, 64, 12, 1, 1, false, GemmFeed::mma_only>},
+    {{256, 4, 1, 1, true}, launch<128, 256, 4, 1, 1, true, GemmFeed::operands_only>,
+     launch<128, 256, 4, 1, 1, true, GemmFeed::mma_only>}};
+
 }  // namespace
 
 std::vector<GemmVariant> down_gemm_variants() {
@@ -174,6 +186,19 @@ void launch_gemm_residual(const GemmResidualArgs& a, const GemmVariant& v, cudaS
   for (const auto& e : kResidualVariants)
     if (e.v == v) return e.fn(a, stream, pdl);
   SWAPFFN_FAIL("down GEMM: no compiled variant " + v.name());
+}
+
+std::vector<GemmVariant> down_gemm_feed_variants() {
+  std::vector<GemmVariant> out;
+  for (const auto& e : kResidualFeedVariants) out.push_back(e.v);
+  return out;
+}
+
+void launch_gemm_residual_feed(const GemmResidualArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream) {
+  SWAPFFN_REQUIRE(feed != GemmFeed::gemm, "down GEMM: the gemm feed is launch_gemm_residual");
+  for (const auto& e : kResidualFeedVariants)
+    if (e.v == v) return (feed == GemmFeed::operands_only ? e.operands_only : e.mma_only)(a, stream, false);
+  SWAPFFN_FAIL("down GEMM: no diagnostic build of variant " + v.name());
 }
 
 }  // namespace swapffn::cuda

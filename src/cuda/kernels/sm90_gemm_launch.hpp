@@ -61,6 +61,18 @@ struct GemmResidualArgs {
 void launch_dual_gemm_swiglu(const DualGemmSwigluArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl);
 void launch_gemm_residual(const GemmResidualArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl);
 
+// What a GEMM kernel runs: the GEMM, or one of its halves, to split its time between moving the
+// operands and computing on them (diagnostics for `swapffn tune`, never the engine). operands_only:
+// the producer's loads as in the GEMM, each stage released as soon as it lands, no MMA, no
+// epilogue. mma_only: no loads (the MMAs read whatever the stage buffers hold), then the epilogue.
+enum class GemmFeed { gemm, operands_only, mma_only };
+// The variants with diagnostic builds (the engine's defaults at small and large M, no clusters), and
+// their launchers for a feed other than gemm (outputs are garbage; timing only).
+std::vector<GemmVariant> dual_gemm_feed_variants();
+std::vector<GemmVariant> down_gemm_feed_variants();
+void launch_dual_gemm_swiglu_feed(const DualGemmSwigluArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream);
+void launch_gemm_residual_feed(const GemmResidualArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream);
+
 // The dual GEMM's B operand: w1 [F, K] and w3 [F, K] interleaved in blocks of 8 rows into [2F, K]
 // (rows 16g..16g+7 = w1[8g..8g+7], rows 16g+8..16g+15 = w3[8g..8g+7]). F must be a multiple of 8.
 std::vector<bf16> interleave_w13(const std::vector<bf16>& w1, const std::vector<bf16>& w3, int64_t f, int64_t k);
