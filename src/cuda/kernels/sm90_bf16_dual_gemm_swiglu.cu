@@ -199,7 +199,7 @@ std::vector<GemmVariant> dual_gemm_feed_variants() {
 void launch_dual_gemm_swiglu_feed(const DualGemmSwigluArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream) {
   SWAPFFN_REQUIRE(feed != GemmFeed::gemm, "dual GEMM: the gemm feed is launch_dual_gemm_swiglu");
   for (const auto& e : kDualFeedVariants)
-    if (e.v == v) return (feed == GemmFeed::operands_only ? e.operands_only : e.mma_only)(a, stream, false);
+    if (e.v == v) return (feed == GemmFeed::operands_only ? e.operands_only : e.mma_only)(a, stream, true);
   SWAPFFN_FAIL("dual GEMM: no diagnostic build of variant " + v.name());
 }
 

@@ -197,7 +197,7 @@ std::vector<GemmVariant> down_gemm_feed_variants() {
 void launch_gemm_residual_feed(const GemmResidualArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream) {
   SWAPFFN_REQUIRE(feed != GemmFeed::gemm, "down GEMM: the gemm feed is launch_gemm_residual");
   for (const auto& e : kResidualFeedVariants)
-    if (e.v == v) return (feed == GemmFeed::operands_only ? e.operands_only : e.mma_only)(a, stream, false);
+    if (e.v == v) return (feed == GemmFeed::operands_only ? e.operands_only : e.mma_only)(a, stream, true);
   SWAPFFN_FAIL("down GEMM: no diagnostic build of variant " + v.name());
 }
 

@@ -67,7 +67,8 @@ void launch_gemm_residual(const GemmResidualArgs& a, const GemmVariant& v, cudaS
 // epilogue. mma_only: no loads (the MMAs read whatever the stage buffers hold), then the epilogue.
 enum class GemmFeed { gemm, operands_only, mma_only };
 // The variants with diagnostic builds (the engine's defaults at small and large M, no clusters), and
-// their launchers for a feed other than gemm (outputs are garbage; timing only).
+// their launchers for a feed other than gemm (outputs are garbage; timing only), launched as
+// programmatic dependents as the engine launches the GEMMs, so back-to-back timings compare.
 std::vector<GemmVariant> dual_gemm_feed_variants();
 std::vector<GemmVariant> down_gemm_feed_variants();
 void launch_dual_gemm_swiglu_feed(const DualGemmSwigluArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream);
