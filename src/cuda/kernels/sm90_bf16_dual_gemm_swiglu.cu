@@ -178,11 +178,7 @@ std::vector<bf16> interleave_w13(const std::vector<bf16>& w1, const std::vector<
   return out;
 }
 
-std::vector<GemmVariant> dual_gemm_variants() {
-  std::vector<GemmVariant> out;
-  for (const auto& e : kDualVariants) out.push_back(e.v);
-  return out;
-}
+std::vector<GemmVariant> dual_gemm_variants() { return variants_of(kDualVariants); }
 
 void launch_dual_gemm_swiglu(const DualGemmSwigluArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl) {
   for (const auto& e : kDualVariants)
@@ -190,17 +186,10 @@ void launch_dual_gemm_swiglu(const DualGemmSwigluArgs& a, const GemmVariant& v, 
   SWAPFFN_FAIL("dual GEMM: no compiled variant " + v.name());
 }
 
-std::vector<GemmVariant> dual_gemm_feed_variants() {
-  std::vector<GemmVariant> out;
-  for (const auto& e : kDualFeedVariants) out.push_back(e.v);
-  return out;
-}
+std::vector<GemmVariant> dual_gemm_feed_variants() { return variants_of(kDualFeedVariants); }
 
 void launch_dual_gemm_swiglu_feed(const DualGemmSwigluArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream) {
-  SWAPFFN_REQUIRE(feed != GemmFeed::gemm, "dual GEMM: the gemm feed is launch_dual_gemm_swiglu");
-  for (const auto& e : kDualFeedVariants)
-    if (e.v == v) return (feed == GemmFeed::operands_only ? e.operands_only : e.mma_only)(a, stream, true);
-  SWAPFFN_FAIL("dual GEMM: no diagnostic build of variant " + v.name());
+  launch_feed_of(kDualFeedVariants, a, v, feed, stream, "dual GEMM");
 }
 
 }  // namespace swapffn::cuda

@@ -170,11 +170,7 @@ constexpr ResidualFeedEntry kResidualFeedVariants[] = {
 
 }  // namespace
 
-std::vector<GemmVariant> down_gemm_variants() {
-  std::vector<GemmVariant> out;
-  for (const auto& e : kResidualVariants) out.push_back(e.v);
-  return out;
-}
+std::vector<GemmVariant> down_gemm_variants() { return variants_of(kResidualVariants); }
 
 int down_gemm_clusters_per_wave(const GemmVariant& v) {
   for (const auto& e : kResidualVariants)
@@ -188,17 +184,10 @@ void launch_gemm_residual(const GemmResidualArgs& a, const GemmVariant& v, cudaS
   SWAPFFN_FAIL("down GEMM: no compiled variant " + v.name());
 }
 
-std::vector<GemmVariant> down_gemm_feed_variants() {
-  std::vector<GemmVariant> out;
-  for (const auto& e : kResidualFeedVariants) out.push_back(e.v);
-  return out;
-}
+std::vector<GemmVariant> down_gemm_feed_variants() { return variants_of(kResidualFeedVariants); }
 
 void launch_gemm_residual_feed(const GemmResidualArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream) {
-  SWAPFFN_REQUIRE(feed != GemmFeed::gemm, "down GEMM: the gemm feed is launch_gemm_residual");
-  for (const auto& e : kResidualFeedVariants)
-    if (e.v == v) return (feed == GemmFeed::operands_only ? e.operands_only : e.mma_only)(a, stream, true);
-  SWAPFFN_FAIL("down GEMM: no diagnostic build of variant " + v.name());
+  launch_feed_of(kResidualFeedVariants, a, v, feed, stream, "down GEMM");
 }
 
 }  // namespace swapffn::cuda

@@ -74,6 +74,23 @@ std::vector<GemmVariant> down_gemm_feed_variants();
 void launch_dual_gemm_swiglu_feed(const DualGemmSwigluArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream);
 void launch_gemm_residual_feed(const GemmResidualArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream);
 
+// For the launchers' tables of compiled variants (entries with a GemmVariant v): the variants, and
+// the diagnostic launch of one (entries with operands_only and mma_only launchers).
+template <class Entry, size_t N>
+std::vector<GemmVariant> variants_of(const Entry (&table)[N]) {
+  std::vector<GemmVariant> out;
+  for (const auto& e : table) out.push_back(e.v);
+  return out;
+}
+template <class Entry, size_t N, class Args>
+void launch_feed_of(const Entry (&table)[N], const Args& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream,
+                    const std::string& gemm) {
+  SWAPFFN_REQUIRE(feed != GemmFeed::gemm, gemm + ": the gemm feed has its own launcher");
+  for (const auto& e : table)
+    if (e.v == v) return (feed == GemmFeed::operands_only ? e.operands_only : e.mma_only)(a, stream, true);
+  SWAPFFN_FAIL(gemm + ": no diagnostic build of variant " + v.name());
+}
+
 // The dual GEMM's B operand: w1 [F, K] and w3 [F, K] interleaved in blocks of 8 rows into [2F, K]
 // (rows 16g..16g+7 = w1[8g..8g+7], rows 16g+8..16g+15 = w3[8g..8g+7]). F must be a multiple of 8.
 std::vector<bf16> interleave_w13(const std::vector<bf16>& w1, const std::vector<bf16>& w3, int64_t f, int64_t k);
