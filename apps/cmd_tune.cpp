@@ -50,7 +50,8 @@ void run_tune(const TuneArgs& a) {
     ms.push_back(static_cast<int>(b * cfg.core_count));
     ups.push_back(cuda::select_fused_config(cfg, b, "", "").up);
   }
-  std::printf("== FFN GEMMs alone, then pair_dual_down: each down GEMM after the dual GEMM (median of %d x 10 launches)\n",
+  std::printf("== FFN GEMMs alone, the default GEMMs' halves (*_operands_only: loads alone; *_mma_only: MMAs and "
+              "epilogue alone), then pair_dual_down: each down GEMM after the dual GEMM (median of %d x 10 launches)\n",
               a.repeats * 4);
   std::printf("%-16s %7s %6s %6s %-14s %10s %8s\n", "gemm", "M", "N", "K", "variant", "us", "TF/s");
   for (const auto& t :
@@ -139,8 +140,8 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--repeats", a->repeats, "timed runs per point")->capture_default_str();
   cmd->add_option("--out", a->out, "tuning cache to write")->capture_default_str();
   cmd->add_flag("--gemms-only", a->gemms_only,
-                "only time the FFN GEMM variants alone, and the down GEMMs after the dual GEMM as in a step "
-                "(writes no cache)");
+                "only time the FFN GEMM variants alone, the default GEMMs' operand loads and MMAs apart, and the "
+                "down GEMMs after the dual GEMM as in a step (writes no cache)");
   cmd->callback([a] {
 #ifdef SWAPFFN_WITH_CUDA
     run_tune(*a);
