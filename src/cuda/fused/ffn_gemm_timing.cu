@@ -126,7 +126,8 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
     out.push_back({"cublas_down_pinned", m, d_model, d_ff, "-", us3, f2 / us3 * 1e-6, pinned.describe(m)});
 
     // The two halves of the default variants (GemmFeed): the operand loads alone, the MMAs and epilogue
-    // alone. The note gives the operand bytes every tile takes in and their rate per busy SM.
+    // alone. The note gives the operand bytes of all tiles and the rate at which each busy SM takes
+    // in its share.
     const auto feed_rows = [&](const char* gemm, const GemmVariant& v, int n, int k, double flops, auto&& launch_feed) {
       const int64_t tiles = int64_t(m + v.bm - 1) / v.bm * ((n + v.bn - 1) / v.bn);
       const double bytes = double(tiles) * (v.bm + v.bn) * k * 2;
