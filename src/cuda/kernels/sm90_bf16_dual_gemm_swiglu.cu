@@ -159,10 +159,11 @@ struct DualFeedEntry {
   void (*operands_only)(const DualGemmSwigluArgs&, cudaStream_t, bool);
   void (*mma_only)(const DualGemmSwigluArgs&, cudaStream_t, bool);
 };
-constexpr DualFeedEntry kDualFeedVariants[] = {
-    {{256, 4, 1, 1}, launch<256, 4, 1, false, 1, GemmFeed::operands_only>, launch<256, 4, 1, false, 1, GemmFeed::mma_only>},
-    {{256, 4, 1, 1, true}, launch<256, 4, 1, true, 1, GemmFeed::operands_only>,
-     launch<256, 4, 1, true, 1, GemmFeed::mma_only>}};
+// One place per variant for its name and its two builds, so that they agree.
+#define SWAPFFN_DUAL_FEED(BN, ST, P) \
+  {{BN, ST, 1, 1, P}, launch<BN, ST, 1, P, 1, GemmFeed::operands_only>, launch<BN, ST, 1, P, 1, GemmFeed::mma_only>}
+constexpr DualFeedEntry kDualFeedVariants[] = {SWAPFFN_DUAL_FEED(256, 4, false), SWAPFFN_DUAL_FEED(256, 4, true)};
+#undef SWAPFFN_DUAL_FEED
 
 }  // namespace
 

@@ -162,11 +162,13 @@ struct ResidualFeedEntry {
   void (*operands_only)(const GemmResidualArgs&, cudaStream_t, bool);
   void (*mma_only)(const GemmResidualArgs&, cudaStream_t, bool);
 };
-constexpr ResidualFeedEntry kResidualFeedVariants[] = {
-    {{64, 12, 1, 1, false, 1, 64}, launch<64, 64, 12, 1, 1, false, GemmFeed::operands_only>,
-     launch<64, 64, 12, 1, 1, false, GemmFeed::mma_only>},
-    {{256, 4, 1, 1, true}, launch<128, 256, 4, 1, 1, true, GemmFeed::operands_only>,
-     launch<128, 256, 4, 1, 1, true, GemmFeed::mma_only>}};
+// One place per variant for its name and its two builds, so that they agree.
+#define SWAPFFN_DOWN_FEED(BM, BN, ST, P)                                           \
+  {{BN, ST, 1, 1, P, 1, BM}, launch<BM, BN, ST, 1, 1, P, GemmFeed::operands_only>, \
+   launch<BM, BN, ST, 1, 1, P, GemmFeed::mma_only>}
+constexpr ResidualFeedEntry kResidualFeedVariants[] = {SWAPFFN_DOWN_FEED(64, 64, 12, false),
+                                                       SWAPFFN_DOWN_FEED(128, 256, 4, true)};
+#undef SWAPFFN_DOWN_FEED
 
 }  // namespace
 
