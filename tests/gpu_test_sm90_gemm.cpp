@@ -299,8 +299,9 @@ TEST(ResidualGemm, SameSplitGivesSameBitsForAnyTileAndRowCount) {
 
 // The diagnostic halves of the default GEMMs (GemmFeed, timed by `swapffn tune`) must run to the
 // end for the row counts of B = 1 and a partial tile, and do only their half: operands_only never
-// writes the output (no epilogue), mma_only writes it (the epilogue runs) without any load. Their
-// values are not meaningful and are not checked.
+// writes the output (no epilogue), mma_only writes all of it (the epilogue runs) without any load.
+// Their values are not meaningful and are not checked; "written" is any bit pattern but the poison,
+// which garbage matches by chance in at most a few elements.
 TEST(GemmFeed, EachHalfRunsAndOnlyTheMmaHalfWrites) {
   SKIP_WITHOUT_HOPPER();
   constexpr int f = 1024, k = 256;
@@ -324,7 +325,8 @@ TEST(GemmFeed, EachHalfRunsAndOnlyTheMmaHalfWrites) {
         if (feed == GemmFeed::operands_only)
           EXPECT_EQ(written, 0u) << what << ": operands_only wrote u";
         else
-          EXPECT_GT(written, 0u) << what << ": mma_only wrote nothing";
+          EXPECT_GE(written, u.size() * 99 / 100) << what << ": mma_only left " << u.size() - written << " of "
+                                                  << u.size() << " elements unwritten";
       }
     for (const auto& v : down_gemm_feed_variants())
       for (const auto feed : {GemmFeed::operands_only, GemmFeed::mma_only}) {
@@ -344,7 +346,8 @@ TEST(GemmFeed, EachHalfRunsAndOnlyTheMmaHalfWrites) {
         if (feed == GemmFeed::operands_only)
           EXPECT_EQ(written, 0u) << what << ": operands_only wrote h";
         else
-          EXPECT_GT(written, 0u) << what << ": mma_only wrote nothing";
+          EXPECT_GE(written, h.size() * 99 / 100) << what << ": mma_only left " << h.size() - written << " of "
+                                                  << h.size() << " elements unwritten";
       }
   }
   EXPECT_THROW(launch_dual_gemm_swiglu_feed({nullptr, nullptr, nullptr, 512, 2048, 256}, GemmVariant{128, 6, 1, 2},
