@@ -174,10 +174,11 @@ TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         {"default", 9, "chunk=2048", "cublas"},
         {"default", 4, "up=bn128_st3_sk1_mc1_o2", "cublas"},
         {"default", 9, "groups=3", "cublas"},  // the batch's rows in three groups on their own streams
-        // The persistent walk with W13 multicast (the built-in choice from B = 16), and the
-        // 176-wide tiles with a partial last weight tile.
+        // The persistent walk with W13 multicast (the built-in choice from B = 16), the 176-wide
+        // tiles with a partial last weight tile, and the 256-row tiles.
         {"default", 9, "up=bn256_st4_sk1_mc2_p", "cublas"},
         {"default", 9, "up=bn176_st5_sk1_mc1_p", "cublas"},
+        {"default", 9, "up=bm256_bn192_st3_sk1_mc2_p", "cublas"},  // three consumer warpgroups per tile
         {"tiny", 400, "groups=auto", "cublas"},  // the built-in choice: two groups on 132 SMs
         {"default", 9, "chunk=1536", "sk4"},
         // CUTLASS: a wide cooperative tile for the batch, the pingpong 64 x 64 tile alone.

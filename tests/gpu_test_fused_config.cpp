@@ -30,12 +30,14 @@ std::string this_device() { return query_gpu().name; }  // "" without a GPU: sti
 
 TEST(FusedConfig, VariantNamesRoundTripAndBadNamesAreRefused) {
   for (const auto& v : {GemmVariant{256, 4, 1, 1}, GemmVariant{64, 6, 2, 2}, GemmVariant{256, 4, 1, 1, true},
-                      GemmVariant{128, 3, 1, 1, false, 2}, GemmVariant{64, 12, 1, 2, false, 1, 64}})
+                      GemmVariant{128, 3, 1, 1, false, 2}, GemmVariant{64, 12, 1, 2, false, 1, 64},
+                      GemmVariant{192, 3, 1, 2, true, 1, 256}})
     EXPECT_EQ(parse_gemm_variant(v.name()), v) << v.name();
   EXPECT_TRUE(parse_gemm_variant("bn256_st4_sk1_mc1_p").persistent);
   EXPECT_EQ(parse_gemm_variant("bn128_st3_sk1_mc1_o2").ctas_per_sm, 2);
   EXPECT_EQ(parse_gemm_variant("bm64_bn64_st12_sk1_mc2").bm, 64);
-  for (const char* bad : {"bn256_st4_sk1", "bn256_st4_sk1_mc1x", "bn256_st4_sk1_mc1_q", "bn256_st4_sk1_mc1_p_p", "_p", "bn128_st3_sk1_mc1_o3", "_o2", "bm64_", "bm32_bn64_st4_sk1_mc1",
+  EXPECT_EQ(parse_gemm_variant("bm256_bn192_st3_sk1_mc1_p").bm, 256);
+  for (const char* bad : {"bn256_st4_sk1", "bn256_st4_sk1_mc1x", "bn256_st4_sk1_mc1_q", "bn256_st4_sk1_mc1_p_p", "_p", "bn128_st3_sk1_mc1_o3", "_o2", "bm64_", "bm256_", "bm32_bn64_st4_sk1_mc1",
                           "cublas", ""})
     EXPECT_THROW(parse_gemm_variant(bad), Error) << bad;
 }

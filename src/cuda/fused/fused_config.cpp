@@ -342,13 +342,18 @@ GemmVariant parse_gemm_variant(const std::string& name) {
   };
   if (strip("_o2")) v.ctas_per_sm = 2;
   if (strip("_p")) v.persistent = true;
-  if (base.compare(0, 5, "bm64_") == 0) {
-    v.bm = 64;
-    base.erase(0, 5);
+  // Tile rows other than the default 128 are named (the kernels' other row counts).
+  for (const int bm : {64, 256}) {
+    const std::string prefix = "bm" + std::to_string(bm) + "_";
+    if (base.compare(0, prefix.size(), prefix) == 0) {
+      v.bm = bm;
+      base.erase(0, prefix.size());
+    }
   }
   char tail = 0;
   if (std::sscanf(base.c_str(), "bn%d_st%d_sk%d_mc%d%c", &v.bn, &v.stages, &v.split_k, &v.multicast, &tail) != 4)
-    SWAPFFN_FAIL("bad GEMM variant name '" + name + "' (expected [bm64_]bn<N>_st<S>_sk<K>_mc<C>, optionally _p or _o2)");
+    SWAPFFN_FAIL("bad GEMM variant name '" + name +
+                 "' (expected [bm64_|bm256_]bn<N>_st<S>_sk<K>_mc<C>, optionally _p or _o2)");
   return v;
 }
 

@@ -90,9 +90,10 @@ struct SwigluEpilogue {
   }
 };
 
-template <int BN, int Stages, int Multicast, bool Persistent, int CtasPerSm = 1, GemmFeed Feed = GemmFeed::gemm>
+template <int BN, int Stages, int Multicast, bool Persistent, int CtasPerSm = 1, int BM = 128,
+          GemmFeed Feed = GemmFeed::gemm>
 void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
-  using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast, Persistent, CtasPerSm>;
+  using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast, Persistent, CtasPerSm, BM>;
   SWAPFFN_REQUIRE(a.n2 > 0 && a.n2 % 16 == 0,
                   "dual GEMM: 2*F = " + std::to_string(a.n2) + " is not a positive multiple of 16 (whole W1/W3 pairs)");
   SWAPFFN_REQUIRE(a.k > 0 && a.k % Tile::BK == 0, "dual GEMM: K = " + std::to_string(a.k) + " is not a positive multiple of 64");
@@ -141,6 +142,11 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
 // 2-5% slower than bn 256 (M = 8192 and 32768; 144 and 192 were no better; docs/PERF.md, twentieth
 // session). Kept for tuning, and it is the variant whose staging has a remainder box and whose
 // last weight tile is partial (8192 = 46 x 176 + 96).
+// bm 256 x bn 192 x 3 stages _p (each consumer warpgroup 128 rows): 22% fewer operand bytes per MMA
+// than 128 x 256, for the large-M GEMMs, where an SM's operand intake and its MMAs each alone run at
+// about the floor's rate and together 20-28% slower (docs/PERF.md, twenty-seventh session). Three
+// stages of 56 KB fill the shared memory beside the staging; 2F = 8192 is 42.7 weight tiles (the
+// last partial), so M = 8192 is 32 x 43 tiles (10.4 waves).
 struct DualEntry {
   GemmVariant v;
   void (*fn)(const DualGemmSwigluArgs&, cudaStream_t, bool);
@@ -151,18 +157,22 @@ constexpr DualEntry kDualVariants[] = {{{256, 4, 1, 2}, launch<256, 4, 2, false>
                                        {{256, 4, 1, 2, true}, launch<256, 4, 2, true>},
                                        {{128, 6, 1, 2}, launch<128, 6, 2, false>},
                                        {{128, 3, 1, 1, false, 2}, launch<128, 3, 1, false, 2>},
-                                       {{176, 5, 1, 1, true}, launch<176, 5, 1, true>}};
+                                       {{176, 5, 1, 1, true}, launch<176, 5, 1, true>},
+                                       {{192, 3, 1, 1, true, 1, 256}, launch<192, 3, 1, true, 1, 256>},
+                                       {{192, 3, 1, 2, true, 1, 256}, launch<192, 3, 2, true, 1, 256>}};
 
-// Diagnostic builds (GemmFeed): the B = 1 default and the persistent tile without multicast.
+// Diagnostic builds (GemmFeed): the B = 1 default and the persistent tiles without multicast.
 struct DualFeedEntry {
   GemmVariant v;
   void (*operands_only)(const DualGemmSwigluArgs&, cudaStream_t, bool);
   void (*mma_only)(const DualGemmSwigluArgs&, cudaStream_t, bool);
 };
 // One place per variant for its name and its two builds, so that they agree.
-#define SWAPFFN_DUAL_FEED(BN, ST, P) \
-  {{BN, ST, 1, 1, P}, launch<BN, ST, 1, P, 1, GemmFeed::operands_only>, launch<BN, ST, 1, P, 1, GemmFeed::mma_only>}
-constexpr DualFeedEntry kDualFeedVariants[] = {SWAPFFN_DUAL_FEED(256, 4, false), SWAPFFN_DUAL_FEED(256, 4, true)};
+#define SWAPFFN_DUAL_FEED(BM, BN, ST, P)                                         \
+  {{BN, ST, 1, 1, P, 1, BM}, launch<BN, ST, 1, P, 1, BM, GemmFeed::operands_only>, \
+   launch<BN, ST, 1, P, 1, BM, GemmFeed::mma_only>}
+constexpr DualFeedEntry kDualFeedVariants[] = {SWAPFFN_DUAL_FEED(128, 256, 4, false), SWAPFFN_DUAL_FEED(128, 256, 4, true),
+                                               SWAPFFN_DUAL_FEED(256, 192, 3, true)};
 #undef SWAPFFN_DUAL_FEED
 
 }  // namespace

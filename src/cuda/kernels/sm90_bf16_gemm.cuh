@@ -7,7 +7,8 @@
 // Structure (per CTA, 384 threads): warpgroup 0 is the producer (one thread issues TMA loads of the
 // A and B tiles into a ring of `Stages` shared-memory buffers, completing on mbarriers); warpgroups
 // 1 and 2 are consumers, each owning 64 rows of the 128-row tile and issuing wgmma m64nBNk16 on the
-// swizzled tiles (64-row tiles: 256 threads, one consumer warpgroup). Split-K (blockIdx.z, 2 or 4
+// swizzled tiles (64-row tiles: 256 threads, one consumer warpgroup; 256-row tiles: two consumers of
+// 128 rows, each issuing two m64 MMAs per k16 step). Split-K (blockIdx.z, 2 or 4
 // slices of K) runs as a thread-block cluster along z. After the mainloops each rank owns 1/SplitK
 // of the tile's columns and receives the other ranks' partial sums of those columns through
 // distributed shared memory (into its own stage buffers, idle by then), then adds the SplitK
@@ -57,9 +58,17 @@ struct GemmTile {
   // without splitting K): one consumer warpgroup for all BN columns. Two splitting the columns timed
   // slower (15.8 against 14.3 us for the 64 x 64 down tile at M = 512, H100): each reads the whole
   // A tile from shared memory, and they double the per-k-step issue work for the same MMAs.
+  // 256 rows (with BN <= 192): two consumer warpgroups of 128 rows, two m64 accumulator blocks each
+  // (192 registers at BN = 192). 256 x 192 needs 22% fewer operand bytes per MMA than 128 x 256,
+  // for the large-M GEMMs, where an SM's operand intake and its MMAs each alone run at about the
+  // floor's rate and together 20-28% slower. (Three consumers of 64 x 256 would do the same, but at
+  // 512 threads the launch bound caps every instruction at 128 registers and an m64n256 MMA needs
+  // 154: ptxas refuses it.)
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
-  static constexpr int kConsumers = BM / 64;
+  static constexpr int kConsumers = BM == 64 ? 1 : 2;
+  static constexpr int kConsumerRows = BM / kConsumers;
+  static constexpr int kMmaM = kConsumerRows / 64;  // m64 accumulator blocks per consumer thread
   static constexpr int BK = 64;  // one 128-byte swizzle atom of bf16
   static constexpr int Stages = Stages_;
   static constexpr int SplitK = SplitK_;
@@ -78,6 +87,10 @@ struct GemmTile {
   // and ptxas must fit the MMAs into the launch bound: 288 threads x 2 CTAs leave 112 registers per
   // thread).
   static constexpr int kThreads = kCtasPerSm == 1 ? 128 * (1 + kConsumers) : 128 * kConsumers + 32;
+  // setmaxnreg targets (one CTA per SM): the producer hands its registers to the consumers, and the
+  // two targets together must fit the register file.
+  static constexpr int kProducerRegs = kMmaM == 2 ? 24 : 40;
+  static constexpr int kConsumerRegs = kMmaM == 2 ? 240 : 232;
   static constexpr int kFirstConsumerThread = kCtasPerSm == 1 ? 128 : 0;
   static constexpr int kProducerThread = kCtasPerSm == 1 ? 0 : 128 * kConsumers;
   static constexpr int kAccPerThread = BN / 2;  // m64nBN f32 accumulators per thread
@@ -96,9 +109,13 @@ struct GemmTile {
 
   static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256,
                 "tile N must be a multiple of 16 from 64 to 256 (a wgmma n; whole 8-row W1/W3 pairs)");
-  static_assert(BM == 128 || BM == 64, "tile M is 128 (two consumer warpgroups) or 64 (one)");
+  static_assert(BM == 64 || BM == 128 || BM == 256, "tile M is 64 (one consumer warpgroup), 128 or 256 (two)");
   static_assert(BM == 128 || (SplitK == 1 && CtasPerSm_ == 1),
-                "64-row tiles: no split-K exchange and no epilogue staged in A (both assume 64 rows per consumer)");
+                "64- and 256-row tiles: no split-K exchange and no epilogue staged in A (both assume 64 rows "
+                "per consumer)");
+  static_assert(kMmaM == 1 || BN <= 192, "256-row tiles: two m64 x BN accumulator blocks must fit 240 registers");
+  static_assert(kCtasPerSm > 1 || 128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536,
+                "the setmaxnreg targets must fit the register file");
   static_assert(Stages >= 2 && Stages <= 16, "pipeline depth must be 2..16");
   static_assert(SplitK == 1 || SplitK == 2 || SplitK == 4, "split-K is a cluster of 1, 2 or 4 CTAs along z");
   static_assert(BN / 8 % SplitK == 0, "each split-K rank finishes a whole number of 8-column blocks");
@@ -130,6 +147,7 @@ struct WgmmaAtom;
 SWAPFFN_WGMMA_ATOM(64)
 SWAPFFN_WGMMA_ATOM(128)
 SWAPFFN_WGMMA_ATOM(176)
+SWAPFFN_WGMMA_ATOM(192)
 SWAPFFN_WGMMA_ATOM(256)
 #undef SWAPFFN_WGMMA_ATOM
 
@@ -137,6 +155,15 @@ template <class Op, int N, size_t... I>
 __device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&d)[N], cute::SM90::GMMA::ScaleOut scale,
                                            std::index_sequence<I...>) {
   Op::fma(da, db, d[I]..., scale);
+}
+
+// Orders the wgmmas' asynchronous accumulator accesses against the surrounding code.
+template <int MM, int N>
+__device__ __forceinline__ void fence_accumulators(float (&acc)[MM][N]) {
+  #pragma unroll
+  for (int r = 0; r < MM; ++r)
+  #pragma unroll
+    for (int i = 0; i < N; ++i) cute::warpgroup_fence_operand(acc[r][i]);
 }
 
 // Shared-memory matrix descriptor of a K-major tile laid out by TMA with 128-byte swizzle:
@@ -226,7 +253,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     __syncthreads();
   }
   if (producer) {
-    if constexpr (Tile::kCtasPerSm == 1) cutlass::arch::warpgroup_reg_dealloc<40>();
+    if constexpr (Tile::kCtasPerSm == 1) cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegs>();
     if (threadIdx.x == Tile::kProducerThread && kFeed != Feed::mma_only) {
       uint16_t mask_a = 0, mask_b = 0;
       for (int x = 0; x < Tile::ClusterN; ++x) mask_a |= uint16_t(1u << rank_of(x, cy, split));
@@ -285,8 +312,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   pdl_wait();
   pdl_launch_dependents();
 
-  if constexpr (Tile::kCtasPerSm == 1) cutlass::arch::warpgroup_reg_alloc<232>();
-  const int c = (threadIdx.x - Tile::kFirstConsumerThread) / 128;  // consumer: rows [64c, 64c + 64) of the tile
+  if constexpr (Tile::kCtasPerSm == 1) cutlass::arch::warpgroup_reg_alloc<Tile::kConsumerRegs>();
+  // Consumer c owns the tile's rows [c R, c R + R), R = kConsumerRows, as kMmaM blocks of 64 rows.
+  constexpr int MM = Tile::kMmaM;
+  const int c = (threadIdx.x - Tile::kFirstConsumerThread) / 128;
   const int t = threadIdx.x % 128;
   // A stage is released to every CTA that multicasts into it (and to this one).
   const auto release = [&](int s) {
@@ -297,7 +326,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   };
   // No zero fill: the first MMA overwrites (scale-d 0). A fill would be a non-wgmma definition of
   // the accumulators inside the MMA pipeline, which serialises the wgmmas (ptxas C7515).
-  float acc[Tile::kAccPerThread];
+  float acc[MM][Tile::kAccPerThread];
 
   int g = 0;  // k-steps consumed so far by this CTA
   for (int tile = tile0; tile < tile_end; tile += tile_step) {
@@ -311,28 +340,27 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
         continue;
       }
       if constexpr (kFeed == Feed::gemm) Barrier::wait(&full[s], phase);
-      const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * 64 * 128;
+      const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * Tile::kConsumerRows * 128;
       const uint8_t* b = smem_b + s * Tile::kStageBytesB;
-  #pragma unroll
-      for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+      fence_accumulators(acc);
       cute::warpgroup_arrive();
   #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk)
-        wgmma_call<typename WgmmaAtom<BN>::Op>(
-            sw128_desc(a + kk * 32), sw128_desc(b + kk * 32), acc,
-            (it == 0 && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
-            std::make_index_sequence<Tile::kAccPerThread>{});
+  #pragma unroll
+        for (int r = 0; r < MM; ++r)
+          wgmma_call<typename WgmmaAtom<BN>::Op>(
+              sw128_desc(a + r * 64 * 128 + kk * 32), sw128_desc(b + kk * 32), acc[r],
+              (it == 0 && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+              std::make_index_sequence<Tile::kAccPerThread>{});
       cute::warpgroup_commit_batch();
       // Keep this k-step's MMAs in flight while the previous one's stage is handed back.
       cute::warpgroup_wait<1>();
-  #pragma unroll
-      for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+      fence_accumulators(acc);
       if (it > 0 && kFeed == Feed::gemm) release((g + S - 1) % S);
     }
     if constexpr (kFeed == Feed::operands_only) continue;
     cute::warpgroup_wait<0>();
-  #pragma unroll
-    for (int i = 0; i < Tile::kAccPerThread; ++i) cute::warpgroup_fence_operand(acc[i]);
+    fence_accumulators(acc);
     // The tile's last stage goes back too: the producer may already fill it for the next tile.
     if constexpr (Tile::kPersistent && kFeed == Feed::gemm) release((g + S - 1) % S);
 
@@ -356,7 +384,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
         remote += ((slot_of(split, dst) * Tile::kConsumers + c) * OB * 128 + t) * 16;
   #pragma unroll
         for (int jj = 0; jj < OB; ++jj) {
-          const float* v = &acc[4 * (dst * OB + jj)];
+          const float* v = &acc[0][4 * (dst * OB + jj)];
           asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(remote + jj * 128 * 16), "f"(v[0]),
                        "f"(v[1]), "f"(v[2]), "f"(v[3])
                        : "memory");
@@ -371,7 +399,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
       for (int j = 0; j < BN / 8; ++j) {
         if (j / OB != split) continue;
         const int jj = j % OB;
-        float* own = &acc[4 * j];
+        float* own = &acc[0][4 * j];
         auto part = [&](int src) {
           return src == split ? make_float4(own[0], own[1], own[2], own[3])
                               : recv[((slot_of(src, split) * Tile::kConsumers + c) * OB + jj) * 128 + t];
@@ -398,9 +426,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     }
     // Staging: this warpgroup's own 64 rows of A in the last stage (only its MMAs read them, and
     // they are complete; no load is in flight), or the separate buffer.
-    uint8_t* stage = Tile::kStageEpilogueInA ? smem_a + ((g + S - 1) % S) * Tile::kStageBytesA + c * 64 * 128
+    uint8_t* stage = Tile::kStageEpilogueInA ? smem_a + ((g + S - 1) % S) * Tile::kStageBytesA + c * Tile::kConsumerRows * 128
                                              : epi_smem + c * Epi::template smem_bytes<BN>();
-    Epi::template apply<BN>(params, acc, m_tile * BM + c * 64, n_tile * BN, M, t, stage, 1 + c, j_begin, j_end);
+    // One 64-row block at a time; the epilogue waits until the copy engine has read its staging.
+  #pragma unroll
+    for (int r = 0; r < MM; ++r)
+      Epi::template apply<BN>(params, acc[r], m_tile * BM + c * Tile::kConsumerRows + r * 64, n_tile * BN, M, t, stage,
+                              1 + c, j_begin, j_end);
   }
   // A persistent cluster meets once, after its last tile (matching the producer's one arrival): a CTA
   // whose peer is still in its mainloop may yet receive multicast bytes and empty-barrier arrivals.

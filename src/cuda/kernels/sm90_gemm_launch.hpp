@@ -24,7 +24,7 @@ struct GemmVariant {
   int multicast = 1;  // CTAs of a cluster sharing one operand tile (B for the dual GEMM, A for down)
   bool persistent = false;  // one CTA per SM walking the tiles (no cluster)
   int ctas_per_sm = 1;      // 2: two resident CTAs per SM, one's epilogue under the other's MMAs
-  int bm = 128;             // tile rows: 128 (two consumer warpgroups), or 64 (one)
+  int bm = 128;             // tile rows: 128 (two consumer warpgroups), 64 (one) or 256 (two, 128 rows each)
   std::string name() const {
     return (bm != 128 ? "bm" + std::to_string(bm) + "_" : std::string()) + "bn" + std::to_string(bn) + "_st" +
            std::to_string(stages) + "_sk" + std::to_string(split_k) + "_mc" + std::to_string(multicast) +
