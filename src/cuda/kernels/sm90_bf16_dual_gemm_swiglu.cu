@@ -66,7 +66,7 @@ struct SwigluEpilogue {
     if (t == 0) {
 #pragma unroll
       for (int b = 0; b < kFull; ++b)
-        sm90::tma_store_2d_evict_first(&p.u, stage + b * kBoxBytes, n_base / 2 + b * 64, m_base);  // rows >= M clipped
+        cute::SM90_TMA_STORE_2D::copy(&p.u, stage + b * kBoxBytes, n_base / 2 + b * 64, m_base);  // rows >= M clipped
       if constexpr (kRem > 0)
         cute::SM90_TMA_STORE_3D::copy(&p.u_rem, stage + kFull * kBoxBytes, (n_base / 2 + kFull * 64) * 2, m_base, 0);
       cute::tma_store_arrive();

@@ -166,21 +166,6 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[MM][N]) {
     for (int i = 0; i < N; ++i) cute::warpgroup_fence_operand(acc[r][i]);
 }
 
-// L2 policies of the operand loads. The weights (B) are read by every M tile and the whole step, so
-// they are kept over streaming data (each GEMM's output: u alone is 64 MB at M = 8192, more than the
-// L2 holds); the activations (A) are read by the N tiles of one wave and then not again.
-constexpr uint64_t kPolicyB = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_LAST);
-constexpr uint64_t kPolicyA = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-// An asynchronous 2-D tensor store from shared memory that asks L2 to evict its lines first: outputs
-// written once and read by the next kernel only, which must not push the weights out.
-__device__ __forceinline__ void tma_store_2d_evict_first(const CUtensorMap* map, const void* smem, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(cute::cast_smem_ptr_to_uint(smem)), "r"(c0), "r"(c1),
-               "l"(static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST))
-               : "memory");
-}
-
 // Shared-memory matrix descriptor of a K-major tile laid out by TMA with 128-byte swizzle:
 // 8-row groups of 128-byte rows, 1024 bytes apart.
 __device__ __forceinline__ uint64_t sw128_desc(const void* smem) {
@@ -277,9 +262,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
         uint8_t* b_dst = smem_b + s * Tile::kStageBytesB + cy * Tile::kBoxRowsB * 128;
         const int k = (k_tile0 + it) * BK, b_row = n_tile * BN + cy * Tile::kBoxRowsB;
         if constexpr (Tile::ClusterM > 1)
-          cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_b, &full[s], mask_b, kPolicyB, b_dst, k, b_row);
+          cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_b, &full[s], mask_b, 0, b_dst, k, b_row);
         else
-          cute::SM90_TMA_LOAD_2D::copy(&tma_b, &full[s], kPolicyB, b_dst, k, b_row);
+          cute::SM90_TMA_LOAD_2D::copy(&tma_b, &full[s], 0, b_dst, k, b_row);
       };
       // The weights of the first stage (a fresh barrier: no wait for consumers) before the PDL wait.
       // One stage only: the copy engine serves a CTA's loads in order, so A of stage 0 waits behind
@@ -306,9 +291,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
           uint8_t* a_dst = smem_a + s * Tile::kStageBytesA + cx * Tile::kBoxRowsA * 128;
           const int a_row = m_tile * BM + cx * Tile::kBoxRowsA;
           if constexpr (Tile::ClusterN > 1)
-            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_a, &full[s], mask_a, kPolicyA, a_dst, k, a_row);
+            cute::SM90_TMA_LOAD_MULTICAST_2D::copy(&tma_a, &full[s], mask_a, 0, a_dst, k, a_row);
           else
-            cute::SM90_TMA_LOAD_2D::copy(&tma_a, &full[s], kPolicyA, a_dst, k, a_row);
+            cute::SM90_TMA_LOAD_2D::copy(&tma_a, &full[s], 0, a_dst, k, a_row);
         }
       }
     }
