@@ -42,11 +42,13 @@ struct SwigluEpilogue {
                                uint8_t* stage, int barrier, int /*j_begin*/, int /*j_end*/) {
     static_assert(BN % 16 == 0, "each 16-row W1/W3 group gives one 16-byte chunk of outputs per row");
     constexpr int kBoxBytes = 64 * 128, kFull = full_boxes<BN>(), kRem = rem_bytes<BN>();
-    // Byte `byte` of chunk g (16 bytes: outputs 8g..8g+7) of row r; g is a compile-time index.
+    // Shared address of byte `byte` of chunk g (16 bytes: outputs 8g..8g+7) of row r; g is a
+    // compile-time index.
+    const uint32_t base = cute::cast_smem_ptr_to_uint(stage);
     const auto at = [&](int r, int g, int byte) {
       if (g < 8 * kFull)
-        return stage + (g / 8) * kBoxBytes + r * 128 + (((g % 8) ^ (r & 7)) * 16) + byte;
-      return stage + kFull * kBoxBytes + r * kRem + (g - 8 * kFull) * 16 + byte;
+        return base + (g / 8) * kBoxBytes + r * 128 + (((g % 8) ^ (r & 7)) * 16) + byte;
+      return base + kFull * kBoxBytes + r * kRem + (g - 8 * kFull) * 16 + byte;
     };
     if (t == 0) cute::tma_store_wait<0>();  // the previous tile's store has read the staging
     sm90::warpgroup_bar(barrier);
@@ -58,7 +60,7 @@ struct SwigluEpilogue {
         const float* gate = &acc[4 * (2 * g) + 2 * half];
         const float* up = &acc[4 * (2 * g + 1) + 2 * half];
         const __nv_bfloat162 v = __floats2bfloat162_rn(silu_mul(gate[0], up[0]), silu_mul(gate[1], up[1]));
-        *reinterpret_cast<__nv_bfloat162*>(at(a.row + 8 * half, g, a.col * 2)) = v;  // a.col = 2 (lane % 4)
+        sm90::st_shared_b32(at(a.row + 8 * half, g, a.col * 2), reinterpret_cast<const uint32_t&>(v));  // a.col = 2 (lane % 4)
       }
     }
     cute::tma_store_fence();  // this thread's shared-memory writes become visible to the copy engine

@@ -453,6 +453,15 @@ constexpr int kernel_smem_bytes() {
   return Tile::kSmemBytes + 1024 + Tile::kConsumers * Epi::template smem_bytes<Tile::BN>();
 }
 
+// Stores into an epilogue's staging by shared-window address. Through a generic pointer ptxas cannot
+// tell that the staging is shared memory and emits generic stores (ST.E, with 64-bit address math).
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
 // bar.sync on a named barrier for the 128 threads of one warpgroup.
 __device__ __forceinline__ void warpgroup_bar(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
 

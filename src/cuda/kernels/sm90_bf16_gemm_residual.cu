@@ -69,8 +69,8 @@ struct ResidualEpilogue {
         for (int half = 0; half < 2; ++half) {
           const int row = a.row + 8 * half;
           // 16-byte chunk col / 4 of the row, swizzled by the row within its 8-row group.
-          *reinterpret_cast<float2*>(slot + row * 128 + (((col / 4) ^ (row & 7)) * 16) + (col % 4) * 4) =
-              make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+          sm90::st_shared_v2_f32(cute::cast_smem_ptr_to_uint(slot) + row * 128 + (((col / 4) ^ (row & 7)) * 16) + (col % 4) * 4,
+                                 acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
         }
       }
       cute::tma_store_fence();  // this thread's shared-memory writes become visible to the copy engine
