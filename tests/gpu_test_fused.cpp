@@ -178,7 +178,7 @@ TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         // tiles with a partial last weight tile, and the 256-row tiles.
         {"default", 9, "up=bn256_st4_sk1_mc2_p", "cublas"},
         {"default", 9, "up=bn176_st5_sk1_mc1_p", "cublas"},
-        {"default", 9, "up=bm256_bn192_st3_sk1_mc2_p", "cublas"},  // three consumer warpgroups per tile
+        {"default", 9, "up=bm256_bn192_st3_sk1_mc2_p", "cublas"},  // 128 rows per consumer warpgroup
         {"tiny", 400, "groups=auto", "cublas"},  // the built-in choice: two groups on 132 SMs
         {"default", 9, "chunk=1536", "sk4"},
         // CUTLASS: a wide cooperative tile for the batch, the pingpong 64 x 64 tile alone.

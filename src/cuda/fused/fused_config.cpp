@@ -29,6 +29,9 @@ namespace swapffn::cuda {
 //   2-5% slower than bn 256 at M = 8192 and 32768 (15% more operand bytes per MMA); bn 176 stays
 //   selectable. From ~60 rows per SM the persistent walk also multicasts W13 to a pair of M tiles
 //   (mc2_p): +3.8% alone at M = 8192, but -1..-2% per step at B >= 16 (from_tune_file says why).
+//   Rejected: 256 x 192 tiles (bm256_bn192_st3_sk1_mc2_p, 22% fewer operand bytes per MMA): 8-13%
+//   slower alone at M = 8192 and 32768, +4% per step at B = 16 and 64, level at 32 (H100,
+//   twenty-seventh session); selectable.
 // - down: cuBLASLt. Our split-K kernel (bn 64, 2-CTA cluster) runs M = 512 in 14.9 us against
 //   12.3-13.9 for cuBLASLt's pinned split-K-free algorithm (H100, eleventh session), and our kernels
 //   with cuBLAS's bits (sk1: bm64 at M = 512 14.3 us, bn 256 persistent at M = 8192 108-121 against

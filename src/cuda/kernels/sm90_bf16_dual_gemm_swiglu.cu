@@ -144,11 +144,12 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
 // 2-5% slower than bn 256 (M = 8192 and 32768; 144 and 192 were no better; docs/PERF.md, twentieth
 // session). Kept for tuning, and it is the variant whose staging has a remainder box and whose
 // last weight tile is partial (8192 = 46 x 176 + 96).
-// bm 256 x bn 192 x 3 stages _p (each consumer warpgroup 128 rows): 22% fewer operand bytes per MMA
-// than 128 x 256, for the large-M GEMMs, where an SM's operand intake and its MMAs each alone run at
-// about the floor's rate and together 20-28% slower (docs/PERF.md, twenty-seventh session). Three
-// stages of 56 KB fill the shared memory beside the staging; 2F = 8192 is 42.7 weight tiles (the
-// last partial), so M = 8192 is 32 x 43 tiles (10.4 waves).
+// bm 256 x bn 192 x 3 stages mc2_p (each consumer warpgroup 128 rows, W13 multicast to a pair of M
+// tiles): 22% fewer operand bytes per MMA than 128 x 256. Three stages of 56 KB fill the shared
+// memory beside the staging; 2F = 8192 is 42.7 weight tiles (the last partial). Its loads alone run
+// M = 8192 in 111 us against 174, but the GEMM is 8-13% slower than bn 256 (H100, twenty-seventh
+// session: the MMA half is slower, M = 8192 rounds to 11 of 10.4 waves, and the clock still drops
+// under the loads). Kept for tuning; without multicast it was slower still (dropped).
 struct DualEntry {
   GemmVariant v;
   void (*fn)(const DualGemmSwigluArgs&, cudaStream_t, bool);
@@ -160,10 +161,10 @@ constexpr DualEntry kDualVariants[] = {{{256, 4, 1, 2}, launch<256, 4, 2, false>
                                        {{128, 6, 1, 2}, launch<128, 6, 2, false>},
                                        {{128, 3, 1, 1, false, 2}, launch<128, 3, 1, false, 2>},
                                        {{176, 5, 1, 1, true}, launch<176, 5, 1, true>},
-                                       {{192, 3, 1, 1, true, 1, 256}, launch<192, 3, 1, true, 1, 256>},
                                        {{192, 3, 1, 2, true, 1, 256}, launch<192, 3, 2, true, 1, 256>}};
 
-// Diagnostic builds (GemmFeed): the B = 1 default and the persistent tiles without multicast.
+// Diagnostic builds (GemmFeed): the B = 1 default and the persistent tiles without multicast (bm 256:
+// its loads and MMAs apart).
 struct DualFeedEntry {
   GemmVariant v;
   void (*operands_only)(const DualGemmSwigluArgs&, cudaStream_t, bool);

@@ -59,11 +59,9 @@ struct GemmTile {
   // slower (15.8 against 14.3 us for the 64 x 64 down tile at M = 512, H100): each reads the whole
   // A tile from shared memory, and they double the per-k-step issue work for the same MMAs.
   // 256 rows (with BN <= 192): two consumer warpgroups of 128 rows, two m64 accumulator blocks each
-  // (192 registers at BN = 192). 256 x 192 needs 22% fewer operand bytes per MMA than 128 x 256,
-  // for the large-M GEMMs, where an SM's operand intake and its MMAs each alone run at about the
-  // floor's rate and together 20-28% slower. (Three consumers of 64 x 256 would do the same, but at
-  // 512 threads the launch bound caps every instruction at 128 registers and an m64n256 MMA needs
-  // 154: ptxas refuses it.)
+  // (192 registers at BN = 192): 256 x 192 needs 22% fewer operand bytes per MMA than 128 x 256.
+  // (Three consumers of 64 x 256 would do the same, but at 512 threads the launch bound caps every
+  // instruction at 128 registers and an m64n256 MMA needs 154: ptxas refuses it.)
   static constexpr int BM = BM_;
   static constexpr int BN = BN_;
   static constexpr int kConsumers = BM == 64 ? 1 : 2;
