@@ -1,5 +1,11 @@
 // swapffn bench: token-step time of each backend for several batch sizes, against the floor set by
 // this GPU's dense bf16 GEMM rate measured in the same run (SPEC section 6).
+// A GPU's clock follows its power and temperature limits: a lent H100 was seen at its 700 W cap
+// within a second of sustained load and at ~400 MHz (thermal slowdown, 87 C) after a few seconds.
+// So the points run batch by batch, every backend at one batch size back to back (the ratio to
+// unfused compares runs under about the same conditions), the floor GEMM is measured again right
+// before each GPU point (its "% floor" uses that measurement), and each row reports how much its
+// timed runs differed (a clock that moved during the point shows there).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,7 +49,12 @@ struct Row {
   std::string backend;
   int64_t batch = 0;
   double ms = 0;
+  double floor_tflops = 0;  // the floor GEMM measured right before this point (GPU points)
+  double spread = 0;        // (slowest - fastest) / median of the timed runs (GPU points)
 };
+
+// Rows whose timed runs differ by more than this are marked: the clock moved during the point.
+constexpr double kSpreadNote = 0.05;
 
 bool is_gpu_backend(const std::string& b) { return b != "reference"; }
 
@@ -125,64 +136,75 @@ void run_bench(const BenchArgs& a) {
               a.model.empty() ? a.preset.c_str() : a.model.c_str(), cfg.flops_per_token() * 1e-9, a.tokens,
               a.repeats, a.warmup);
   if (peak > 0)
-    std::printf("floor: bf16 GEMM %dx%dx%d measured at %.1f TFLOP/s -> %.4f ms per token step per sequence\n",
+    std::printf("floor: bf16 GEMM %dx%dx%d measured at %.1f TFLOP/s -> %.4f ms per token step per sequence (at the "
+                "start; each GPU row's %% floor uses the floor measured right before it)\n",
                 a.peak_n, a.peak_n, a.peak_n, peak, cfg.flops_per_token() / (peak * 1e12) * 1e3);
   for (const auto& s : skipped) std::printf("skipped: %s\n", s.c_str());
 
-  std::vector<Row> rows;
-  std::vector<std::string> breakdown_lines;
+  // Every variant's engine first, then the points batch by batch (see the top of this file).
+  struct Variant {
+    std::string label, backend;
+    bool graph;
+    std::string kernel_config;
+    std::unique_ptr<Engine> engine;
+  };
+  std::vector<Variant> variants;
   for (const auto& b : run_list) {
-    struct Variant {
-      std::string label;
-      bool graph;
-      std::string kernel_config;
-    };
-    std::vector<Variant> variants{{b, true, ""}};
-    if (a.eager && is_gpu_backend(b)) variants.push_back({b + "(eager)", false, ""});
+    std::vector<Variant> of_b;
+    of_b.push_back({b, b, true, "", nullptr});
+    if (a.eager && is_gpu_backend(b)) of_b.push_back({b + "(eager)", b, false, "", nullptr});
     if (b == "fused")
-      for (const auto& kc : a.fused_configs) variants.push_back({b + "[" + kc + "]", true, kc});
-    for (const auto& [label, graph, kernel_config] : variants) {
+      for (const auto& kc : a.fused_configs) of_b.push_back({b + "[" + kc + "]", b, true, kc, nullptr});
+    for (auto& v : of_b) {
       EngineOptions eo;
-      eo.graph = graph;
-      eo.kernel_config = kernel_config;
-      std::unique_ptr<Engine> engine;
+      eo.graph = v.graph;
+      eo.kernel_config = v.kernel_config;
       try {
-        engine = make_engine(b, w, eo);
+        v.engine = make_engine(b, w, eo);
       } catch (const Error& e) {
         if (explicit_list) throw;
-        std::printf("skipped: %s (%s)\n", label.c_str(), e.what());
+        std::printf("skipped: %s (%s)\n", v.label.c_str(), e.what());
         break;
       }
-      for (int64_t batch : a.batches) {
-        const State initial = State::random(cfg, batch, a.seed);
-        Row r{label, batch, 0};
-        if (is_gpu_backend(b)) {
+      variants.push_back(std::move(v));
+    }
+  }
+
+  std::vector<Row> rows;
+  std::vector<std::string> breakdown_lines;
+  for (int64_t batch : a.batches) {
+    const State initial = State::random(cfg, batch, a.seed);
+    for (auto& v : variants) {
+      Row r{v.label, batch};
+      if (is_gpu_backend(v.backend)) {
 #ifdef SWAPFFN_WITH_CUDA
-          r.ms = cuda::time_device_decode(*engine, initial, a.tokens, a.warmup, a.repeats, 4, a.seed)
-                     .median_ms_per_step;
-          if (a.breakdown && graph) {
-            const cuda::PhaseBreakdown pb = cuda::time_device_phases(*engine, initial, 3, a.seed);
-            double total = 0;
-            for (double v : pb.ms_per_step) total += v;
-            std::ostringstream line;
-            char buf[96];
-            std::snprintf(buf, sizeof(buf), "%-10s B=%-4lld eager %.3f ms:", label.c_str(),
-                          static_cast<long long>(batch), total);
+        r.floor_tflops = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10);
+        const cuda::DecodeTiming t =
+            cuda::time_device_decode(*v.engine, initial, a.tokens, a.warmup, a.repeats, 4, a.seed);
+        r.ms = t.median_ms_per_step;
+        r.spread = (t.max_ms_per_step - t.min_ms_per_step) / t.median_ms_per_step;
+        if (a.breakdown && v.graph) {
+          const cuda::PhaseBreakdown pb = cuda::time_device_phases(*v.engine, initial, 3, a.seed);
+          double total = 0;
+          for (double x : pb.ms_per_step) total += x;
+          std::ostringstream line;
+          char buf[96];
+          std::snprintf(buf, sizeof(buf), "%-10s B=%-4lld eager %.3f ms:", v.label.c_str(),
+                        static_cast<long long>(batch), total);
+          line << buf;
+          for (size_t p = 0; p < pb.names.size(); ++p) {
+            std::snprintf(buf, sizeof(buf), "  %s %.3f (%.0f%%)", pb.names[p], pb.ms_per_step[p],
+                          total > 0 ? 100 * pb.ms_per_step[p] / total : 0.0);
             line << buf;
-            for (size_t p = 0; p < pb.names.size(); ++p) {
-              std::snprintf(buf, sizeof(buf), "  %s %.3f (%.0f%%)", pb.names[p], pb.ms_per_step[p],
-                            total > 0 ? 100 * pb.ms_per_step[p] / total : 0.0);
-              line << buf;
-            }
-            breakdown_lines.push_back(line.str());
           }
-#endif
-        } else {
-          r.ms = time_host_decode(*engine, initial, a);
+          breakdown_lines.push_back(line.str());
         }
-        rows.push_back(r);
-        std::fprintf(stderr, "  %s B=%lld: %.4f ms/step\n", label.c_str(), static_cast<long long>(batch), r.ms);
+#endif
+      } else {
+        r.ms = time_host_decode(*v.engine, initial, a);
       }
+      rows.push_back(r);
+      std::fprintf(stderr, "  %s B=%lld: %.4f ms/step\n", v.label.c_str(), static_cast<long long>(batch), r.ms);
     }
   }
 
@@ -192,23 +214,35 @@ void run_bench(const BenchArgs& a) {
     return 0.0;
   };
   nlohmann::json jrows = nlohmann::json::array();
-  std::printf("\n%-16s %5s %12s %12s %9s %9s %11s\n", "backend", "B", "ms/step", "tok/s", "TF/s", "% floor",
-              "vs unfused");
+  std::printf("\n%-16s %5s %12s %12s %9s %9s %11s %10s %7s\n", "backend", "B", "ms/step", "tok/s", "TF/s", "% floor",
+              "vs unfused", "floor TF/s", "spread");
+  bool spread_noted = false;
   for (const auto& r : rows) {
     const double tok_s = r.batch / (r.ms * 1e-3);
     const double tflops = cfg.flops_per_token() * r.batch / (r.ms * 1e-3) / 1e12;
-    const double pct = peak > 0 ? 100 * tflops / peak : 0;
+    const double pct = r.floor_tflops > 0 ? 100 * tflops / r.floor_tflops : 0;
     const double base = unfused_ms(r.batch);
     const double speedup = base > 0 ? base / r.ms : 0;
     char vs[32] = "-";
     if (base > 0) std::snprintf(vs, sizeof(vs), "%.2fx", speedup);
-    char pct_s[32] = "-";
-    if (peak > 0) std::snprintf(pct_s, sizeof(pct_s), "%.1f", pct);
-    std::printf("%-16s %5lld %12.4f %12.1f %9.2f %9s %11s\n", r.backend.c_str(), static_cast<long long>(r.batch),
-                r.ms, tok_s, tflops, pct_s, vs);
+    char pct_s[32] = "-", floor_s[32] = "-", spread_s[32] = "-";
+    if (r.floor_tflops > 0) {
+      std::snprintf(pct_s, sizeof(pct_s), "%.1f", pct);
+      std::snprintf(floor_s, sizeof(floor_s), "%.1f", r.floor_tflops);
+      const bool noted = r.spread > kSpreadNote;
+      spread_noted = spread_noted || noted;
+      std::snprintf(spread_s, sizeof(spread_s), "%.1f%%%s", 100 * r.spread, noted ? "*" : "");
+    }
+    std::printf("%-16s %5lld %12.4f %12.1f %9.2f %9s %11s %10s %7s\n", r.backend.c_str(),
+                static_cast<long long>(r.batch), r.ms, tok_s, tflops, pct_s, vs, floor_s, spread_s);
     jrows.push_back({{"backend", r.backend}, {"batch", r.batch}, {"ms_per_step", r.ms}, {"tok_per_s", tok_s},
-                     {"tflops", tflops}, {"pct_of_floor", pct}, {"speedup_vs_unfused", speedup}});
+                     {"tflops", tflops}, {"pct_of_floor", pct}, {"speedup_vs_unfused", speedup},
+                     {"floor_tflops", r.floor_tflops}, {"spread", r.spread}});
   }
+  if (spread_noted)
+    std::printf("* the timed runs of this point differ by more than %.0f%% (slowest against fastest): the GPU's "
+                "clock moved during it (power or thermal limit, or another tenant)\n",
+                100 * kSpreadNote);
   if (!breakdown_lines.empty()) {
     std::printf("\nbreakdown (eager steps, an event around each phase; graph replays skip the launch gaps; the "
                 "fused backend's row groups run one after another here, side by side in the graph):\n");

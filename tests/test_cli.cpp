@@ -197,5 +197,51 @@ TEST_F(Cli, Nvfp4BenchWithoutSearchTimesTheDefaultAlone) {
   }
 }
 
+// `bench` of the CPU reference on tiny: one row per batch size with a positive time, and no floor
+// (no GPU point), so no "% floor" is made up.
+TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
+  const std::string json = path("bench.json");
+  const Result r = cli("bench --config tiny --backends reference --batches 1,2 --tokens 1 --warmup 0 --repeats 1 --json " +
+                       json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(j["rows"].size(), 2u) << j.dump();
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& row = j["rows"][i];
+    EXPECT_EQ(row["backend"], "reference");
+    EXPECT_EQ(row["batch"], int64_t(i + 1));
+    EXPECT_GT(row["ms_per_step"].get<double>(), 0.0);
+    EXPECT_EQ(row["floor_tflops"].get<double>(), 0.0);
+    EXPECT_EQ(row["pct_of_floor"].get<double>(), 0.0);
+  }
+}
+
+// On a GPU the points run batch by batch (every backend at one batch size back to back), and each
+// row's "% floor" is against the floor GEMM measured right before it, reported with it.
+TEST_F(Cli, BenchRunsBatchByBatchWithAFloorPerPoint) {
+#ifdef SWAPFFN_WITH_CUDA
+  if (!query_gpu().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU";
+#else
+  GTEST_SKIP() << "needs a CUDA build";
+#endif
+  const std::string json = path("bench.json");
+  const Result r = cli("bench --config tiny --backends unfused,fused --batches 1,2 --tokens 2 --warmup 1 --repeats 3 "
+                       "--peak-n 2048 --json " + json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(j["rows"].size(), 4u) << j.dump();
+  const char* order[4][2] = {{"unfused", "1"}, {"fused", "1"}, {"unfused", "2"}, {"fused", "2"}};
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& row = j["rows"][i];
+    EXPECT_EQ(row["backend"], order[i][0]) << row;
+    EXPECT_EQ(row["batch"], std::stoll(order[i][1])) << row;
+    const double floor = row["floor_tflops"].get<double>(), tflops = row["tflops"].get<double>();
+    EXPECT_GT(floor, 0.0) << row;
+    EXPECT_NEAR(row["pct_of_floor"].get<double>(), 100 * tflops / floor, 1e-9 * (1 + tflops)) << row;
+    EXPECT_GE(row["spread"].get<double>(), 0.0) << row;
+  }
+  EXPECT_GT(j["rows"][1]["speedup_vs_unfused"].get<double>(), 0.0);  // against the unfused row of its batch
+}
+
 }  // namespace
 }  // namespace swapffn
