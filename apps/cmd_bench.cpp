@@ -3,9 +3,10 @@
 // A GPU's clock follows its power and temperature limits: a lent H100 was seen at its 700 W cap
 // within a second of sustained load and at ~400 MHz (thermal slowdown, 87 C) after a few seconds.
 // So the points run batch by batch, every backend at one batch size back to back (the ratio to
-// unfused compares runs under about the same conditions), the floor GEMM is measured again right
-// before each GPU point (its "% floor" uses that measurement), and each row reports how much its
-// timed runs differed (a clock that moved during the point shows there).
+// unfused compares runs under about the same conditions); each GPU point starts after --cooldown
+// seconds idle, and its floor is the GEMM run after the same pause for as long as the point ran (the
+// same load history; a short floor right after a long point read 670 against 770 TF/s); and each
+// row reports how much its timed runs differed (a clock that moved during the point shows there).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,6 +43,7 @@ struct BenchArgs {
   std::vector<std::string> fused_configs;  // extra rows of the fused backend with these kernel configs
   std::vector<int64_t> batches{1, 4, 16, 64};
   int tokens = 16, warmup = 2, repeats = 5, peak_n = 8192;
+  double cooldown_s = 3;
   uint64_t seed = 1;
   bool breakdown = false, eager = false;
 };
@@ -94,6 +97,7 @@ std::string utc_now() {
 
 void run_bench(const BenchArgs& a) {
   SWAPFFN_REQUIRE(a.tokens > 0 && a.repeats > 0 && a.warmup >= 0, "--tokens and --repeats must be > 0");
+  SWAPFFN_REQUIRE(a.cooldown_s >= 0 && a.cooldown_s <= 600, "--cooldown must be 0 to 600 seconds");
   SWAPFFN_REQUIRE(!a.batches.empty(), "--batches is empty");
   for (int64_t b : a.batches) SWAPFFN_REQUIRE(b > 0, "batch sizes must be > 0 (got " + std::to_string(b) + ")");
   const Weights w = a.model.empty() ? Weights::random(Config::preset(a.preset), a.seed) : Weights::load(a.model);
@@ -137,7 +141,7 @@ void run_bench(const BenchArgs& a) {
               a.repeats, a.warmup);
   if (peak > 0)
     std::printf("floor: bf16 GEMM %dx%dx%d measured at %.1f TFLOP/s -> %.4f ms per token step per sequence (at the "
-                "start; each GPU row's %% floor uses the floor measured right before it)\n",
+                "start; each GPU row's %% floor uses its own, taken after the same pause for as long as the point)\n",
                 a.peak_n, a.peak_n, a.peak_n, peak, cfg.flops_per_token() / (peak * 1e12) * 1e3);
   for (const auto& s : skipped) std::printf("skipped: %s\n", s.c_str());
 
@@ -178,9 +182,14 @@ void run_bench(const BenchArgs& a) {
       Row r{v.label, batch};
       if (is_gpu_backend(v.backend)) {
 #ifdef SWAPFFN_WITH_CUDA
-        r.floor_tflops = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10);
+        const auto cool = [&] { std::this_thread::sleep_for(std::chrono::duration<double>(a.cooldown_s)); };
+        cool();
+        const auto t0 = std::chrono::steady_clock::now();
         const cuda::DecodeTiming t =
             cuda::time_device_decode(*v.engine, initial, a.tokens, a.warmup, a.repeats, 4, a.seed);
+        const double point_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        cool();
+        r.floor_tflops = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10, point_ms);
         r.ms = t.median_ms_per_step;
         r.spread = (t.max_ms_per_step - t.min_ms_per_step) / t.median_ms_per_step;
         if (a.breakdown && v.graph) {
@@ -262,6 +271,7 @@ void run_bench(const BenchArgs& a) {
     j["warmup"] = a.warmup;
     j["flops_per_token"] = cfg.flops_per_token();
     j["peak_tflops"] = peak;
+    j["cooldown_s"] = a.cooldown_s;
     j["rows"] = jrows;
     std::ofstream f(a.json);
     SWAPFFN_REQUIRE(f.good(), "cannot write " + a.json);
@@ -286,6 +296,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--repeats", a->repeats, "timed runs (the median is reported)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of parameters, state and inputs")->capture_default_str();
   cmd->add_option("--peak-n", a->peak_n, "size of the square GEMM that sets the floor")->capture_default_str();
+  cmd->add_option("--cooldown", a->cooldown_s,
+                  "seconds idle before each GPU point and before its floor GEMM (the clock follows the temperature)")
+      ->capture_default_str();
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_flag("--breakdown", a->breakdown, "time per phase (router+swap, FFN GEMMs, elementwise, collapse)");
   cmd->add_flag("--eager", a->eager, "GPU backends: also time without CUDA graphs");

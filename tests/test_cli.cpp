@@ -203,6 +203,7 @@ TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
   const std::string json = path("bench.json");
   const Result r = cli("bench --config tiny --backends reference --batches 1,2 --tokens 1 --warmup 0 --repeats 1 --json " +
                        json);
+  expect_error("bench --config tiny --backends reference --cooldown=-1", "--cooldown must be 0 to 600 seconds");
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   ASSERT_EQ(j["rows"].size(), 2u) << j.dump();
@@ -217,7 +218,7 @@ TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
 }
 
 // On a GPU the points run batch by batch (every backend at one batch size back to back), and each
-// row's "% floor" is against the floor GEMM measured right before it, reported with it.
+// row's "% floor" is against its own floor GEMM, reported with it.
 TEST_F(Cli, BenchRunsBatchByBatchWithAFloorPerPoint) {
 #ifdef SWAPFFN_WITH_CUDA
   if (!query_gpu().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU";
@@ -226,7 +227,7 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAFloorPerPoint) {
 #endif
   const std::string json = path("bench.json");
   const Result r = cli("bench --config tiny --backends unfused,fused --batches 1,2 --tokens 2 --warmup 1 --repeats 3 "
-                       "--peak-n 2048 --json " + json);
+                       "--peak-n 2048 --cooldown 0.1 --json " + json);
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   ASSERT_EQ(j["rows"].size(), 4u) << j.dump();

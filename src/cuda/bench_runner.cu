@@ -87,8 +87,8 @@ std::vector<DeviceBuffer<float>> random_inputs(int count, size_t n, uint64_t see
 
 }  // namespace
 
-double measure_bf16_gemm_tflops(int n, int warmup, int repeats) {
-  SWAPFFN_REQUIRE(n > 0 && repeats > 0 && warmup >= 0, "GEMM peak: bad size or repeat count");
+double measure_bf16_gemm_tflops(int n, int warmup, int repeats, double min_ms) {
+  SWAPFFN_REQUIRE(n > 0 && repeats > 0 && warmup >= 0 && min_ms >= 0, "GEMM peak: bad size, repeat count or duration");
   const auto nn = static_cast<size_t>(n) * n;
   DeviceBuffer<__nv_bfloat16> a(nn), b(nn), c(nn);
   fill_uniform_bf16_kernel<<<1024, 256>>>(a.get(), static_cast<int64_t>(nn), 1);
@@ -123,11 +123,12 @@ double measure_bf16_gemm_tflops(int n, int warmup, int repeats) {
   for (int i = 0; i < warmup; ++i) gemm();
   Events ev;
   std::vector<double> ms;
-  for (int i = 0; i < repeats; ++i) {
+  for (double total = 0; static_cast<int>(ms.size()) < repeats || total < min_ms;) {
     CUDA_CHECK(cudaEventRecord(ev.start, nullptr));
     gemm();
     CUDA_CHECK(cudaEventRecord(ev.stop, nullptr));
     ms.push_back(ev.elapsed_ms());
+    total += ms.back();
   }
   return 2.0 * n * n * static_cast<double>(n) / (median(ms) * 1e-3) / 1e12;
 }

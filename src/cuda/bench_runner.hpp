@@ -11,8 +11,10 @@
 namespace swapffn::cuda {
 
 // Median TFLOP/s of an n x n x n cuBLASLt GEMM, bf16 operands (uniform random, never zeros),
-// fp32 accumulation, bf16 output.
-double measure_bf16_gemm_tflops(int n, int warmup, int repeats);
+// fp32 accumulation, bf16 output: at least `repeats` timed GEMMs, and more until `min_ms` of GEMM
+// time has passed (a floor taken over as long a load as the point it is set against: the clock
+// follows the GPU's power and temperature).
+double measure_bf16_gemm_tflops(int n, int warmup, int repeats, double min_ms = 0);
 
 struct DecodeTiming {
   double median_ms_per_step = 0, min_ms_per_step = 0, max_ms_per_step = 0;
