@@ -198,7 +198,7 @@ TEST_F(Cli, Nvfp4BenchWithoutSearchTimesTheDefaultAlone) {
 }
 
 // `bench` of the CPU reference on tiny: one row per batch size with a positive time, and no floor
-// (no GPU point), so no "% floor" is made up.
+// (no GPU), so no "% floor" is made up.
 TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
   const std::string json = path("bench.json");
   const Result r = cli("bench --config tiny --backends reference --batches 1,2 --tokens 1 --warmup 0 --repeats 1 --json " +
@@ -212,14 +212,15 @@ TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
     EXPECT_EQ(row["backend"], "reference");
     EXPECT_EQ(row["batch"], int64_t(i + 1));
     EXPECT_GT(row["ms_per_step"].get<double>(), 0.0);
-    EXPECT_EQ(row["floor_tflops"].get<double>(), 0.0);
     EXPECT_EQ(row["pct_of_floor"].get<double>(), 0.0);
+    EXPECT_EQ(row["matched_floor_tflops"].get<double>(), 0.0);
+    EXPECT_EQ(row["pct_of_matched_floor"].get<double>(), 0.0);
   }
 }
 
-// On a GPU the points run batch by batch (every backend at one batch size back to back), and each
-// row's "% floor" is against its own floor GEMM, reported with it.
-TEST_F(Cli, BenchRunsBatchByBatchWithAFloorPerPoint) {
+// On a GPU the points run batch by batch (every backend at one batch size back to back); "% floor"
+// is against the floor measured at the start, and each row also has its own matched floor.
+TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
 #ifdef SWAPFFN_WITH_CUDA
   if (!query_gpu().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU";
 #else
@@ -236,9 +237,12 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAFloorPerPoint) {
     const auto& row = j["rows"][i];
     EXPECT_EQ(row["backend"], order[i][0]) << row;
     EXPECT_EQ(row["batch"], std::stoll(order[i][1])) << row;
-    const double floor = row["floor_tflops"].get<double>(), tflops = row["tflops"].get<double>();
-    EXPECT_GT(floor, 0.0) << row;
-    EXPECT_NEAR(row["pct_of_floor"].get<double>(), 100 * tflops / floor, 1e-9 * (1 + tflops)) << row;
+    const double matched = row["matched_floor_tflops"].get<double>(), tflops = row["tflops"].get<double>();
+    const double peak = j["peak_tflops"].get<double>();
+    EXPECT_GT(matched, 0.0) << row;
+    EXPECT_GT(peak, 0.0);
+    EXPECT_NEAR(row["pct_of_floor"].get<double>(), 100 * tflops / peak, 1e-9 * (1 + tflops)) << row;
+    EXPECT_NEAR(row["pct_of_matched_floor"].get<double>(), 100 * tflops / matched, 1e-9 * (1 + tflops)) << row;
     EXPECT_GE(row["spread"].get<double>(), 0.0) << row;
   }
   EXPECT_GT(j["rows"][1]["speedup_vs_unfused"].get<double>(), 0.0);  // against the unfused row of its batch
