@@ -197,8 +197,8 @@ TEST_F(Cli, Nvfp4BenchWithoutSearchTimesTheDefaultAlone) {
   }
 }
 
-// `bench` of the CPU reference on tiny: one row per batch size with a positive time, and no floor
-// (no GPU), so no "% floor" is made up.
+// `bench` of the CPU reference on tiny: one row per batch size with a positive time; a "% floor"
+// only against a floor measured on a GPU (none without one), and never a matched floor (host points).
 TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
   const std::string json = path("bench.json");
   const Result r = cli("bench --config tiny --backends reference --batches 1,2 --tokens 1 --warmup 0 --repeats 1 --json " +
@@ -207,12 +207,15 @@ TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   ASSERT_EQ(j["rows"].size(), 2u) << j.dump();
+  const double peak = j["peak_tflops"].get<double>();
+  EXPECT_EQ(peak > 0, query_gpu().present);
   for (size_t i = 0; i < 2; ++i) {
     const auto& row = j["rows"][i];
     EXPECT_EQ(row["backend"], "reference");
     EXPECT_EQ(row["batch"], int64_t(i + 1));
     EXPECT_GT(row["ms_per_step"].get<double>(), 0.0);
-    EXPECT_EQ(row["pct_of_floor"].get<double>(), 0.0);
+    const double tflops = row["tflops"].get<double>();
+    EXPECT_NEAR(row["pct_of_floor"].get<double>(), peak > 0 ? 100 * tflops / peak : 0.0, 1e-12) << row;
     EXPECT_EQ(row["matched_floor_tflops"].get<double>(), 0.0);
     EXPECT_EQ(row["pct_of_matched_floor"].get<double>(), 0.0);
   }
