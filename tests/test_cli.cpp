@@ -17,6 +17,7 @@
 #include "swapffn/engine.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/weights.hpp"
+#include "gpu_backend_test_util.hpp"
 
 namespace swapffn {
 namespace {
@@ -176,11 +177,7 @@ TEST_F(Cli, Info) {
 // `nvfp4 bench --no-search` times each shape's default config alone: one candidate line per shape
 // on stderr, the best config reported is the default, and the result still matches cuBLAS.
 TEST_F(Cli, Nvfp4BenchWithoutSearchTimesTheDefaultAlone) {
-#ifdef SWAPFFN_WITH_CUDA
-  if (!query_gpu().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU";
-#else
-  GTEST_SKIP() << "needs a CUDA build";
-#endif
+  SKIP_WITHOUT_HOPPER();  // without CUDA in the build, query_gpu() finds no GPU
   const std::string json = path("bench.json");
   const Result r = cli("nvfp4 bench --op dual --shape 256x512x512 --shape 128x384x768 --no-search --reps 3 --json " + json);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -224,11 +221,7 @@ TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
 // On a GPU the points run batch by batch (every backend at one batch size back to back); "% floor"
 // is against the floor measured at the start, and each row also has its own matched floor.
 TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
-#ifdef SWAPFFN_WITH_CUDA
-  if (!query_gpu().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU";
-#else
-  GTEST_SKIP() << "needs a CUDA build";
-#endif
+  SKIP_WITHOUT_HOPPER();  // without CUDA in the build, query_gpu() finds no GPU
   const std::string json = path("bench.json");
   const Result r = cli("bench --config tiny --backends unfused,fused --batches 1,2 --tokens 2 --warmup 1 --repeats 3 "
                        "--peak-n 2048 --cooldown 0.1 --json " + json);
