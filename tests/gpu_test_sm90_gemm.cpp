@@ -297,11 +297,31 @@ TEST(ResidualGemm, SameSplitGivesSameBitsForAnyTileAndRowCount) {
   }
 }
 
+// Poisons `out` (every byte 0x7F), runs one diagnostic half and checks that it did only its half:
+// operands_only never writes the output (no epilogue), mma_only writes all of it (the epilogue runs)
+// without any load. "Written" is any bit pattern but the poison, which garbage matches by chance in
+// at most a few elements.
+template <class T, class Launch>
+void expect_only_the_mma_half_writes(DeviceBuffer<T>& out, GemmFeed feed, const std::string& what, Launch&& launch) {
+  CUDA_CHECK(cudaMemset(out.get(), 0x7F, out.size() * sizeof(T)));
+  launch();
+  SWAPFFN_CHECK_LAUNCH();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<T> got = download(out, out.size());
+  unsigned char poison[sizeof(T)];
+  std::memset(poison, 0x7F, sizeof(T));
+  size_t written = 0;
+  for (const T& x : got) written += std::memcmp(&x, poison, sizeof(T)) != 0;
+  if (feed == GemmFeed::operands_only)
+    EXPECT_EQ(written, 0u) << what << ": operands_only wrote the output";
+  else
+    EXPECT_GE(written, got.size() * 99 / 100) << what << ": mma_only left " << got.size() - written << " of "
+                                              << got.size() << " elements unwritten";
+}
+
 // The diagnostic halves of the default GEMMs (GemmFeed, timed by `swapffn tune`) must run to the
-// end for the row counts of B = 1 and a partial tile, and do only their half: operands_only never
-// writes the output (no epilogue), mma_only writes all of it (the epilogue runs) without any load.
-// Their values are not meaningful and are not checked; "written" is any bit pattern but the poison,
-// which garbage matches by chance in at most a few elements.
+// end for the row counts of B = 1 and a partial tile, and do only their half. Their values are not
+// meaningful and are not checked.
 TEST(GemmFeed, EachHalfRunsAndOnlyTheMmaHalfWrites) {
   SKIP_WITHOUT_HOPPER();
   constexpr int f = 1024, k = 256;
@@ -313,42 +333,18 @@ TEST(GemmFeed, EachHalfRunsAndOnlyTheMmaHalfWrites) {
     dw2.upload(random_bf16(size_t(k) * f, rng, 0.05f));
     DeviceBuffer<float> dh(size_t(m) * k);
     const auto nv = [](DeviceBuffer<bf16>& b) { return reinterpret_cast<__nv_bfloat16*>(b.get()); };
-    for (const auto& v : dual_gemm_feed_variants())
-      for (const auto feed : {GemmFeed::operands_only, GemmFeed::mma_only}) {
-        CUDA_CHECK(cudaMemset(du.get(), 0x7F, du.size() * sizeof(bf16)));
-        launch_dual_gemm_swiglu_feed({nv(da), nv(dw), nv(du), m, 2 * f, k}, v, feed, nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const auto u = download(du, du.size());
-        size_t written = 0;
-        for (const bf16 x : u) written += x.bits != 0x7F7F;
-        const std::string what = "dual " + v.name() + " M " + std::to_string(m);
-        if (feed == GemmFeed::operands_only)
-          EXPECT_EQ(written, 0u) << what << ": operands_only wrote u";
-        else
-          EXPECT_GE(written, u.size() * 99 / 100) << what << ": mma_only left " << u.size() - written << " of "
-                                                  << u.size() << " elements unwritten";
-      }
-    for (const auto& v : down_gemm_feed_variants())
-      for (const auto feed : {GemmFeed::operands_only, GemmFeed::mma_only}) {
-        CUDA_CHECK(cudaMemset(dh.get(), 0x7F, dh.size() * sizeof(float)));
-        // Residual off (a plain store): a reduce-add of the zeros fresh stage buffers may hold would
-        // leave h as it was.
-        launch_gemm_residual_feed({nv(du), nv(dw2), dh.get(), m, k, f, false}, v, feed, nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const auto h = download(dh, dh.size());
-        size_t written = 0;
-        for (const float x : h) {
-          uint32_t b;
-          std::memcpy(&b, &x, 4);
-          written += b != 0x7F7F7F7Fu;
-        }
-        const std::string what = "down " + v.name() + " M " + std::to_string(m);
-        if (feed == GemmFeed::operands_only)
-          EXPECT_EQ(written, 0u) << what << ": operands_only wrote h";
-        else
-          EXPECT_GE(written, h.size() * 99 / 100) << what << ": mma_only left " << h.size() - written << " of "
-                                                  << h.size() << " elements unwritten";
-      }
+    for (const auto feed : {GemmFeed::operands_only, GemmFeed::mma_only}) {
+      for (const auto& v : dual_gemm_feed_variants())
+        expect_only_the_mma_half_writes(du, feed, "dual " + v.name() + " M " + std::to_string(m), [&] {
+          launch_dual_gemm_swiglu_feed({nv(da), nv(dw), nv(du), m, 2 * f, k}, v, feed, nullptr);
+        });
+      // Residual off (a plain store): a reduce-add of the zeros fresh stage buffers may hold would
+      // leave h as it was.
+      for (const auto& v : down_gemm_feed_variants())
+        expect_only_the_mma_half_writes(dh, feed, "down " + v.name() + " M " + std::to_string(m), [&] {
+          launch_gemm_residual_feed({nv(du), nv(dw2), dh.get(), m, k, f, false}, v, feed, nullptr);
+        });
+    }
   }
   EXPECT_THROW(launch_dual_gemm_swiglu_feed({nullptr, nullptr, nullptr, 512, 2048, 256}, GemmVariant{128, 6, 1, 2},
                                             GemmFeed::operands_only, nullptr),

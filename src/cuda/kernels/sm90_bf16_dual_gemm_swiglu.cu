@@ -165,17 +165,12 @@ constexpr DualEntry kDualVariants[] = {{{256, 4, 1, 2}, launch<256, 4, 2, false>
 
 // Diagnostic builds (GemmFeed): the B = 1 default and the persistent tiles without multicast (bm 256:
 // its loads and MMAs apart).
-struct DualFeedEntry {
-  GemmVariant v;
-  void (*operands_only)(const DualGemmSwigluArgs&, cudaStream_t, bool);
-  void (*mma_only)(const DualGemmSwigluArgs&, cudaStream_t, bool);
-};
 // One place per variant for its name and its two builds, so that they agree.
 #define SWAPFFN_DUAL_FEED(BM, BN, ST, P)                                         \
   {{BN, ST, 1, 1, P, 1, BM}, launch<BN, ST, 1, P, 1, BM, GemmFeed::operands_only>, \
    launch<BN, ST, 1, P, 1, BM, GemmFeed::mma_only>}
-constexpr DualFeedEntry kDualFeedVariants[] = {SWAPFFN_DUAL_FEED(128, 256, 4, false), SWAPFFN_DUAL_FEED(128, 256, 4, true),
-                                               SWAPFFN_DUAL_FEED(256, 192, 3, true)};
+constexpr GemmFeedEntry<DualGemmSwigluArgs> kDualFeedVariants[] = {
+    SWAPFFN_DUAL_FEED(128, 256, 4, false), SWAPFFN_DUAL_FEED(128, 256, 4, true), SWAPFFN_DUAL_FEED(256, 192, 3, true)};
 #undef SWAPFFN_DUAL_FEED
 
 }  // namespace

@@ -69,8 +69,9 @@ struct ResidualEpilogue {
         for (int half = 0; half < 2; ++half) {
           const int row = a.row + 8 * half;
           // 16-byte chunk col / 4 of the row, swizzled by the row within its 8-row group.
-          sm90::st_shared_v2_f32(cute::cast_smem_ptr_to_uint(slot) + row * 128 + (((col / 4) ^ (row & 7)) * 16) + (col % 4) * 4,
-                                 acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+          const uint32_t at = row * 128 + (((col / 4) ^ (row & 7)) * 16) + (col % 4) * 4;
+          sm90::st_shared_v2_f32(cute::cast_smem_ptr_to_uint(slot) + at, acc[4 * j + 2 * half],
+                                 acc[4 * j + 2 * half + 1]);
         }
       }
       cute::tma_store_fence();  // this thread's shared-memory writes become visible to the copy engine
@@ -157,17 +158,12 @@ constexpr ResidualEntry kResidualVariants[] = {
 #undef SWAPFFN_DOWN_VARIANT
 
 // Diagnostic builds (GemmFeed): cuBLAS's B = 1 recipe and the persistent large-M tile.
-struct ResidualFeedEntry {
-  GemmVariant v;
-  void (*operands_only)(const GemmResidualArgs&, cudaStream_t, bool);
-  void (*mma_only)(const GemmResidualArgs&, cudaStream_t, bool);
-};
 // One place per variant for its name and its two builds, so that they agree.
 #define SWAPFFN_DOWN_FEED(BM, BN, ST, P)                                           \
   {{BN, ST, 1, 1, P, 1, BM}, launch<BM, BN, ST, 1, 1, P, GemmFeed::operands_only>, \
    launch<BM, BN, ST, 1, 1, P, GemmFeed::mma_only>}
-constexpr ResidualFeedEntry kResidualFeedVariants[] = {SWAPFFN_DOWN_FEED(64, 64, 12, false),
-                                                       SWAPFFN_DOWN_FEED(128, 256, 4, true)};
+constexpr GemmFeedEntry<GemmResidualArgs> kResidualFeedVariants[] = {SWAPFFN_DOWN_FEED(64, 64, 12, false),
+                                                                     SWAPFFN_DOWN_FEED(128, 256, 4, true)};
 #undef SWAPFFN_DOWN_FEED
 
 }  // namespace

@@ -74,8 +74,16 @@ std::vector<GemmVariant> down_gemm_feed_variants();
 void launch_dual_gemm_swiglu_feed(const DualGemmSwigluArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream);
 void launch_gemm_residual_feed(const GemmResidualArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream);
 
+// A variant's two diagnostic builds, for a launcher's table of them.
+template <class Args>
+struct GemmFeedEntry {
+  GemmVariant v;
+  void (*operands_only)(const Args&, cudaStream_t, bool);
+  void (*mma_only)(const Args&, cudaStream_t, bool);
+};
+
 // For the launchers' tables of compiled variants (entries with a GemmVariant v): the variants, and
-// the diagnostic launch of one (entries with operands_only and mma_only launchers).
+// the diagnostic launch of one (GemmFeedEntry tables).
 template <class Entry, size_t N>
 std::vector<GemmVariant> variants_of(const Entry (&table)[N]) {
   std::vector<GemmVariant> out;
