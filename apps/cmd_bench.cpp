@@ -8,7 +8,9 @@
 // point shows there). "% floor" is SPEC section 6's: against the dense bf16 rate measured once, at
 // the start. Beside it each GPU point gets a matched floor: the GEMM run after the same pause for
 // as long as the point ran (the same load history), which shows how much of a point's distance to
-// the floor is the machine's sustained clock rather than the kernels.
+// the floor is the machine's sustained clock rather than the kernels. NVML telemetry (SM clock,
+// temperature, clock limits, mean power) sampled over each point and each floor GEMM shows the
+// clock itself, and the point's rate per clock against its floor's.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -30,9 +33,11 @@
 #include "swapffn/error.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/state.hpp"
+#include "swapffn/telemetry.hpp"
 #include "swapffn/weights.hpp"
 #ifdef SWAPFFN_WITH_CUDA
 #include "cuda/bench_runner.hpp"
+#include "cuda/nvml_telemetry.hpp"
 #endif
 
 namespace swapffn::cli {
@@ -46,6 +51,7 @@ struct BenchArgs {
   std::vector<int64_t> batches{1, 4, 16, 64};
   int tokens = 16, warmup = 2, repeats = 5, peak_n = 8192;
   double cooldown_s = 3;
+  double telemetry_ms = 5;  // NVML sampling period; 0: no telemetry
   uint64_t seed = 1;
   bool breakdown = false, eager = false;
 };
@@ -56,7 +62,31 @@ struct Row {
   double ms = 0;
   double matched_floor_tflops = 0;  // the floor GEMM under this point's load history (GPU points)
   double spread = 0;        // (slowest - fastest) / median of the timed runs (GPU points)
+  std::optional<TelemetrySummary> telemetry, matched_floor_telemetry;  // GPU points, when NVML is usable
 };
+
+nlohmann::json telemetry_json(const std::optional<TelemetrySummary>& t) {
+  if (!t) return nullptr;
+  nlohmann::json limits = nlohmann::json::object();
+  for (int b = 0; b < kClockLimitCount; ++b)
+    limits[clock_limit_name(ClockLimit(1u << b))] = t->limit_share(ClockLimit(1u << b));
+  return {{"samples", t->samples},
+          {"seconds", t->seconds},
+          {"sm_clock_mhz_median", t->sm_clock_mhz_median},
+          {"sm_clock_mhz_min", t->sm_clock_mhz_min},
+          {"sm_clock_mhz_max", t->sm_clock_mhz_max},
+          {"temperature_c_max", t->temperature_c_max},
+          {"power_w_mean", t->power_w_mean},
+          {"clock_limit_share", limits}};
+}
+
+// "1755 [1610-1980] MHz  699 W  71 C  power 95%"
+std::string telemetry_text(const TelemetrySummary& t) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%4.0f [%4.0f-%4.0f]  %4.0f W  %3.0f C  ", t.sm_clock_mhz_median, t.sm_clock_mhz_min,
+                t.sm_clock_mhz_max, t.power_w_mean, t.temperature_c_max);
+  return buf + t.limits_text();
+}
 
 // Rows whose timed runs differ by more than this are marked: the clock moved during the point.
 constexpr double kSpreadNote = 0.05;
@@ -97,6 +127,20 @@ std::string utc_now() {
   return buf;
 }
 
+// A point's rate per SM clock against its matched floor's (0 without both clocks): how much of the
+// distance to the matched floor remains at equal clocks.
+double pct_matched_per_clock(const Row& r, double pct_matched) {
+  if (!r.telemetry || !r.matched_floor_telemetry || r.telemetry->sm_clock_mhz_median <= 0) return 0;
+  return pct_matched * r.matched_floor_telemetry->sm_clock_mhz_median / r.telemetry->sm_clock_mhz_median;
+}
+
+std::string fmt_telemetry_line(const Row& r, double per_clock) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), "%-16s %5lld  %-48s | %-48s | %.1f", r.backend.c_str(), static_cast<long long>(r.batch),
+                telemetry_text(*r.telemetry).c_str(), telemetry_text(*r.matched_floor_telemetry).c_str(), per_clock);
+  return buf;
+}
+
 void run_bench(const BenchArgs& a) {
   SWAPFFN_REQUIRE(a.tokens > 0 && a.repeats > 0 && a.warmup >= 0, "--tokens and --repeats must be > 0");
   SWAPFFN_REQUIRE(a.cooldown_s >= 0 && a.cooldown_s <= 600, "--cooldown must be 0 to 600 seconds");
@@ -131,9 +175,29 @@ void run_bench(const BenchArgs& a) {
   }
   SWAPFFN_REQUIRE(!run_list.empty(), "nothing to benchmark (the reference runs only on --config tiny)");
 
+  SWAPFFN_REQUIRE(a.telemetry_ms >= 0 && a.telemetry_ms <= 1000, "--telemetry-ms must be 0 (off) to 1000");
   double peak = 0;
+  std::optional<TelemetrySummary> peak_telemetry;
+  std::string telemetry_note;  // why there is no telemetry (empty when there is)
 #ifdef SWAPFFN_WITH_CUDA
-  if (gpu.present) peak = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10);
+  // NVML is optional to the bench: without it the times stand, and the output says why it is absent.
+  std::unique_ptr<cuda::NvmlSampler> sampler;
+  if (gpu.present && a.telemetry_ms > 0) {
+    try {
+      sampler = std::make_unique<cuda::NvmlSampler>(std::chrono::microseconds(static_cast<int64_t>(a.telemetry_ms * 1000)));
+    } catch (const Error& e) {
+      telemetry_note = e.what();
+    }
+  } else if (gpu.present) {
+    telemetry_note = "off (--telemetry-ms 0)";
+  }
+  // Runs f inside a telemetry window when there is a sampler.
+  const auto observed = [&](std::optional<TelemetrySummary>& out, auto&& f) {
+    if (sampler) sampler->start();
+    f();
+    if (sampler) out = sampler->stop();
+  };
+  if (gpu.present) observed(peak_telemetry, [&] { peak = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10); });
 #endif
   std::printf("swapffn bench: %s, commit %s (binary built at %s), %s\n",
               gpu.present ? gpu.name.c_str() : "no GPU", source_commit().c_str(), SWAPFFN_GIT_COMMIT,
@@ -145,6 +209,8 @@ void run_bench(const BenchArgs& a) {
     std::printf("floor: bf16 GEMM %dx%dx%d measured at %.1f TFLOP/s -> %.4f ms per token step per sequence (at the "
                 "start)\n",
                 a.peak_n, a.peak_n, a.peak_n, peak, cfg.flops_per_token() / (peak * 1e12) * 1e3);
+  if (peak_telemetry) std::printf("floor GEMM telemetry: %s\n", telemetry_text(*peak_telemetry).c_str());
+  if (!telemetry_note.empty()) std::printf("GPU telemetry: unavailable: %s\n", telemetry_note.c_str());
   for (const auto& s : skipped) std::printf("skipped: %s\n", s.c_str());
 
   // Every variant's engine first, then the points batch by batch (see the top of this file).
@@ -181,17 +247,21 @@ void run_bench(const BenchArgs& a) {
   for (int64_t batch : a.batches) {
     const State initial = State::random(cfg, batch, a.seed);
     for (auto& v : variants) {
-      Row r{v.label, batch};
+      Row r;
+      r.backend = v.label;
+      r.batch = batch;
       if (is_gpu_backend(v.backend)) {
 #ifdef SWAPFFN_WITH_CUDA
         const auto cool = [&] { std::this_thread::sleep_for(std::chrono::duration<double>(a.cooldown_s)); };
         cool();
         const auto t0 = std::chrono::steady_clock::now();
-        const cuda::DecodeTiming t =
-            cuda::time_device_decode(*v.engine, initial, a.tokens, a.warmup, a.repeats, 4, a.seed);
+        cuda::DecodeTiming t;
+        observed(r.telemetry,
+                 [&] { t = cuda::time_device_decode(*v.engine, initial, a.tokens, a.warmup, a.repeats, 4, a.seed); });
         const double point_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         cool();
-        r.matched_floor_tflops = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10, point_ms);
+        observed(r.matched_floor_telemetry,
+                 [&] { r.matched_floor_tflops = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10, point_ms); });
         r.ms = t.median_ms_per_step;
         r.spread = (t.max_ms_per_step - t.min_ms_per_step) / t.median_ms_per_step;
         if (a.breakdown && v.graph) {
@@ -228,6 +298,7 @@ void run_bench(const BenchArgs& a) {
   std::printf("\n%-16s %5s %12s %12s %9s %9s %11s %7s %13s %9s\n", "backend", "B", "ms/step", "tok/s", "TF/s",
               "% floor", "vs unfused", "spread", "matched floor", "% matched");
   bool spread_noted = false;
+  std::vector<std::string> telemetry_lines;
   for (const auto& r : rows) {
     const double tok_s = r.batch / (r.ms * 1e-3);
     const double tflops = cfg.flops_per_token() * r.batch / (r.ms * 1e-3) / 1e12;
@@ -248,14 +319,27 @@ void run_bench(const BenchArgs& a) {
     }
     std::printf("%-16s %5lld %12.4f %12.1f %9.2f %9s %11s %7s %13s %9s\n", r.backend.c_str(),
                 static_cast<long long>(r.batch), r.ms, tok_s, tflops, pct_s, vs, spread_s, matched_s, pct_matched_s);
+    if (r.telemetry && r.matched_floor_telemetry)
+      telemetry_lines.push_back(fmt_telemetry_line(r, pct_matched_per_clock(r, pct_matched)));
     jrows.push_back({{"backend", r.backend}, {"batch", r.batch}, {"ms_per_step", r.ms}, {"tok_per_s", tok_s},
                      {"tflops", tflops}, {"pct_of_floor", pct}, {"speedup_vs_unfused", speedup}, {"spread", r.spread},
-                     {"matched_floor_tflops", r.matched_floor_tflops}, {"pct_of_matched_floor", pct_matched}});
+                     {"matched_floor_tflops", r.matched_floor_tflops}, {"pct_of_matched_floor", pct_matched},
+                     {"telemetry", telemetry_json(r.telemetry)},
+                     {"matched_floor_telemetry", telemetry_json(r.matched_floor_telemetry)},
+                     {"pct_of_matched_floor_per_clock", pct_matched_per_clock(r, pct_matched)}});
   }
   if (spread_noted)
     std::printf("* the timed runs of this point differ by more than %.0f%% (slowest against fastest): the GPU's "
                 "clock moved during it (power or thermal limit, or another tenant)\n",
                 100 * kSpreadNote);
+  if (!telemetry_lines.empty()) {
+    std::printf("\nGPU telemetry (NVML, a sample every %g ms; SM clock median [min-max] MHz, mean power from the "
+                "energy counter (0: none), hottest reading, clock limits by share of the samples; \"per clock\": "
+                "%% of the matched floor at equal SM clocks, i.e. %% matched x floor MHz / point MHz):\n",
+                a.telemetry_ms);
+    std::printf("%-16s %5s  %-48s | %-48s | %s\n", "backend", "B", "point", "matched floor", "per clock");
+    for (const auto& l : telemetry_lines) std::printf("%s\n", l.c_str());
+  }
   if (!breakdown_lines.empty()) {
     std::printf("\nbreakdown (eager steps, an event around each phase; graph replays skip the launch gaps; the "
                 "fused backend's row groups run one after another here, side by side in the graph):\n");
@@ -276,6 +360,9 @@ void run_bench(const BenchArgs& a) {
     j["flops_per_token"] = cfg.flops_per_token();
     j["peak_tflops"] = peak;
     j["cooldown_s"] = a.cooldown_s;
+    j["telemetry_period_ms"] = a.telemetry_ms;
+    j["floor_telemetry"] = telemetry_json(peak_telemetry);
+    if (!telemetry_note.empty()) j["telemetry_unavailable"] = telemetry_note;
     j["rows"] = jrows;
     std::ofstream f(a.json);
     SWAPFFN_REQUIRE(f.good(), "cannot write " + a.json);
@@ -302,6 +389,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--peak-n", a->peak_n, "size of the square GEMM that sets the floor")->capture_default_str();
   cmd->add_option("--cooldown", a->cooldown_s,
                   "seconds idle before each GPU point and before its floor GEMM (the clock follows the temperature)")
+      ->capture_default_str();
+  cmd->add_option("--telemetry-ms", a->telemetry_ms,
+                  "GPU points: NVML sampling period of the SM clock, temperature and clock limits (0: off)")
       ->capture_default_str();
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_flag("--breakdown", a->breakdown, "time per phase (router+swap, FFN GEMMs, elementwise, collapse)");

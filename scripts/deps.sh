@@ -23,6 +23,10 @@ if [ -n "$nvcc_bin" ]; then
   if ! python3 -c "import cutlass_library" >/dev/null 2>&1; then
     python3 -m pip install -q nvidia-cutlass==4.2.0.0 >&2 || python3 -m pip install -q --break-system-packages nvidia-cutlass==4.2.0.0 >&2
   fi
+  # nvml.h for the bench's GPU telemetry (the NVML library itself comes with the driver).
+  if ! python3 -c "import nvidia, os, sys; sys.exit(not any(os.path.exists(p + '/cu13/include/nvml.h') for p in nvidia.__path__))" >/dev/null 2>&1; then
+    python3 -m pip install -q nvidia-nvml-dev==13.5.37 >&2 || python3 -m pip install -q --break-system-packages nvidia-nvml-dev==13.5.37 >&2
+  fi
 fi
 
 jobs=$(nproc)

@@ -201,6 +201,7 @@ TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
   const Result r = cli("bench --config tiny --backends reference --batches 1,2 --tokens 1 --warmup 0 --repeats 1 --json " +
                        json);
   expect_error("bench --config tiny --backends reference --cooldown=-1", "--cooldown must be 0 to 600 seconds");
+  expect_error("bench --config tiny --backends reference --telemetry-ms=-1", "--telemetry-ms must be 0 (off) to 1000");
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   ASSERT_EQ(j["rows"].size(), 2u) << j.dump();
@@ -215,6 +216,8 @@ TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
     EXPECT_NEAR(row["pct_of_floor"].get<double>(), peak > 0 ? 100 * tflops / peak : 0.0, 1e-12) << row;
     EXPECT_EQ(row["matched_floor_tflops"].get<double>(), 0.0);
     EXPECT_EQ(row["pct_of_matched_floor"].get<double>(), 0.0);
+    EXPECT_TRUE(row["telemetry"].is_null()) << row;  // host points have no GPU telemetry
+    EXPECT_TRUE(row["matched_floor_telemetry"].is_null()) << row;
   }
 }
 
@@ -240,7 +243,24 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
     EXPECT_NEAR(row["pct_of_floor"].get<double>(), 100 * tflops / peak, 1e-9 * (1 + tflops)) << row;
     EXPECT_NEAR(row["pct_of_matched_floor"].get<double>(), 100 * tflops / matched, 1e-9 * (1 + tflops)) << row;
     EXPECT_GE(row["spread"].get<double>(), 0.0) << row;
+    // NVML telemetry over the point and over its matched floor; "per clock" rescales % matched by the
+    // floor's clock over the point's.
+    const auto& tp = row["telemetry"];
+    const auto& tf = row["matched_floor_telemetry"];
+    ASSERT_TRUE(tp.is_object() && tf.is_object()) << row;
+    EXPECT_GE(tp["samples"].get<int>(), 1) << row;
+    EXPECT_GT(tp["sm_clock_mhz_median"].get<double>(), 0.0) << row;
+    EXPECT_GT(tf["sm_clock_mhz_median"].get<double>(), 0.0) << row;
+    EXPECT_NEAR(row["pct_of_matched_floor_per_clock"].get<double>(),
+                row["pct_of_matched_floor"].get<double>() * tf["sm_clock_mhz_median"].get<double>() /
+                    tp["sm_clock_mhz_median"].get<double>(),
+                1e-9 * (1 + tflops))
+        << row;
   }
+  EXPECT_GT(j["floor_telemetry"]["samples"].get<int>(), 0) << j["floor_telemetry"];
+  EXPECT_EQ(j["telemetry_period_ms"].get<double>(), 5.0);
+  EXPECT_FALSE(j.contains("telemetry_unavailable")) << j["telemetry_unavailable"];
+  EXPECT_NE(r.out.find("GPU telemetry (NVML"), std::string::npos) << r.out;
   EXPECT_GT(j["rows"][1]["speedup_vs_unfused"].get<double>(), 0.0);  // against the unfused row of its batch
 }
 
