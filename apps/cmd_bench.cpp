@@ -77,6 +77,7 @@ nlohmann::json telemetry_json(const std::optional<TelemetrySummary>& t) {
           {"sm_clock_mhz_max", t->sm_clock_mhz_max},
           {"temperature_c_max", t->temperature_c_max},
           {"power_w_mean", t->power_w_mean},
+          {"power_w_max", t->power_w_max},
           {"clock_limit_share", limits}};
 }
 
@@ -334,7 +335,7 @@ void run_bench(const BenchArgs& a) {
                 100 * kSpreadNote);
   if (!telemetry_lines.empty()) {
     std::printf("\nGPU telemetry (NVML, a sample every %g ms; SM clock median [min-max] MHz, mean power from the "
-                "energy counter (0: none), hottest reading, clock limits by share of the samples; \"per clock\": "
+                "board's instantaneous readings (0: none), hottest reading, clock limits by share of the samples; \"per clock\": "
                 "%% of the matched floor at equal SM clocks, i.e. %% matched x floor MHz / point MHz):\n",
                 a.telemetry_ms);
     std::printf("%-16s %5s  %-48s | %-48s | %s\n", "backend", "B", "point", "matched floor", "per clock");

@@ -23,7 +23,8 @@ constexpr int kClockLimitCount = 5;
 struct TelemetrySample {
   double sm_clock_mhz = 0;
   double temperature_c = 0;
-  unsigned limits = 0;  // ClockLimit flags
+  unsigned limits = 0;    // ClockLimit flags
+  double power_w = -1;    // the board's instantaneous power; < 0: not readable on this board
 };
 
 struct TelemetrySummary {
@@ -31,7 +32,10 @@ struct TelemetrySummary {
   double seconds = 0;  // length of the sampled window
   double sm_clock_mhz_median = 0, sm_clock_mhz_min = 0, sm_clock_mhz_max = 0;
   double temperature_c_max = 0;
-  double power_w_mean = 0;  // energy used over the window / its length; 0 where the board has no energy counter
+  // Mean and highest of the samples' instantaneous power (0 where the board has no such reading). Not
+  // from the energy counter: on the H100 it moves in steps too coarse for a 100 ms window (147 W over
+  // one of full load, 814 W over another on a 700 W board).
+  double power_w_mean = 0, power_w_max = 0;
   std::array<int, kClockLimitCount> limit_samples{};  // samples during which each ClockLimit held (bit order)
 
   double limit_share(ClockLimit l) const;  // share of the samples during which l held
@@ -39,9 +43,9 @@ struct TelemetrySummary {
   std::string limits_text() const;
 };
 
-// Summarises samples taken over `seconds`, during which the board used `energy_j` joules (< 0: not
-// known). Throws when there are no samples or a value is not finite.
-TelemetrySummary summarize_telemetry(const std::vector<TelemetrySample>& samples, double seconds, double energy_j);
+// Summarises samples taken over `seconds`. Power is summarised only if every sample has it. Throws
+// when there are no samples or a reading is not finite.
+TelemetrySummary summarize_telemetry(const std::vector<TelemetrySample>& samples, double seconds);
 
 const char* clock_limit_name(ClockLimit l);
 

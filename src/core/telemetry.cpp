@@ -38,7 +38,7 @@ std::string TelemetrySummary::limits_text() const {
   return s.empty() ? "none" : s;
 }
 
-TelemetrySummary summarize_telemetry(const std::vector<TelemetrySample>& samples, double seconds, double energy_j) {
+TelemetrySummary summarize_telemetry(const std::vector<TelemetrySample>& samples, double seconds) {
   SWAPFFN_REQUIRE(!samples.empty(), "telemetry: no samples in the window");
   SWAPFFN_REQUIRE(std::isfinite(seconds) && seconds > 0, "telemetry: the window must have a positive length");
   TelemetrySummary t;
@@ -47,11 +47,19 @@ TelemetrySummary summarize_telemetry(const std::vector<TelemetrySample>& samples
   std::vector<double> clocks;
   clocks.reserve(samples.size());
   t.temperature_c_max = samples.front().temperature_c;
+  const bool power = samples.front().power_w >= 0;
+  double power_sum = 0;
   for (const auto& s : samples) {
-    SWAPFFN_REQUIRE(std::isfinite(s.sm_clock_mhz) && s.sm_clock_mhz >= 0 && std::isfinite(s.temperature_c),
-                    "telemetry: a sample's clock or temperature is not a finite reading");
+    SWAPFFN_REQUIRE(std::isfinite(s.sm_clock_mhz) && s.sm_clock_mhz >= 0 && std::isfinite(s.temperature_c) &&
+                        std::isfinite(s.power_w),
+                    "telemetry: a sample's clock, temperature or power is not a finite reading");
+    SWAPFFN_REQUIRE((s.power_w >= 0) == power, "telemetry: power was readable in some samples of the window only");
     clocks.push_back(s.sm_clock_mhz);
     t.temperature_c_max = std::max(t.temperature_c_max, s.temperature_c);
+    if (power) {
+      power_sum += s.power_w;
+      t.power_w_max = std::max(t.power_w_max, s.power_w);
+    }
     for (int b = 0; b < kClockLimitCount; ++b) t.limit_samples[b] += (s.limits >> b) & 1u;
   }
   std::sort(clocks.begin(), clocks.end());
@@ -59,7 +67,7 @@ TelemetrySummary summarize_telemetry(const std::vector<TelemetrySample>& samples
   t.sm_clock_mhz_median = n % 2 ? clocks[n / 2] : 0.5 * (clocks[n / 2 - 1] + clocks[n / 2]);
   t.sm_clock_mhz_min = clocks.front();
   t.sm_clock_mhz_max = clocks.back();
-  t.power_w_mean = energy_j >= 0 ? energy_j / seconds : 0;
+  t.power_w_mean = power ? power_sum / static_cast<double>(n) : 0;
   return t;
 }
 

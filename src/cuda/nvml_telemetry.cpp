@@ -26,7 +26,7 @@ struct Nvml {
   decltype(&nvmlDeviceGetHandleByPciBusId_v2) handle_by_pci = nullptr;
   decltype(&nvmlDeviceGetClockInfo) clock_info = nullptr;
   decltype(&nvmlDeviceGetCurrentClocksEventReasons) clock_reasons = nullptr;
-  decltype(&nvmlDeviceGetTotalEnergyConsumption) energy = nullptr;
+  decltype(&nvmlDeviceGetFieldValues) field_values = nullptr;
   // Deprecated in the 13.x header in favour of a versioned struct, but what every driver has.
   nvmlReturn_t (*temperature)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*) = nullptr;
 
@@ -46,7 +46,7 @@ struct Nvml {
     need(handle_by_pci, "nvmlDeviceGetHandleByPciBusId_v2");
     need(clock_info, "nvmlDeviceGetClockInfo");
     need(clock_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
-    need(energy, "nvmlDeviceGetTotalEnergyConsumption");
+    need(field_values, "nvmlDeviceGetFieldValues");
     need(temperature, "nvmlDeviceGetTemperature");
     if (!error.empty()) return;
     if (const nvmlReturn_t r = init(); r != NVML_SUCCESS) error = std::string("nvmlInit_v2 failed: ") + error_string(r);
@@ -75,20 +75,33 @@ unsigned to_clock_limits(unsigned long long reasons) {
   return l;
 }
 
+// A field value as a double (NVML picks the type per field and board).
+double field_as_double(const nvmlFieldValue_t& f) {
+  switch (f.valueType) {
+    case NVML_VALUE_TYPE_DOUBLE: return f.value.dVal;
+    case NVML_VALUE_TYPE_UNSIGNED_INT: return f.value.uiVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG: return static_cast<double>(f.value.ulVal);
+    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: return static_cast<double>(f.value.ullVal);
+    case NVML_VALUE_TYPE_SIGNED_LONG_LONG: return static_cast<double>(f.value.sllVal);
+    case NVML_VALUE_TYPE_SIGNED_INT: return f.value.siVal;
+    case NVML_VALUE_TYPE_UNSIGNED_SHORT: return f.value.usVal;
+    default: return -1;
+  }
+}
+
 }  // namespace
 
 struct NvmlSampler::Impl {
   const Nvml& nvml = Nvml::get();
   nvmlDevice_t device{};
   std::chrono::microseconds period{};
-  bool energy_counter = false;
+  bool power = false;  // the board reads its instantaneous power
 
   std::thread thread;
   std::atomic<bool> running{false};
   std::vector<TelemetrySample> samples;  // written by the thread while running, read after join
   std::string thread_error;              // the first failed reading of the window
   std::chrono::steady_clock::time_point t0;
-  unsigned long long energy0_mj = 0;
 
   // Empty string on success; else what failed (the sampler thread cannot throw).
   std::string read(TelemetrySample& s) const {
@@ -100,14 +113,23 @@ struct NvmlSampler::Impl {
       return nvml.what("nvmlDeviceGetTemperature(GPU)", r);
     if (const nvmlReturn_t r = nvml.clock_reasons(device, &reasons); r != NVML_SUCCESS)
       return nvml.what("nvmlDeviceGetCurrentClocksEventReasons", r);
-    s = {double(clock), double(temp), to_clock_limits(reasons)};
+    s = {double(clock), double(temp), to_clock_limits(reasons), -1};
+    if (power) {
+      nvmlFieldValue_t f{};
+      f.fieldId = NVML_FI_DEV_POWER_INSTANT;
+      std::string e = read_power(f);
+      if (!e.empty()) return e;
+      s.power_w = 1e-3 * field_as_double(f);  // milliwatts
+    }
     return {};
   }
-  unsigned long long energy_mj() const {
-    unsigned long long e = 0;
-    if (const nvmlReturn_t r = nvml.energy(device, &e); r != NVML_SUCCESS)
-      SWAPFFN_FAIL(nvml.what("nvmlDeviceGetTotalEnergyConsumption", r));
-    return e;
+  // Empty string when the instantaneous power was read into f.
+  std::string read_power(nvmlFieldValue_t& f) const {
+    if (const nvmlReturn_t r = nvml.field_values(device, 1, &f); r != NVML_SUCCESS)
+      return nvml.what("nvmlDeviceGetFieldValues(POWER_INSTANT)", r);
+    if (f.nvmlReturn != NVML_SUCCESS) return nvml.what("nvmlDeviceGetFieldValues(POWER_INSTANT) field", f.nvmlReturn);
+    if (field_as_double(f) < 0) return "nvmlDeviceGetFieldValues(POWER_INSTANT): unknown value type";
+    return {};
   }
   void join() {
     running = false;
@@ -127,19 +149,19 @@ NvmlSampler::NvmlSampler(std::chrono::microseconds period) : impl_(std::make_uni
   if (const nvmlReturn_t r = m.nvml.handle_by_pci(bus_id, &m.device); r != NVML_SUCCESS)
     SWAPFFN_FAIL("GPU telemetry: no NVML device at PCI bus id " + std::string(bus_id) + " (CUDA device " +
                  std::to_string(cuda_device) + "): " + m.nvml.what("nvmlDeviceGetHandleByPciBusId_v2", r));
+  nvmlFieldValue_t f{};
+  f.fieldId = NVML_FI_DEV_POWER_INSTANT;
+  const std::string power_error = m.read_power(f);
+  SWAPFFN_REQUIRE(power_error.empty() || f.nvmlReturn == NVML_ERROR_NOT_SUPPORTED, "GPU telemetry: " + power_error);
+  m.power = power_error.empty();
   TelemetrySample probe;
   const std::string e = m.read(probe);
   SWAPFFN_REQUIRE(e.empty(), "GPU telemetry: " + e);
-  unsigned long long energy = 0;
-  const nvmlReturn_t r = m.nvml.energy(m.device, &energy);
-  SWAPFFN_REQUIRE(r == NVML_SUCCESS || r == NVML_ERROR_NOT_SUPPORTED,
-                  "GPU telemetry: " + m.nvml.what("nvmlDeviceGetTotalEnergyConsumption", r));
-  m.energy_counter = r == NVML_SUCCESS;
 }
 
 NvmlSampler::~NvmlSampler() { impl_->join(); }
 
-bool NvmlSampler::has_energy_counter() const { return impl_->energy_counter; }
+bool NvmlSampler::has_power() const { return impl_->power; }
 
 TelemetrySample NvmlSampler::sample() const {
   TelemetrySample s;
@@ -153,7 +175,6 @@ void NvmlSampler::start() {
   SWAPFFN_REQUIRE(!m.running, "GPU telemetry: start() while a window is open");
   m.samples.clear();
   m.thread_error.clear();
-  m.energy0_mj = m.energy_counter ? m.energy_mj() : 0;
   m.t0 = std::chrono::steady_clock::now();
   m.running = true;
   m.thread = std::thread([&m] {
@@ -179,8 +200,7 @@ TelemetrySummary NvmlSampler::stop() {
   m.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.t0).count();
   SWAPFFN_REQUIRE(m.thread_error.empty(), "GPU telemetry: a reading failed during the window: " + m.thread_error);
-  const double energy_j = m.energy_counter ? 1e-3 * double(m.energy_mj() - m.energy0_mj) : -1;
-  return summarize_telemetry(m.samples, seconds, energy_j);
+  return summarize_telemetry(m.samples, seconds);
 }
 
 }  // namespace swapffn::cuda

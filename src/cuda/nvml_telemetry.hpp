@@ -1,6 +1,6 @@
-// Samples the current CUDA device's SM clock, temperature and clock limits through NVML on a
-// background thread, and its energy counter at the ends of the window: what `swapffn bench` reports
-// beside each point's time. Host-only types in this header.
+// Samples the current CUDA device's SM clock, temperature, instantaneous power and clock limits
+// through NVML on a background thread: what `swapffn bench` reports beside each point's time.
+// Host-only types in this header.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -13,16 +13,16 @@ class NvmlSampler {
  public:
   // Samples the current CUDA device: the NVML device with its PCI bus id (so CUDA_VISIBLE_DEVICES is
   // honoured). Throws Error naming what failed: the driver's NVML library missing, no NVML device at
-  // that bus id, or a reading the board refuses (the energy counter alone may be absent: power is 0).
+  // that bus id, or a reading the board refuses (power alone may be absent: then it reads 0).
   explicit NvmlSampler(std::chrono::microseconds period);
   ~NvmlSampler();
   NvmlSampler(const NvmlSampler&) = delete;
   NvmlSampler& operator=(const NvmlSampler&) = delete;
 
-  void start();               // begins a window: clears the samples, reads the energy counter
+  void start();               // begins a window: clears the samples
   TelemetrySummary stop();    // ends it; throws if a reading failed during the window
   TelemetrySample sample() const;  // one reading now
-  bool has_energy_counter() const;
+  bool has_power() const;
 
  private:
   struct Impl;
