@@ -65,6 +65,11 @@ struct Row {
   std::optional<TelemetrySummary> telemetry, matched_floor_telemetry;  // GPU points, when NVML is usable
 };
 
+// The board's power reading lags the load by tens of milliseconds (an H100 read ~150 W over the
+// ~60 ms of a B = 1 point at full clock): shorter windows get no power figure.
+constexpr double kPowerMinSeconds = 0.5;
+bool power_known(const TelemetrySummary& t) { return t.power_w_mean > 0 && t.seconds >= kPowerMinSeconds; }
+
 nlohmann::json telemetry_json(const std::optional<TelemetrySummary>& t) {
   if (!t) return nullptr;
   nlohmann::json limits = nlohmann::json::object();
@@ -76,16 +81,18 @@ nlohmann::json telemetry_json(const std::optional<TelemetrySummary>& t) {
           {"sm_clock_mhz_min", t->sm_clock_mhz_min},
           {"sm_clock_mhz_max", t->sm_clock_mhz_max},
           {"temperature_c_max", t->temperature_c_max},
-          {"power_w_mean", t->power_w_mean},
-          {"power_w_max", t->power_w_max},
+          {"power_w_mean", power_known(*t) ? nlohmann::json(t->power_w_mean) : nlohmann::json()},
+          {"power_w_max", power_known(*t) ? nlohmann::json(t->power_w_max) : nlohmann::json()},
           {"clock_limit_share", limits}};
 }
 
-// "1755 [1610-1980] MHz  699 W  71 C  power 95%"
+// "1755 [1610-1980]  699 W  71 C  power 95%" ("   - W" where the power is not known)
 std::string telemetry_text(const TelemetrySummary& t) {
+  char power[16] = "   -";
+  if (power_known(t)) std::snprintf(power, sizeof(power), "%4.0f", t.power_w_mean);
   char buf[96];
-  std::snprintf(buf, sizeof(buf), "%4.0f [%4.0f-%4.0f]  %4.0f W  %3.0f C  ", t.sm_clock_mhz_median, t.sm_clock_mhz_min,
-                t.sm_clock_mhz_max, t.power_w_mean, t.temperature_c_max);
+  std::snprintf(buf, sizeof(buf), "%4.0f [%4.0f-%4.0f]  %s W  %3.0f C  ", t.sm_clock_mhz_median, t.sm_clock_mhz_min,
+                t.sm_clock_mhz_max, power, t.temperature_c_max);
   return buf + t.limits_text();
 }
 
@@ -192,13 +199,12 @@ void run_bench(const BenchArgs& a) {
   } else if (gpu.present) {
     telemetry_note = "off (--telemetry-ms 0)";
   }
-  // Runs f inside a telemetry window when there is a sampler.
-  const auto observed = [&](std::optional<TelemetrySummary>& out, auto&& f) {
-    if (sampler) sampler->start();
-    f();
-    if (sampler) out = sampler->stop();
+  // A telemetry window over a measurement's timed part, into `out` (none without a sampler).
+  const auto window = [&](std::optional<TelemetrySummary>& out) {
+    if (!sampler) return cuda::TimedWindow{};
+    return cuda::TimedWindow{[&] { sampler->start(); }, [&] { out = sampler->stop(); }};
   };
-  if (gpu.present) observed(peak_telemetry, [&] { peak = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10); });
+  if (gpu.present) peak = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10, 0, window(peak_telemetry));
 #endif
   std::printf("swapffn bench: %s, commit %s (binary built at %s), %s\n",
               gpu.present ? gpu.name.c_str() : "no GPU", source_commit().c_str(), SWAPFFN_GIT_COMMIT,
@@ -256,13 +262,12 @@ void run_bench(const BenchArgs& a) {
         const auto cool = [&] { std::this_thread::sleep_for(std::chrono::duration<double>(a.cooldown_s)); };
         cool();
         const auto t0 = std::chrono::steady_clock::now();
-        cuda::DecodeTiming t;
-        observed(r.telemetry,
-                 [&] { t = cuda::time_device_decode(*v.engine, initial, a.tokens, a.warmup, a.repeats, 4, a.seed); });
+        const cuda::DecodeTiming t = cuda::time_device_decode(*v.engine, initial, a.tokens, a.warmup, a.repeats, 4,
+                                                              a.seed, window(r.telemetry));
         const double point_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         cool();
-        observed(r.matched_floor_telemetry,
-                 [&] { r.matched_floor_tflops = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10, point_ms); });
+        r.matched_floor_tflops =
+            cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10, point_ms, window(r.matched_floor_telemetry));
         r.ms = t.median_ms_per_step;
         r.spread = (t.max_ms_per_step - t.min_ms_per_step) / t.median_ms_per_step;
         if (a.breakdown && v.graph) {
@@ -334,10 +339,11 @@ void run_bench(const BenchArgs& a) {
                 "clock moved during it (power or thermal limit, or another tenant)\n",
                 100 * kSpreadNote);
   if (!telemetry_lines.empty()) {
-    std::printf("\nGPU telemetry (NVML, a sample every %g ms; SM clock median [min-max] MHz, mean power from the "
-                "board's instantaneous readings (0: none), hottest reading, clock limits by share of the samples; \"per clock\": "
-                "%% of the matched floor at equal SM clocks, i.e. %% matched x floor MHz / point MHz):\n",
-                a.telemetry_ms);
+    std::printf("\nGPU telemetry over each measurement's timed part (NVML, a sample every %g ms): SM clock median "
+                "[min-max] MHz, mean power of the board's readings (windows of %g s or more), hottest reading, clock "
+                "limits by share of the samples; \"per clock\": %% of the matched floor at equal SM clocks, i.e. "
+                "%% matched x floor MHz / point MHz\n",
+                a.telemetry_ms, kPowerMinSeconds);
     std::printf("%-16s %5s  %-48s | %-48s | %s\n", "backend", "B", "point", "matched floor", "per clock");
     for (const auto& l : telemetry_lines) std::printf("%s\n", l.c_str());
   }

@@ -87,7 +87,7 @@ std::vector<DeviceBuffer<float>> random_inputs(int count, size_t n, uint64_t see
 
 }  // namespace
 
-double measure_bf16_gemm_tflops(int n, int warmup, int repeats, double min_ms) {
+double measure_bf16_gemm_tflops(int n, int warmup, int repeats, double min_ms, const TimedWindow& window) {
   SWAPFFN_REQUIRE(n > 0 && repeats > 0 && warmup >= 0 && min_ms >= 0, "GEMM peak: bad size, repeat count or duration");
   const auto nn = static_cast<size_t>(n) * n;
   DeviceBuffer<__nv_bfloat16> a(nn), b(nn), c(nn);
@@ -123,6 +123,8 @@ double measure_bf16_gemm_tflops(int n, int warmup, int repeats, double min_ms) {
   for (int i = 0; i < warmup; ++i) gemm();
   Events ev;
   std::vector<double> ms;
+  CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  if (window.begin) window.begin();
   for (double total = 0; static_cast<int>(ms.size()) < repeats || total < min_ms;) {
     CUDA_CHECK(cudaEventRecord(ev.start, nullptr));
     gemm();
@@ -130,11 +132,12 @@ double measure_bf16_gemm_tflops(int n, int warmup, int repeats, double min_ms) {
     ms.push_back(ev.elapsed_ms());
     total += ms.back();
   }
+  if (window.end) window.end();
   return 2.0 * n * n * static_cast<double>(n) / (median(ms) * 1e-3) / 1e12;
 }
 
 DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
-                                int rotations, uint64_t seed) {
+                                int rotations, uint64_t seed, const TimedWindow& window) {
   SWAPFFN_REQUIRE(tokens > 0 && repeats > 0 && warmup >= 0 && rotations > 0, "bench: bad token/repeat counts");
   DeviceDecoder& dec = decoder_of(engine);
   dec.upload_state(initial);
@@ -149,6 +152,7 @@ DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens
   for (int i = 0; i < warmup; ++i) run();
   Events ev;
   std::vector<double> per_step;
+  if (window.begin) window.begin();  // the warm-up may still run: the window starts with the GPU busy
   for (int i = 0; i < repeats; ++i) {
     CUDA_CHECK(cudaEventRecord(ev.start, dec.stream()));
     run();
@@ -156,6 +160,7 @@ DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens
     per_step.push_back(ev.elapsed_ms() / tokens);
   }
   CUDA_CHECK(cudaStreamSynchronize(dec.stream()));
+  if (window.end) window.end();
   DecodeTiming t;
   t.median_ms_per_step = median(per_step);
   t.min_ms_per_step = *std::min_element(per_step.begin(), per_step.end());

@@ -4,17 +4,24 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "swapffn/engine.hpp"
 
 namespace swapffn::cuda {
 
+// Called around the timed part of a measurement: after the set-up and warm-up, through the last
+// synchronisation. What `bench` samples the GPU's clock over (set-up would dilute it).
+struct TimedWindow {
+  std::function<void()> begin, end;
+};
+
 // Median TFLOP/s of an n x n x n cuBLASLt GEMM, bf16 operands (uniform random, never zeros),
 // fp32 accumulation, bf16 output: at least `repeats` timed GEMMs, and more until `min_ms` of GEMM
 // time has passed (a floor taken over as long a load as the point it is set against: the clock
 // follows the GPU's power and temperature).
-double measure_bf16_gemm_tflops(int n, int warmup, int repeats, double min_ms = 0);
+double measure_bf16_gemm_tflops(int n, int warmup, int repeats, double min_ms = 0, const TimedWindow& window = {});
 
 struct DecodeTiming {
   double median_ms_per_step = 0, min_ms_per_step = 0, max_ms_per_step = 0;
@@ -24,7 +31,7 @@ struct DecodeTiming {
 // input buffers [tokens, B, D] of random x are used in turn, the state carries over between runs;
 // `warmup` untimed runs, then `repeats` runs of `tokens` steps each timed with CUDA events.
 DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
-                                int rotations, uint64_t seed);
+                                int rotations, uint64_t seed, const TimedWindow& window = {});
 
 // Milliseconds per eager token step spent in each phase (router+swap, FFN GEMMs, elementwise,
 // collapse), averaged over `steps` steps after one warm-up step; names in phase order.
