@@ -65,8 +65,9 @@ struct Row {
   std::optional<TelemetrySummary> telemetry, matched_floor_telemetry;  // GPU points, when NVML is usable
 };
 
-// The board's power reading lags the load by tens of milliseconds (an H100 read ~150 W over the
-// ~60 ms of a B = 1 point at full clock): shorter windows get no power figure.
+// The board's power readings refresh every few tens of milliseconds and trail the load, so a window
+// shorter than this (the B <= 4 points of the default model) gets no power figure rather than a few
+// trailing readings. The clock reading has no such lag.
 constexpr double kPowerMinSeconds = 0.5;
 bool power_known(const TelemetrySummary& t) { return t.power_w_mean > 0 && t.seconds >= kPowerMinSeconds; }
 
@@ -398,7 +399,7 @@ void add_bench_command(CLI::App& app) {
                   "seconds idle before each GPU point and before its floor GEMM (the clock follows the temperature)")
       ->capture_default_str();
   cmd->add_option("--telemetry-ms", a->telemetry_ms,
-                  "GPU points: NVML sampling period of the SM clock, temperature and clock limits (0: off)")
+                  "GPU points: NVML sampling period of the SM clock, temperature, power and clock limits (0: off)")
       ->capture_default_str();
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_flag("--breakdown", a->breakdown, "time per phase (router+swap, FFN GEMMs, elementwise, collapse)");

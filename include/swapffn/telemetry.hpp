@@ -32,9 +32,7 @@ struct TelemetrySummary {
   double seconds = 0;  // length of the sampled window
   double sm_clock_mhz_median = 0, sm_clock_mhz_min = 0, sm_clock_mhz_max = 0;
   double temperature_c_max = 0;
-  // Mean and highest of the samples' instantaneous power (0 where the board has no such reading). Not
-  // from the energy counter: on the H100 it moves in steps too coarse for a 100 ms window (147 W over
-  // one of full load, 814 W over another on a 700 W board).
+  // Mean and highest of the samples' instantaneous power readings (0 where the board has none).
   double power_w_mean = 0, power_w_max = 0;
   std::array<int, kClockLimitCount> limit_samples{};  // samples during which each ClockLimit held (bit order)
 
