@@ -264,5 +264,26 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
   EXPECT_GT(j["rows"][1]["speedup_vs_unfused"].get<double>(), 0.0);  // against the unfused row of its batch
 }
 
+// Without NVML the bench still times every point, says why it has no telemetry, and writes none.
+TEST_F(Cli, BenchWithoutNvmlSaysWhyAndStillTimes) {
+  SKIP_WITHOUT_HOPPER();
+  const std::string json = path("bench.json");
+  ASSERT_EQ(setenv("SWAPFFN_NVML_LIBRARY", "libswapffn-no-such-nvml.so", 1), 0);
+  const Result r = cli("bench --config tiny --backends fused --batches 1 --tokens 1 --warmup 0 --repeats 1 --peak-n 1024 "
+                       "--cooldown 0 --json " + json);
+  unsetenv("SWAPFFN_NVML_LIBRARY");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("GPU telemetry: unavailable: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("libswapffn-no-such-nvml.so"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("GPU telemetry over"), std::string::npos) << r.out;  // no table of readings
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_NE(j["telemetry_unavailable"].get<std::string>().find("libswapffn-no-such-nvml.so"), std::string::npos);
+  EXPECT_TRUE(j["floor_telemetry"].is_null());
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_GT(j["rows"][0]["ms_per_step"].get<double>(), 0.0);
+  EXPECT_TRUE(j["rows"][0]["telemetry"].is_null());
+  EXPECT_EQ(j["rows"][0]["pct_of_matched_floor_per_clock"].get<double>(), 0.0);
+}
+
 }  // namespace
 }  // namespace swapffn

@@ -7,6 +7,7 @@
 #include <nvml.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -30,11 +31,14 @@ struct Nvml {
   // Deprecated in the 13.x header in favour of a versioned struct, but what every driver has.
   nvmlReturn_t (*temperature)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int*) = nullptr;
 
+  // SWAPFFN_NVML_LIBRARY names another library file (a test uses it to take the no-NVML path).
   Nvml() {
-    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char* env = std::getenv("SWAPFFN_NVML_LIBRARY");
+    const std::string name = env && *env ? env : "libnvidia-ml.so.1";
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char* e = dlerror();
-      error = std::string("cannot open the driver's NVML library libnvidia-ml.so.1: ") + (e ? e : "unknown error");
+      error = "cannot open the driver's NVML library " + name + ": " + (e ? e : "unknown error");
       return;
     }
     const auto need = [&](auto& fn, const char* name) {
