@@ -272,7 +272,8 @@ void run_bench(const BenchArgs& a) {
         r.ms = t.median_ms_per_step;
         r.spread = (t.max_ms_per_step - t.min_ms_per_step) / t.median_ms_per_step;
         if (a.breakdown && v.graph) {
-          const cuda::PhaseBreakdown pb = cuda::time_device_phases(*v.engine, initial, 3, a.seed);
+          std::optional<TelemetrySummary> bt;
+          const cuda::PhaseBreakdown pb = cuda::time_device_phases(*v.engine, initial, 3, a.seed, window(bt));
           double total = 0;
           for (double x : pb.ms_per_step) total += x;
           std::ostringstream line;
@@ -283,6 +284,17 @@ void run_bench(const BenchArgs& a) {
           for (size_t p = 0; p < pb.names.size(); ++p) {
             std::snprintf(buf, sizeof(buf), "  %s %.3f (%.0f%%)", pb.names[p], pb.ms_per_step[p],
                           total > 0 ? 100 * pb.ms_per_step[p] / total : 0.0);
+            line << buf;
+          }
+          // The FFN GEMM phase's rate, to set against the floors at the clock it ran at.
+          for (size_t p = 0; p < pb.names.size(); ++p)
+            if (std::string(pb.names[p]) == "FFN GEMMs" && pb.ms_per_step[p] > 0) {
+              std::snprintf(buf, sizeof(buf), "  [FFN GEMMs %.0f TF/s]",
+                            cfg.ffn_flops_per_token() * double(batch) / (pb.ms_per_step[p] * 1e-3) / 1e12);
+              line << buf;
+            }
+          if (bt) {
+            std::snprintf(buf, sizeof(buf), "  SM clock %.0f MHz", bt->sm_clock_mhz_median);
             line << buf;
           }
           breakdown_lines.push_back(line.str());

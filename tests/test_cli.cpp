@@ -227,7 +227,7 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
   SKIP_WITHOUT_HOPPER();  // without CUDA in the build, query_gpu() finds no GPU
   const std::string json = path("bench.json");
   const Result r = cli("bench --config tiny --backends unfused,fused --batches 1,2 --tokens 2 --warmup 1 --repeats 3 "
-                       "--peak-n 2048 --cooldown 0.1 --json " + json);
+                       "--peak-n 2048 --cooldown 0.1 --breakdown --json " + json);
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   ASSERT_EQ(j["rows"].size(), 4u) << j.dump();
@@ -261,6 +261,10 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
   EXPECT_EQ(j["telemetry_period_ms"].get<double>(), 5.0);
   EXPECT_FALSE(j.contains("telemetry_unavailable")) << j["telemetry_unavailable"];
   EXPECT_NE(r.out.find("GPU telemetry over each measurement's timed part"), std::string::npos) << r.out;
+  // The breakdown gives the FFN GEMM phase's rate and the clock of its steps.
+  const std::string b = line_with(r.out, "fused      B=2");
+  EXPECT_NE(b.find("[FFN GEMMs "), std::string::npos) << r.out;
+  EXPECT_NE(b.find(" TF/s]  SM clock "), std::string::npos) << r.out;
   EXPECT_GT(j["rows"][1]["speedup_vs_unfused"].get<double>(), 0.0);  // against the unfused row of its batch
 }
 

@@ -168,7 +168,8 @@ DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens
   return t;
 }
 
-PhaseBreakdown time_device_phases(Engine& engine, const State& initial, int steps, uint64_t seed) {
+PhaseBreakdown time_device_phases(Engine& engine, const State& initial, int steps, uint64_t seed,
+                                  const TimedWindow& window) {
   SWAPFFN_REQUIRE(steps > 0, "bench: breakdown needs at least one step");
   DeviceDecoder& dec = decoder_of(engine);
   dec.upload_state(initial);
@@ -181,10 +182,12 @@ PhaseBreakdown time_device_phases(Engine& engine, const State& initial, int step
   dec.step_device_timed(xs[0].get(), delta.get(), timer);  // warm-up, not counted
   timer.collect(ms);
   ms.fill(0.0);
+  if (window.begin) window.begin();
   for (int s = 1; s <= steps; ++s) {
     dec.step_device_timed(xs[0].get() + s * stride, delta.get() + s * stride, timer);
     timer.collect(ms);
   }
+  if (window.end) window.end();
   PhaseBreakdown out;
   for (int p = 0; p < kPhaseCount; ++p) {
     out.names[static_cast<size_t>(p)] = phase_name(static_cast<Phase>(p));

@@ -34,11 +34,13 @@ DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens
                                 int rotations, uint64_t seed, const TimedWindow& window = {});
 
 // Milliseconds per eager token step spent in each phase (router+swap, FFN GEMMs, elementwise,
-// collapse), averaged over `steps` steps after one warm-up step; names in phase order.
+// collapse), averaged over `steps` steps after one warm-up step; names in phase order. `window`
+// spans the counted steps.
 struct PhaseBreakdown {
   std::array<const char*, 4> names{};
   std::array<double, 4> ms_per_step{};
 };
-PhaseBreakdown time_device_phases(Engine& engine, const State& initial, int steps, uint64_t seed);
+PhaseBreakdown time_device_phases(Engine& engine, const State& initial, int steps, uint64_t seed,
+                                  const TimedWindow& window = {});
 
 }  // namespace swapffn::cuda
