@@ -188,6 +188,7 @@ void run_bench(const BenchArgs& a) {
   double peak = 0;
   std::optional<TelemetrySummary> peak_telemetry;
   std::string telemetry_note;  // why there is no telemetry (empty when there is)
+  std::string power_note;      // why the telemetry has no power readings (empty when it has)
 #ifdef SWAPFFN_WITH_CUDA
   // NVML is optional to the bench: without it the times stand, and the output says why it is absent.
   std::unique_ptr<cuda::NvmlSampler> sampler;
@@ -200,6 +201,7 @@ void run_bench(const BenchArgs& a) {
   } else if (gpu.present) {
     telemetry_note = "off (--telemetry-ms 0)";
   }
+  if (sampler && !sampler->has_power()) power_note = sampler->why_no_power();
   // A telemetry window over a measurement's timed part, into `out` (none without a sampler).
   const auto window = [&](std::optional<TelemetrySummary>& out) {
     if (!sampler) return cuda::TimedWindow{};
@@ -219,6 +221,7 @@ void run_bench(const BenchArgs& a) {
                 a.peak_n, a.peak_n, a.peak_n, peak, cfg.flops_per_token() / (peak * 1e12) * 1e3);
   if (peak_telemetry) std::printf("floor GEMM telemetry: %s\n", telemetry_text(*peak_telemetry).c_str());
   if (!telemetry_note.empty()) std::printf("GPU telemetry: unavailable: %s\n", telemetry_note.c_str());
+  if (!power_note.empty()) std::printf("GPU telemetry: no power readings: %s\n", power_note.c_str());
   for (const auto& s : skipped) std::printf("skipped: %s\n", s.c_str());
 
   // Every variant's engine first, then the points batch by batch (see the top of this file).
@@ -383,6 +386,7 @@ void run_bench(const BenchArgs& a) {
     j["telemetry_period_ms"] = a.telemetry_ms;
     j["floor_telemetry"] = telemetry_json(peak_telemetry);
     if (!telemetry_note.empty()) j["telemetry_unavailable"] = telemetry_note;
+    if (!power_note.empty()) j["power_unavailable"] = power_note;
     j["rows"] = jrows;
     std::ofstream f(a.json);
     SWAPFFN_REQUIRE(f.good(), "cannot write " + a.json);

@@ -260,6 +260,7 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
   EXPECT_GT(j["floor_telemetry"]["samples"].get<int>(), 0) << j["floor_telemetry"];
   EXPECT_EQ(j["telemetry_period_ms"].get<double>(), 5.0);
   EXPECT_FALSE(j.contains("telemetry_unavailable")) << j["telemetry_unavailable"];
+  EXPECT_FALSE(j.contains("power_unavailable")) << j["power_unavailable"];  // an H100/H200 reads its power
   EXPECT_NE(r.out.find("GPU telemetry over each measurement's timed part"), std::string::npos) << r.out;
   // The breakdown gives the FFN GEMM phase's rate and the clock of its steps.
   const std::string b = line_with(r.out, "fused      B=2");

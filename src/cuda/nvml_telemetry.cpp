@@ -99,7 +99,8 @@ struct NvmlSampler::Impl {
   const Nvml& nvml = Nvml::get();
   nvmlDevice_t device{};
   std::chrono::microseconds period{};
-  bool power = false;  // the board reads its instantaneous power
+  bool power = false;      // the board reads its instantaneous power
+  std::string power_note;  // why not, when it does not
 
   std::thread thread;
   std::atomic<bool> running{false};
@@ -153,11 +154,11 @@ NvmlSampler::NvmlSampler(std::chrono::microseconds period) : impl_(std::make_uni
   if (const nvmlReturn_t r = m.nvml.handle_by_pci(bus_id, &m.device); r != NVML_SUCCESS)
     SWAPFFN_FAIL("GPU telemetry: no NVML device at PCI bus id " + std::string(bus_id) + " (CUDA device " +
                  std::to_string(cuda_device) + "): " + m.nvml.what("nvmlDeviceGetHandleByPciBusId_v2", r));
+  // A board without a power reading still gives its clock: power is then left out, with the reason.
   nvmlFieldValue_t f{};
   f.fieldId = NVML_FI_DEV_POWER_INSTANT;
-  const std::string power_error = m.read_power(f);
-  SWAPFFN_REQUIRE(power_error.empty() || f.nvmlReturn == NVML_ERROR_NOT_SUPPORTED, "GPU telemetry: " + power_error);
-  m.power = power_error.empty();
+  m.power_note = m.read_power(f);
+  m.power = m.power_note.empty();
   TelemetrySample probe;
   const std::string e = m.read(probe);
   SWAPFFN_REQUIRE(e.empty(), "GPU telemetry: " + e);
@@ -166,6 +167,8 @@ NvmlSampler::NvmlSampler(std::chrono::microseconds period) : impl_(std::make_uni
 NvmlSampler::~NvmlSampler() { impl_->join(); }
 
 bool NvmlSampler::has_power() const { return impl_->power; }
+
+const std::string& NvmlSampler::why_no_power() const { return impl_->power_note; }
 
 TelemetrySample NvmlSampler::sample() const {
   TelemetrySample s;

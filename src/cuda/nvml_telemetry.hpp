@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "swapffn/telemetry.hpp"
 
@@ -13,7 +14,8 @@ class NvmlSampler {
  public:
   // Samples the current CUDA device: the NVML device with its PCI bus id (so CUDA_VISIBLE_DEVICES is
   // honoured). Throws Error naming what failed: the driver's NVML library missing, no NVML device at
-  // that bus id, or a reading the board refuses (power alone may be absent: then it reads 0).
+  // that bus id, or a clock or temperature reading the board refuses. A board whose power cannot be
+  // read is sampled without it (has_power() false, why_no_power() says why).
   explicit NvmlSampler(std::chrono::microseconds period);
   ~NvmlSampler();
   NvmlSampler(const NvmlSampler&) = delete;
@@ -23,6 +25,7 @@ class NvmlSampler {
   TelemetrySummary stop();    // ends it; throws if a reading failed during the window
   TelemetrySample sample() const;  // one reading now
   bool has_power() const;
+  const std::string& why_no_power() const;
 
  private:
   struct Impl;
