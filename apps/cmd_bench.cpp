@@ -10,13 +10,16 @@
 // as long as the point ran (the same load history), which shows how much of a point's distance to
 // the floor is the machine's sustained clock rather than the kernels. NVML telemetry (SM clock,
 // temperature, clock limits, mean power) sampled over each point and each floor GEMM shows the
-// clock itself, and the point's rate per clock against its floor's.
+// clock itself, and the point's rate per clock against its floor's. At every GPU batch size the
+// issue's anchor, cuBLAS's FFN GEMMs alone, is timed first the same way, and every row is set against
+// it ("vs GEMMs"): the fused step must beat it end to end.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -54,7 +57,11 @@ struct BenchArgs {
   double telemetry_ms = 5;  // NVML sampling period; 0: no telemetry
   uint64_t seed = 1;
   bool breakdown = false, eager = false;
+  bool gemms_alone = true;  // time the anchor (cuBLAS's FFN GEMMs alone) at every GPU batch size
 };
+
+// The row of the anchor: cuBLAS's FFN GEMMs alone (cuda::CublasFfnGemms).
+constexpr const char* kGemmsAlone = "cublas-ffn-gemms";
 
 struct Row {
   std::string backend;
@@ -95,6 +102,11 @@ std::string telemetry_text(const TelemetrySummary& t) {
   std::snprintf(buf, sizeof(buf), "%4.0f [%4.0f-%4.0f]  %s W  %3.0f C  ", t.sm_clock_mhz_median, t.sm_clock_mhz_min,
                 t.sm_clock_mhz_max, power, t.temperature_c_max);
   return buf + t.limits_text();
+}
+
+// FLOPs per token of a row: the anchor runs the FFN's GEMMs only, so its rate counts only theirs.
+double row_flops_per_token(const Config& cfg, const std::string& backend) {
+  return backend == kGemmsAlone ? cfg.ffn_flops_per_token() : cfg.flops_per_token();
 }
 
 // Rows whose timed runs differ by more than this are marked: the clock moved during the point.
@@ -255,25 +267,47 @@ void run_bench(const BenchArgs& a) {
 
   std::vector<Row> rows;
   std::vector<std::string> breakdown_lines;
+  nlohmann::json anchor_algorithms = nlohmann::json::object();  // cuBLASLt's picks for the anchor, per batch
+  const bool time_anchor = gpu.present && a.gemms_alone &&
+                           std::any_of(variants.begin(), variants.end(), [](const Variant& v) { return is_gpu_backend(v.backend); });
   for (int64_t batch : a.batches) {
     const State initial = State::random(cfg, batch, a.seed);
+#ifdef SWAPFFN_WITH_CUDA
+    // A GPU point: after the cool-down, `timed` measures it over a telemetry window; then the matched
+    // floor, after the same pause, for as long as the point ran.
+    const auto cool = [&] { std::this_thread::sleep_for(std::chrono::duration<double>(a.cooldown_s)); };
+    const auto gpu_point = [&](Row& r, const std::function<cuda::DecodeTiming(const cuda::TimedWindow&)>& timed) {
+      cool();
+      const auto t0 = std::chrono::steady_clock::now();
+      const cuda::DecodeTiming t = timed(window(r.telemetry));
+      const double point_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      cool();
+      r.matched_floor_tflops = cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10, point_ms, window(r.matched_floor_telemetry));
+      r.ms = t.median_ms_per_step;
+      r.spread = (t.max_ms_per_step - t.min_ms_per_step) / t.median_ms_per_step;
+    };
+    if (time_anchor) {
+      Row r;
+      r.backend = kGemmsAlone;
+      r.batch = batch;
+      std::string algorithms;
+      gpu_point(r, [&](const cuda::TimedWindow& win) {
+        return cuda::time_cublas_ffn_gemms(w, batch, a.tokens, a.warmup, a.repeats, a.seed, win, &algorithms);
+      });
+      anchor_algorithms[std::to_string(batch)] = algorithms;
+      rows.push_back(r);
+      std::fprintf(stderr, "  %s B=%lld: %.4f ms/step\n", kGemmsAlone, static_cast<long long>(batch), r.ms);
+    }
+#endif
     for (auto& v : variants) {
       Row r;
       r.backend = v.label;
       r.batch = batch;
       if (is_gpu_backend(v.backend)) {
 #ifdef SWAPFFN_WITH_CUDA
-        const auto cool = [&] { std::this_thread::sleep_for(std::chrono::duration<double>(a.cooldown_s)); };
-        cool();
-        const auto t0 = std::chrono::steady_clock::now();
-        const cuda::DecodeTiming t = cuda::time_device_decode(*v.engine, initial, a.tokens, a.warmup, a.repeats, 4,
-                                                              a.seed, window(r.telemetry));
-        const double point_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        cool();
-        r.matched_floor_tflops =
-            cuda::measure_bf16_gemm_tflops(a.peak_n, 3, 10, point_ms, window(r.matched_floor_telemetry));
-        r.ms = t.median_ms_per_step;
-        r.spread = (t.max_ms_per_step - t.min_ms_per_step) / t.median_ms_per_step;
+        gpu_point(r, [&](const cuda::TimedWindow& win) {
+          return cuda::time_device_decode(*v.engine, initial, a.tokens, a.warmup, a.repeats, 4, a.seed, win);
+        });
         if (a.breakdown && v.graph) {
           std::optional<TelemetrySummary> bt;
           const cuda::PhaseBreakdown pb = cuda::time_device_phases(*v.engine, initial, 3, a.seed, window(bt));
@@ -311,25 +345,26 @@ void run_bench(const BenchArgs& a) {
     }
   }
 
-  const auto unfused_ms = [&](int64_t batch) {
+  const auto ms_of = [&](const char* backend, int64_t batch) {
     for (const auto& r : rows)
-      if (r.backend == "unfused" && r.batch == batch) return r.ms;
+      if (r.backend == backend && r.batch == batch) return r.ms;
     return 0.0;
   };
   nlohmann::json jrows = nlohmann::json::array();
-  std::printf("\n%-16s %5s %12s %12s %9s %9s %11s %7s %13s %9s\n", "backend", "B", "ms/step", "tok/s", "TF/s",
-              "% floor", "vs unfused", "spread", "matched floor", "% matched");
+  std::printf("\n%-16s %5s %12s %12s %9s %9s %11s %9s %7s %13s %9s\n", "backend", "B", "ms/step", "tok/s", "TF/s",
+              "% floor", "vs unfused", "vs GEMMs", "spread", "matched floor", "% matched");
   bool spread_noted = false;
   std::vector<std::string> telemetry_lines;
   for (const auto& r : rows) {
     const double tok_s = r.batch / (r.ms * 1e-3);
-    const double tflops = cfg.flops_per_token() * r.batch / (r.ms * 1e-3) / 1e12;
+    const double tflops = row_flops_per_token(cfg, r.backend) * r.batch / (r.ms * 1e-3) / 1e12;
     const double pct = peak > 0 ? 100 * tflops / peak : 0;
     const double pct_matched = r.matched_floor_tflops > 0 ? 100 * tflops / r.matched_floor_tflops : 0;
-    const double base = unfused_ms(r.batch);
-    const double speedup = base > 0 ? base / r.ms : 0;
-    char vs[32] = "-";
+    const double base = ms_of("unfused", r.batch), anchor = ms_of(kGemmsAlone, r.batch);
+    const double speedup = base > 0 ? base / r.ms : 0, vs_anchor = anchor > 0 ? anchor / r.ms : 0;
+    char vs[32] = "-", vs_gemms[32] = "-";
     if (base > 0) std::snprintf(vs, sizeof(vs), "%.2fx", speedup);
+    if (anchor > 0) std::snprintf(vs_gemms, sizeof(vs_gemms), "%.2fx", vs_anchor);
     char pct_s[32] = "-", spread_s[32] = "-", matched_s[32] = "-", pct_matched_s[32] = "-";
     if (peak > 0) std::snprintf(pct_s, sizeof(pct_s), "%.1f", pct);
     if (r.matched_floor_tflops > 0) {
@@ -339,17 +374,25 @@ void run_bench(const BenchArgs& a) {
       std::snprintf(matched_s, sizeof(matched_s), "%.1f TF/s", r.matched_floor_tflops);
       std::snprintf(pct_matched_s, sizeof(pct_matched_s), "%.1f", pct_matched);
     }
-    std::printf("%-16s %5lld %12.4f %12.1f %9.2f %9s %11s %7s %13s %9s\n", r.backend.c_str(),
-                static_cast<long long>(r.batch), r.ms, tok_s, tflops, pct_s, vs, spread_s, matched_s, pct_matched_s);
+    std::printf("%-16s %5lld %12.4f %12.1f %9.2f %9s %11s %9s %7s %13s %9s\n", r.backend.c_str(),
+                static_cast<long long>(r.batch), r.ms, tok_s, tflops, pct_s, vs, vs_gemms, spread_s, matched_s,
+                pct_matched_s);
     if (r.telemetry && r.matched_floor_telemetry)
       telemetry_lines.push_back(fmt_telemetry_line(r, pct_matched_per_clock(r, pct_matched)));
     jrows.push_back({{"backend", r.backend}, {"batch", r.batch}, {"ms_per_step", r.ms}, {"tok_per_s", tok_s},
-                     {"tflops", tflops}, {"pct_of_floor", pct}, {"speedup_vs_unfused", speedup}, {"spread", r.spread},
+                     {"tflops", tflops}, {"pct_of_floor", pct}, {"speedup_vs_unfused", speedup},
+                     {"speedup_vs_gemms_alone", vs_anchor}, {"spread", r.spread},
                      {"matched_floor_tflops", r.matched_floor_tflops}, {"pct_of_matched_floor", pct_matched},
                      {"telemetry", telemetry_json(r.telemetry)},
                      {"matched_floor_telemetry", telemetry_json(r.matched_floor_telemetry)},
                      {"pct_of_matched_floor_per_clock", pct_matched_per_clock(r, pct_matched)}});
   }
+  if (time_anchor)
+    std::printf("%s: the issue's anchor, cuBLAS's FFN GEMMs alone, timed here: per FFN step x W1^T, x W3^T and u W2^T "
+                "(bf16 out, cuBLASLt's own pick; %lld GEMMs per token step) in one CUDA graph, nothing else; its TF/s and "
+                "%% floor count the FFN's FLOPs only. \"vs GEMMs\": its time over the row's (above 1.00x the row beats "
+                "it)\n",
+                kGemmsAlone, static_cast<long long>(3 * cfg.n_events * cfg.k_ffn));
   if (spread_noted)
     std::printf("* the timed runs of this point differ by more than %.0f%% (slowest against fastest): the GPU's "
                 "clock moved during it (power or thermal limit, or another tenant)\n",
@@ -385,6 +428,10 @@ void run_bench(const BenchArgs& a) {
     j["cooldown_s"] = a.cooldown_s;
     j["telemetry_period_ms"] = a.telemetry_ms;
     j["floor_telemetry"] = telemetry_json(peak_telemetry);
+    if (time_anchor)
+      j["gemms_alone"] = {{"row", kGemmsAlone},
+                          {"gemms_per_step", 3 * cfg.n_events * cfg.k_ffn},
+                          {"algorithms", anchor_algorithms}};
     if (!telemetry_note.empty()) j["telemetry_unavailable"] = telemetry_note;
     if (!power_note.empty()) j["power_unavailable"] = power_note;
     j["rows"] = jrows;
@@ -420,6 +467,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_flag("--breakdown", a->breakdown, "time per phase (router+swap, FFN GEMMs, elementwise, collapse)");
   cmd->add_flag("--eager", a->eager, "GPU backends: also time without CUDA graphs");
+  cmd->add_flag("--gemms-alone,!--no-gemms-alone", a->gemms_alone,
+                "time cuBLAS's FFN GEMMs alone (the issue's anchor) at every GPU batch size, and each row against it "
+                "(default: on)");
   cmd->add_option("--fused-configs", a->fused_configs,
                   "also time the fused backend with each of these kernel configs (';'-separated, e.g. "
                   "'up=bn256_st4_sk1_mc1_p;down=cublas')")

@@ -205,6 +205,7 @@ TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   ASSERT_EQ(j["rows"].size(), 2u) << j.dump();
+  EXPECT_FALSE(j.contains("gemms_alone"));  // the anchor is timed only beside GPU backends
   const double peak = j["peak_tflops"].get<double>();
   EXPECT_EQ(peak > 0, query_gpu().present);
   for (size_t i = 0; i < 2; ++i) {
@@ -221,8 +222,9 @@ TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
   }
 }
 
-// On a GPU the points run batch by batch (every backend at one batch size back to back); "% floor"
-// is against the floor measured at the start, and each row also has its own matched floor.
+// On a GPU the points run batch by batch (the anchor, then every backend at one batch size
+// back to back); "% floor" is against the floor measured at the start, and each row also has its own
+// matched floor and its ratio to the anchor.
 TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
   SKIP_WITHOUT_HOPPER();  // without CUDA in the build, query_gpu() finds no GPU
   const std::string json = path("bench.json");
@@ -230,9 +232,11 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
                        "--peak-n 2048 --cooldown 0.1 --breakdown --json " + json);
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
-  ASSERT_EQ(j["rows"].size(), 4u) << j.dump();
-  const char* order[4][2] = {{"unfused", "1"}, {"fused", "1"}, {"unfused", "2"}, {"fused", "2"}};
-  for (size_t i = 0; i < 4; ++i) {
+  // At each batch size the anchor (cuBLAS's FFN GEMMs alone) first, then the backends.
+  ASSERT_EQ(j["rows"].size(), 6u) << j.dump();
+  const char* order[6][2] = {{"cublas-ffn-gemms", "1"}, {"unfused", "1"}, {"fused", "1"},
+                             {"cublas-ffn-gemms", "2"}, {"unfused", "2"}, {"fused", "2"}};
+  for (size_t i = 0; i < 6; ++i) {
     const auto& row = j["rows"][i];
     EXPECT_EQ(row["backend"], order[i][0]) << row;
     EXPECT_EQ(row["batch"], std::stoll(order[i][1])) << row;
@@ -256,7 +260,21 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
                     tp["sm_clock_mhz_median"].get<double>(),
                 1e-9 * (1 + tflops))
         << row;
+    // "vs GEMMs": the anchor's time at this batch size over the row's.
+    const double anchor_ms = j["rows"][i - i % 3]["ms_per_step"].get<double>();
+    EXPECT_NEAR(row["speedup_vs_gemms_alone"].get<double>(), anchor_ms / row["ms_per_step"].get<double>(), 1e-9) << row;
   }
+  // The anchor's rate counts the FFN's GEMM FLOPs only: tiny has E = 3, k_ffn = 2, so 18 GEMMs per step
+  // of 2 * C * D * F * 3 FLOPs per FFN step and sequence (C = 40, D = 128, F = 384).
+  const double ffn_flops = 3 * 2 * 3 * 2.0 * 40 * 128 * 384;
+  EXPECT_NEAR(j["rows"][0]["tflops"].get<double>(), ffn_flops / (j["rows"][0]["ms_per_step"].get<double>() * 1e-3) / 1e12,
+              1e-9);
+  EXPECT_EQ(j["gemms_alone"]["gemms_per_step"].get<int>(), 18) << j["gemms_alone"];
+  for (const char* b : {"1", "2"})
+    EXPECT_NE(j["gemms_alone"]["algorithms"][b].get<std::string>().find("gate/up algo="), std::string::npos)
+        << j["gemms_alone"];
+  EXPECT_NE(r.out.find("cublas-ffn-gemms: the issue's anchor"), std::string::npos) << r.out;
+  EXPECT_NE(line_with(r.out, "backend              B").find("vs GEMMs"), std::string::npos) << r.out;
   EXPECT_GT(j["floor_telemetry"]["samples"].get<int>(), 0) << j["floor_telemetry"];
   EXPECT_EQ(j["telemetry_period_ms"].get<double>(), 5.0);
   EXPECT_FALSE(j.contains("telemetry_unavailable")) << j["telemetry_unavailable"];
@@ -266,7 +284,7 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
   const std::string b = line_with(r.out, "fused      B=2");
   EXPECT_NE(b.find("[FFN GEMMs "), std::string::npos) << r.out;
   EXPECT_NE(b.find(" TF/s]  SM clock "), std::string::npos) << r.out;
-  EXPECT_GT(j["rows"][1]["speedup_vs_unfused"].get<double>(), 0.0);  // against the unfused row of its batch
+  EXPECT_GT(j["rows"][2]["speedup_vs_unfused"].get<double>(), 0.0);  // against the unfused row of its batch
 }
 
 // Without NVML the bench still times every point, says why it has no telemetry, and writes none.
@@ -275,7 +293,7 @@ TEST_F(Cli, BenchWithoutNvmlSaysWhyAndStillTimes) {
   const std::string json = path("bench.json");
   ASSERT_EQ(setenv("SWAPFFN_NVML_LIBRARY", "libswapffn-no-such-nvml.so", 1), 0);
   const Result r = cli("bench --config tiny --backends fused --batches 1 --tokens 1 --warmup 0 --repeats 1 --peak-n 1024 "
-                       "--cooldown 0 --json " + json);
+                       "--cooldown 0 --no-gemms-alone --json " + json);
   unsetenv("SWAPFFN_NVML_LIBRARY");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("GPU telemetry: unavailable: "), std::string::npos) << r.out;
@@ -284,7 +302,9 @@ TEST_F(Cli, BenchWithoutNvmlSaysWhyAndStillTimes) {
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   EXPECT_NE(j["telemetry_unavailable"].get<std::string>().find("libswapffn-no-such-nvml.so"), std::string::npos);
   EXPECT_TRUE(j["floor_telemetry"].is_null());
-  ASSERT_EQ(j["rows"].size(), 1u);
+  ASSERT_EQ(j["rows"].size(), 1u);  // --no-gemms-alone: no anchor row
+  EXPECT_FALSE(j.contains("gemms_alone"));
+  EXPECT_EQ(j["rows"][0]["speedup_vs_gemms_alone"].get<double>(), 0.0);
   EXPECT_GT(j["rows"][0]["ms_per_step"].get<double>(), 0.0);
   EXPECT_TRUE(j["rows"][0]["telemetry"].is_null());
   EXPECT_EQ(j["rows"][0]["pct_of_matched_floor_per_clock"].get<double>(), 0.0);

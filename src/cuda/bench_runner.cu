@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include "cuda/cublas_ffn_gemms.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_decoder.hpp"
@@ -63,6 +64,38 @@ struct LtPeakGemm {
       if (l) cublasLtMatrixLayoutDestroy(l);
     if (op) cublasLtMatmulDescDestroy(op);
     if (lt) cublasLtDestroy(lt);
+  }
+};
+
+DecodeTiming timing_of(const std::vector<double>& per_step) {
+  DecodeTiming t;
+  t.median_ms_per_step = median(per_step);
+  t.min_ms_per_step = *std::min_element(per_step.begin(), per_step.end());
+  t.max_ms_per_step = *std::max_element(per_step.begin(), per_step.end());
+  return t;
+}
+
+// A stream and an instantiated graph, released on every path.
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+};
+struct Graph {
+  cudaGraphExec_t exec = nullptr;
+  // Ends the capture on `stream` and instantiates what it recorded.
+  void instantiate_from_capture(cudaStream_t stream) {
+    cudaGraph_t g = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream, &g);
+    if (end != cudaSuccess && g) cudaGraphDestroy(g);
+    CUDA_CHECK(end);
+    const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) exec = nullptr;
+    CUDA_CHECK(e);
+  }
+  ~Graph() {
+    if (exec) cudaGraphExecDestroy(exec);
   }
 };
 
@@ -161,11 +194,42 @@ DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens
   }
   CUDA_CHECK(cudaStreamSynchronize(dec.stream()));
   if (window.end) window.end();
-  DecodeTiming t;
-  t.median_ms_per_step = median(per_step);
-  t.min_ms_per_step = *std::min_element(per_step.begin(), per_step.end());
-  t.max_ms_per_step = *std::max_element(per_step.begin(), per_step.end());
-  return t;
+  return timing_of(per_step);
+}
+
+DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
+                                   const TimedWindow& window, std::string* algorithms) {
+  SWAPFFN_REQUIRE(batch > 0 && tokens > 0 && repeats > 0 && warmup >= 0, "bench: bad batch, token or repeat counts");
+  const CublasFfnGemms gemms(w, batch * w.cfg.core_count, seed);
+  if (algorithms) *algorithms = gemms.describe();
+  Stream stream;
+  Graph graph;
+  CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+  try {
+    gemms.enqueue_step(stream.s);
+  } catch (...) {
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(stream.s, &g);
+    if (g) cudaGraphDestroy(g);
+    throw;
+  }
+  graph.instantiate_from_capture(stream.s);
+  const auto run = [&] {
+    for (int t = 0; t < tokens; ++t) CUDA_CHECK(cudaGraphLaunch(graph.exec, stream.s));
+  };
+  for (int i = 0; i < warmup; ++i) run();
+  Events ev;
+  std::vector<double> per_step;
+  if (window.begin) window.begin();
+  for (int i = 0; i < repeats; ++i) {
+    CUDA_CHECK(cudaEventRecord(ev.start, stream.s));
+    run();
+    CUDA_CHECK(cudaEventRecord(ev.stop, stream.s));
+    per_step.push_back(ev.elapsed_ms() / tokens);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream.s));
+  if (window.end) window.end();
+  return timing_of(per_step);
 }
 
 PhaseBreakdown time_device_phases(Engine& engine, const State& initial, int steps, uint64_t seed,

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "swapffn/engine.hpp"
+#include "swapffn/weights.hpp"
 
 namespace swapffn::cuda {
 
@@ -32,6 +33,12 @@ struct DecodeTiming {
 // `warmup` untimed runs, then `repeats` runs of `tokens` steps each timed with CUDA events.
 DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
                                 int rotations, uint64_t seed, const TimedWindow& window = {});
+
+// The anchor, cuBLAS's FFN GEMMs alone (CublasFfnGemms), for `batch` sequences of w's model:
+// one token step's GEMMs captured in a CUDA graph, launched `tokens` times per run, timed as
+// time_device_decode times a backend. `algorithms`, when given, receives cuBLASLt's picks.
+DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
+                                   const TimedWindow& window = {}, std::string* algorithms = nullptr);
 
 // Milliseconds per eager token step spent in each phase (router+swap, FFN GEMMs, elementwise,
 // collapse), averaged over `steps` steps after one warm-up step; names in phase order. `window`

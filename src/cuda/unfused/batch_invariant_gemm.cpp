@@ -37,18 +37,6 @@ int32_t split_k_of(const cublasLtMatmulAlgo_t& a) {
   CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof(v), &written));
   return v;
 }
-std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
-  int32_t id = 0;
-  size_t written = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written));
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "algo=%d tile=%u stages=%u splitk=%d swizzle=%u custom=%u cluster=%u", id,
-                config_u32(algo, CUBLASLT_ALGO_CONFIG_TILE_ID), config_u32(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                split_k_of(algo), config_u32(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                config_u32(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
-                static_cast<unsigned>(config_u16(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)));
-  return buf;
-}
 // Handles released on every path out of the scope that made them (a failed check throws).
 struct PreferenceDestroy {
   void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
@@ -63,6 +51,19 @@ Event make_event() {
   return Event(e);
 }
 }  // namespace
+
+std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo) {
+  int32_t id = 0;
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written));
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "algo=%d tile=%u stages=%u splitk=%d swizzle=%u custom=%u cluster=%u", id,
+                config_u32(algo, CUBLASLT_ALGO_CONFIG_TILE_ID), config_u32(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                split_k_of(algo), config_u32(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                config_u32(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION),
+                static_cast<unsigned>(config_u16(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)));
+  return buf;
+}
 
 BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k, cudaDataType_t out_type,
                                        bool accumulate, int64_t reference_rows, size_t workspace_bytes)
@@ -276,8 +277,8 @@ void BatchInvariantGemm::run(int64_t rows, const void* w, const void* x, void* o
                               &l.algo, workspace, workspace_bytes_, stream));
 }
 
-std::string BatchInvariantGemm::describe() const { return describe_algo(algo_); }
+std::string BatchInvariantGemm::describe() const { return describe_cublaslt_algo(algo_); }
 
-std::string BatchInvariantGemm::describe(int64_t rows) const { return describe_algo(layouts_of(rows).algo); }
+std::string BatchInvariantGemm::describe(int64_t rows) const { return describe_cublaslt_algo(layouts_of(rows).algo); }
 
 }  // namespace swapffn::cuda

@@ -25,6 +25,9 @@
 
 namespace swapffn::cuda {
 
+// "algo=<id> tile=<id> stages=<id> splitk=<n> ..." of a cuBLASLt algorithm, for logs and reports.
+std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo);
+
 class BatchInvariantGemm {
  public:
   // out_type: CUDA_R_32F or CUDA_R_16BF. accumulate: out += X.W^T (beta = 1) instead of out = X.W^T.

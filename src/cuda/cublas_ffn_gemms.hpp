@@ -1,0 +1,49 @@
+// CublasFfnGemms: the issue's anchor for the fused backend, "cuBLAS's FFN GEMMs alone". Per FFN step
+// of a token step (E * k_ffn of them, 16 with the defaults) the three GEMMs a PyTorch step runs:
+// gate = x W1^T, up = x W3^T, down = u W2^T, bf16 operands and outputs, fp32 accumulation, each through
+// cuBLASLt's first pick for its shape (no batch-invariance pinning, no split-K restriction: the anchor
+// is whatever cuBLAS does best). Nothing else: no SwiGLU, norm, router, residual or collapse.
+//
+// Why it exists: the fused step must beat these GEMMs end to end. The issue quotes them as measured
+// on another H200 under an unknown load history; a 700 W-capped board's sustained clock moves a point
+// by 10-15%, so `bench` times them itself, at every batch size, beside the backends.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "swapffn/weights.hpp"
+
+namespace swapffn::cuda {
+
+class CublasFfnGemms {
+ public:
+  // rows = B * C. The weights are the model's; x is uniform random in [-1, 1) from `seed`.
+  CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed);
+  ~CublasFfnGemms();
+  CublasFfnGemms(const CublasFfnGemms&) = delete;
+  CublasFfnGemms& operator=(const CublasFfnGemms&) = delete;
+
+  // Enqueues one token step's GEMMs on `stream` (capturable: no host work, no allocation). Every FFN
+  // step multiplies the same x, and its down GEMM reads the gate output as u.
+  void enqueue_step(cudaStream_t stream) const;
+  int64_t gemms_per_step() const;
+  // The algorithm cuBLASLt picked for the gate/up shape and for the down shape, for reports.
+  std::string describe() const;
+
+  int64_t rows() const;
+  // Device buffers, row-major: x [rows, D], gate and up [rows, F], down [rows, D] (tests read them).
+  const __nv_bfloat16* x() const;
+  __nv_bfloat16* gate() const;
+  __nv_bfloat16* up() const;
+  __nv_bfloat16* down() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace swapffn::cuda
