@@ -51,6 +51,7 @@ struct BenchArgs {
   std::string model, preset = "default", json;
   std::vector<std::string> backends;
   std::vector<std::string> fused_configs;  // extra rows of the fused backend with these kernel configs
+  std::string tune_file;                   // the fused backend's tuning cache
   std::vector<int64_t> batches{1, 4, 16, 64};
   int tokens = 16, warmup = 2, repeats = 5, peak_n = 8192;
   double cooldown_s = 3;
@@ -195,6 +196,8 @@ void run_bench(const BenchArgs& a) {
                                      "); only '--backends reference --config tiny' runs without one");
   }
   SWAPFFN_REQUIRE(!run_list.empty(), "nothing to benchmark (the reference runs only on --config tiny)");
+  SWAPFFN_REQUIRE(a.tune_file.empty() || std::find(run_list.begin(), run_list.end(), "fused") != run_list.end(),
+                  "--tune applies to the fused backend, which this bench does not run");
 
   SWAPFFN_REQUIRE(a.telemetry_ms >= 0 && a.telemetry_ms <= 1000, "--telemetry-ms must be 0 (off) to 1000");
   double peak = 0;
@@ -254,10 +257,11 @@ void run_bench(const BenchArgs& a) {
       EngineOptions eo;
       eo.graph = v.graph;
       eo.kernel_config = v.kernel_config;
+      if (b == "fused") eo.tune_file = a.tune_file;
       try {
         v.engine = make_engine(b, w, eo);
       } catch (const Error& e) {
-        if (explicit_list) throw;
+        if (explicit_list || !eo.tune_file.empty()) throw;  // a named backend or cache must run
         std::printf("skipped: %s (%s)\n", v.label.c_str(), e.what());
         break;
       }
@@ -470,6 +474,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--gemms-alone,!--no-gemms-alone", a->gemms_alone,
                 "time cuBLAS's FFN GEMMs alone (the issue's anchor) at every GPU batch size, and each row against it "
                 "(default: on)");
+  cmd->add_option("--tune", a->tune_file,
+                  "the fused backend's tuning cache, written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE, else the "
+                  "built-in choices)");
   cmd->add_option("--fused-configs", a->fused_configs,
                   "also time the fused backend with each of these kernel configs (';'-separated, e.g. "
                   "'up=bn256_st4_sk1_mc1_p;down=cublas')")

@@ -18,6 +18,7 @@ struct CheckArgs {
   double tau = -1;
   int threads = 0;
   bool no_graph = false;
+  std::string tune_file;
 };
 }  // namespace
 
@@ -34,11 +35,15 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--tau", a->tau, "decision margin tolerance (overrides the preset's)");
   cmd->add_option("--threads", a->threads, "CPU threads of the reference (0 = all)")->capture_default_str();
   cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
+  cmd->add_option("--tune", a->tune_file,
+                  "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE, else the "
+                  "built-in choices)");
   cmd->callback([a] {
     const Weights w = Weights::load(a->model);
     EngineOptions eo;
     eo.threads = a->threads;
     eo.graph = !a->no_graph;
+    eo.tune_file = a->tune_file;
     auto engine = make_engine(a->backend, w, eo);
     Tolerance tol = Tolerance::preset(
         !a->tolerance.empty() ? a->tolerance : (a->backend == "reference" ? "fp32" : "bf16"));

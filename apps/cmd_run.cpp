@@ -28,7 +28,7 @@ struct RunArgs {
   uint64_t seed = 1;
   int threads = 0;
   bool no_graph = false;
-  std::string kernel_config;
+  std::string kernel_config, tune_file;
 };
 
 // FNV-1a over raw bytes: a checksum that changes with any bit of the data.
@@ -55,6 +55,7 @@ void run(const RunArgs& a, bool batch_given) {
   eo.threads = a.threads;
   eo.graph = !a.no_graph;
   eo.kernel_config = a.kernel_config;
+  eo.tune_file = a.tune_file;
   auto engine = make_engine(a.backend, w, eo);
 
   State st = a.state_in.empty() ? State::init(cfg, a.batch) : State::load(a.state_in);
@@ -141,6 +142,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
   cmd->add_option("--kernel-config", a->kernel_config,
                   "fused backend: kernel config override, e.g. 'router_grid=16,chunk=2048' (see swapffn bench)");
+  cmd->add_option("--tune", a->tune_file,
+                  "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE, else the "
+                  "built-in choices)");
   cmd->callback([a, batch] { run(*a, batch->count() > 0); });
 }
 

@@ -3,7 +3,8 @@
 // 2) times the whole token step for every (up, down, router, row groups) combination per batch size,
 //    because the variants interact (L2 traffic, wave quantisation, overlap through programmatic
 //    launch and between row groups);
-// 3) writes the winners per batch to a cache file that the engine reads (--tune / SWAPFFN_TUNE_FILE).
+// 3) writes the winners per batch to a cache file that the engine reads (`--tune` of run, check and
+//    bench, or SWAPFFN_TUNE_FILE).
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -124,7 +125,9 @@ void run_tune(const TuneArgs& a) {
   std::ofstream out(a.out);
   SWAPFFN_REQUIRE(out.good(), "cannot write " + a.out);
   out << j.dump(2) << "\n";
-  std::printf("\nwrote %s (use with --tune or SWAPFFN_TUNE_FILE)\n", a.out.c_str());
+  out.close();
+  SWAPFFN_REQUIRE(out.good(), "failed writing " + a.out);
+  std::printf("\nwrote %s (use it with --tune on run, check or bench, or set SWAPFFN_TUNE_FILE)\n", a.out.c_str());
 }
 #endif
 

@@ -125,6 +125,56 @@ TEST_F(Cli, InitRunCheckRoundTrip) {
   EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
 }
 
+// Kernel choices (--kernel-config, --tune) exist only in the fused backend: any other backend refuses
+// them rather than running without them.
+TEST_F(Cli, KernelChoicesAreRefusedOutsideTheFusedBackend) {
+  const std::string m = path("tiny.safetensors");
+  ASSERT_EQ(cli("init --config tiny --out " + m).code, 0);
+  const std::string cache = path("tune.json");
+  std::ofstream(cache) << "{}";
+  expect_error("run --model " + m + " --backend reference --kernel-config up=bn256_st4_sk1_mc1",
+               "a kernel config ('up=bn256_st4_sk1_mc1') applies to the fused backend only, not 'reference'");
+  expect_error("run --model " + m + " --backend reference --tune " + cache,
+               "a tuning cache (" + cache + ") applies to the fused backend only, not 'reference'");
+  expect_error("check --model " + m + " --backend reference --tune " + cache, "applies to the fused backend only");
+  expect_error("bench --config tiny --backends reference --tune " + cache,
+               "--tune applies to the fused backend, which this bench does not run");
+}
+
+// `tune` writes a cache that run, check and bench take with --tune; a cache that is not one is refused
+// with its name and the reason.
+TEST_F(Cli, TuneWritesACacheThatTheFusedBackendRuns) {
+  SKIP_WITHOUT_HOPPER();
+  const std::string m = path("tiny.safetensors"), cache = path("tune.json");
+  ASSERT_EQ(cli("init --config tiny --seed 2 --out " + m).code, 0);
+  Result r = cli("tune --model " + m + " --batches 1,2 --tokens 1 --repeats 1 --out " + cache);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("chosen: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cublas_gate "), std::string::npos) << r.out;  // the anchor's gate GEMM beside ours
+  const nlohmann::json j = nlohmann::json::parse(slurp(cache));
+  EXPECT_EQ(j["d_model"].get<int64_t>(), 128);
+  EXPECT_EQ(j["d_ff"].get<int64_t>(), 384);
+  ASSERT_EQ(j["entries"].size(), 2u) << j.dump();
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& e = j["entries"][i];
+    EXPECT_EQ(e["batch"].get<int64_t>(), int64_t(i + 1)) << e;
+    EXPECT_GT(e["ms_per_step"].get<double>(), 0.0) << e;
+    // One summation order for every batch size (batch invariance): the same router at both.
+    EXPECT_EQ(e["router"], j["entries"][0]["router"]) << j.dump();
+  }
+  r = cli("check --model " + m + " --backend fused --batch 2 --tokens 2 --tune " + cache);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+
+  const std::string broken = path("broken.json");
+  std::ofstream(broken) << "{";
+  expect_error("run --model " + m + " --backend fused --tune " + broken, "tuning cache " + broken + " is not valid JSON");
+  expect_error("run --model " + m + " --backend fused --tune " + path("missing.json"),
+               "cannot open tuning cache " + path("missing.json"));
+  expect_error("bench --config tiny --backends fused --batches 1 --tune " + broken,
+               "tuning cache " + broken + " is not valid JSON");
+}
+
 TEST_F(Cli, InitAppliesSettings) {
   const std::string m = path("m.safetensors");
   const Result r = cli("init --config tiny --set d_model=96 --set n_events=1 --out " + m);

@@ -65,7 +65,8 @@ struct EngineOptions {
 
 // Names of the backends compiled into this build ("reference", and "unfused"/"fused" with CUDA).
 std::vector<std::string> backend_names();
-// Creates a backend by name; throws naming the backend when it is unknown or cannot run cfg.
+// Creates a backend by name; throws naming the backend when it is unknown or cannot run cfg, and
+// when a backend other than fused is given a kernel config or a tuning cache.
 std::unique_ptr<Engine> make_engine(const std::string& backend, const Weights& w,
                                     const EngineOptions& opt = {});
 

@@ -42,6 +42,13 @@ std::vector<std::string> backend_names() {
 std::unique_ptr<Engine> make_engine(const std::string& backend, const Weights& w,
                                     const EngineOptions& opt) {
   w.validate();
+  // Kernel choices exist only in the fused backend; another backend given them would ignore them.
+  if (backend != "fused") {
+    SWAPFFN_REQUIRE(opt.kernel_config.empty(), "a kernel config ('" + opt.kernel_config +
+                                                   "') applies to the fused backend only, not '" + backend + "'");
+    SWAPFFN_REQUIRE(opt.tune_file.empty(), "a tuning cache (" + opt.tune_file +
+                                               ") applies to the fused backend only, not '" + backend + "'");
+  }
   if (backend == "reference") return reference::make_reference_engine(w, opt);
 #ifdef SWAPFFN_WITH_CUDA
   if (backend == "unfused") return cuda::make_unfused_engine(w, opt);
