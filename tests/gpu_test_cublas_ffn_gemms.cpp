@@ -13,6 +13,7 @@
 #include "cuda/bench_runner.hpp"
 #include "cuda/cublas_ffn_gemms.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/gpu_engine.hpp"
 #include "gpu_backend_test_util.hpp"
 #include "swapffn/bf16.hpp"
 #include "swapffn/error.hpp"
@@ -28,12 +29,6 @@ std::vector<float> download_bf16(const __nv_bfloat16* p, size_t n) {
   CUDA_CHECK(cudaMemcpy(raw.data(), p, n * sizeof(bf16), cudaMemcpyDeviceToHost));
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = bf16_to_float(raw[i]);
-  return out;
-}
-
-std::vector<float> widen(const std::vector<bf16>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_float(v[i]);
   return out;
 }
 
@@ -85,10 +80,10 @@ TEST(CublasFfnGemms, OneStepComputesTheThreeProductsOfAnFfnStepOnTheModelsWeight
   double x_sq = 0;
   for (float v : x) x_sq += double(v) * v;
   ASSERT_GT(x_sq, 0.1 * double(x.size()));  // random, not zeros
-  EXPECT_EQ(count_mismatches(gate, x, widen(w.w1), rows, f, d, "gate"), 0);
-  EXPECT_EQ(count_mismatches(up, x, widen(w.w3), rows, f, d, "up"), 0);
+  EXPECT_EQ(count_mismatches(gate, x, widen_bf16(w.w1), rows, f, d, "gate"), 0);
+  EXPECT_EQ(count_mismatches(up, x, widen_bf16(w.w3), rows, f, d, "up"), 0);
   // The down GEMM reads the gate output as u.
-  EXPECT_EQ(count_mismatches(down, gate, widen(w.w2), rows, d, f, "down"), 0);
+  EXPECT_EQ(count_mismatches(down, gate, widen_bf16(w.w2), rows, d, f, "down"), 0);
   ASSERT_NE(0, std::memcmp(gate.data(), up.data(), gate.size() * sizeof(float))) << "gate and up are one product";
 }
 

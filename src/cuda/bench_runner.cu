@@ -10,6 +10,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_decoder.hpp"
+#include "cuda/gpu_engine.hpp"
 
 namespace swapffn::cuda {
 
@@ -75,12 +76,7 @@ DecodeTiming timing_of(const std::vector<double>& per_step) {
   return t;
 }
 
-// A stream and an instantiated graph, released on every path.
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-};
+// An instantiated graph, released on every path.
 struct Graph {
   cudaGraphExec_t exec = nullptr;
   // Ends the capture on `stream` and instantiates what it recorded.
@@ -202,7 +198,7 @@ DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, 
   SWAPFFN_REQUIRE(batch > 0 && tokens > 0 && repeats > 0 && warmup >= 0, "bench: bad batch, token or repeat counts");
   const CublasFfnGemms gemms(w, batch * w.cfg.core_count, seed);
   if (algorithms) *algorithms = gemms.describe();
-  Stream stream;
+  OwnedStream stream;
   Graph graph;
   CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
   try {

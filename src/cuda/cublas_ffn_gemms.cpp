@@ -4,6 +4,7 @@
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
+#include "cuda/gpu_engine.hpp"
 #include "cuda/kernels/random_fill.hpp"
 #include "cuda/unfused/batch_invariant_gemm.hpp"
 
@@ -14,9 +15,6 @@ namespace {
 // PyTorch's cuBLASLt workspace on Hopper.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-struct LtDestroy {
-  void operator()(cublasLtHandle_t h) const { cublasLtDestroy(h); }
-};
 struct DescDestroy {
   void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
 };
@@ -26,7 +24,6 @@ struct LayoutDestroy {
 struct PreferenceDestroy {
   void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
 };
-using Lt = std::unique_ptr<std::remove_pointer_t<cublasLtHandle_t>, LtDestroy>;
 using Desc = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, DescDestroy>;
 using Layout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDestroy>;
 using Preference = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDestroy>;
@@ -61,7 +58,7 @@ struct Product {
 struct CublasFfnGemms::Impl {
   int64_t rows, d, f;
   int64_t ffn_steps;
-  Lt lt;
+  OwnedLtHandle lt;
   Desc op;
   Preference pref;
   DeviceBuffer<__nv_bfloat16> w1, w3, w2, x, gate, up, down;
@@ -70,7 +67,7 @@ struct CublasFfnGemms::Impl {
 
   void matmul(const Product& p, const void* w, const void* in, void* out, cudaStream_t stream) const {
     const float alpha = 1.f, beta = 0.f;
-    CUBLAS_CHECK(cublasLtMatmul(lt.get(), op.get(), &alpha, w, p.w.get(), in, p.x.get(), &beta, out, p.out.get(), out,
+    CUBLAS_CHECK(cublasLtMatmul(lt.h, op.get(), &alpha, w, p.w.get(), in, p.x.get(), &beta, out, p.out.get(), out,
                                 p.out.get(), &p.algo, workspace.get(), kWorkspaceBytes, stream));
   }
 };
@@ -83,10 +80,9 @@ CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed) : 
   m.d = cfg.d_model;
   m.f = cfg.d_ff;
   m.ffn_steps = cfg.n_events * cfg.k_ffn;
-  static_assert(sizeof(bf16) == sizeof(__nv_bfloat16), "host bf16 and device bf16 must share a layout");
-  m.w1.upload(reinterpret_cast<const __nv_bfloat16*>(w.w1.data()), w.w1.size());
-  m.w3.upload(reinterpret_cast<const __nv_bfloat16*>(w.w3.data()), w.w3.size());
-  m.w2.upload(reinterpret_cast<const __nv_bfloat16*>(w.w2.data()), w.w2.size());
+  m.w1.upload(as_nv(w.w1.data()), w.w1.size());
+  m.w3.upload(as_nv(w.w3.data()), w.w3.size());
+  m.w2.upload(as_nv(w.w2.data()), w.w2.size());
   m.x.resize(static_cast<size_t>(rows * m.d));
   m.gate.resize(static_cast<size_t>(rows * m.f));
   m.up.resize(static_cast<size_t>(rows * m.f));
@@ -100,9 +96,7 @@ CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed) : 
   SWAPFFN_CHECK_LAUNCH();
   CUDA_CHECK(cudaDeviceSynchronize());
 
-  cublasLtHandle_t lt = nullptr;
-  CUBLAS_CHECK(cublasLtCreate(&lt));
-  m.lt.reset(lt);
+  const cublasLtHandle_t lt = m.lt.h;
   cublasLtMatmulDesc_t op = nullptr;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   m.op.reset(op);

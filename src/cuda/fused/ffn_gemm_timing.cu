@@ -52,10 +52,11 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
                                        int reference_rows, const std::vector<GemmVariant>& up) {
   SWAPFFN_REQUIRE(up.size() == ms.size(), "time_ffn_gemms: one dual GEMM variant per row count");
   const int max_m = *std::max_element(ms.begin(), ms.end());
-  cudaStream_t stream;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cublasHandle_t handle;
+  const OwnedStream owned_stream;
+  const cudaStream_t stream = owned_stream.s;
+  cublasHandle_t handle = nullptr;
   CUBLAS_CHECK(cublasCreate(&handle));
+  const std::unique_ptr<cublasContext, cublasStatus_t (*)(cublasHandle_t)> owned_handle(handle, cublasDestroy);
   CUBLAS_CHECK(cublasSetStream(handle, stream));
 
   DeviceBuffer<__nv_bfloat16> a(size_t(max_m) * d_model), w13(size_t(2) * d_ff * d_model), w2(size_t(d_model) * d_ff),
@@ -152,6 +153,7 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
       feed_rows("dual", v, 2 * d_ff, d_model, f1, [&](GemmFeed feed) { launch_dual_gemm_swiglu_feed(args, v, feed, stream); });
     }
     for (const auto& v : down_gemm_feed_variants()) {
+      if (!down_variant_fits(v, d_model, d_ff)) continue;
       const GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
       feed_rows("down", v, d_model, d_ff, f2, [&](GemmFeed feed) { launch_gemm_residual_feed(args, v, feed, stream); });
     }
@@ -191,8 +193,6 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
     const double us = median_us([&] { cublas_nt(handle, x.get(), y.get(), z.get(), n, n, n); }, std::max(3, repeats / 4), stream);
     out.push_back({"cublas_peak", n, n, n, "-", us, 2.0 * n * n * n / us * 1e-6});
   }
-  CUBLAS_CHECK(cublasDestroy(handle));
-  CUDA_CHECK(cudaStreamDestroy(stream));
   return out;
 }
 
