@@ -87,6 +87,37 @@ TEST(CublasFfnGemms, OneStepComputesTheThreeProductsOfAnFfnStepOnTheModelsWeight
   ASSERT_NE(0, std::memcmp(gate.data(), up.data(), gate.size() * sizeof(float))) << "gate and up are one product";
 }
 
+// One GEMM alone (what `tune --gemms-only` times): only its own output is written.
+TEST(CublasFfnGemms, OneGemmAloneWritesOnlyItsOutput) {
+  SKIP_WITHOUT_HOPPER();
+  const Weights& w = weights_of("tiny");
+  const int64_t rows = 40, d = w.cfg.d_model, f = w.cfg.d_ff;
+  const CublasFfnGemms g(w, rows, 3);
+  CUDA_CHECK(cudaMemset(g.gate(), 0xFF, size_t(rows * f) * sizeof(bf16)));
+  CUDA_CHECK(cudaMemset(g.up(), 0xFF, size_t(rows * f) * sizeof(bf16)));
+  g.enqueue_gemm(CublasFfnGemms::Gemm::up, nullptr);
+  SWAPFFN_CHECK_LAUNCH();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> x = download_bf16(g.x(), size_t(rows * d));
+  EXPECT_EQ(count_mismatches(download_bf16(g.up(), size_t(rows * f)), x, widen_bf16(w.w3), rows, f, d, "up"), 0);
+  for (float v : download_bf16(g.gate(), size_t(rows * f))) ASSERT_TRUE(std::isnan(v)) << "gate was written";
+
+  // On random weights of a given shape: every output written, finite.
+  const CublasFfnGemms r(256, 512, 1, 64, 4);
+  EXPECT_EQ(r.gemms_per_step(), 3);
+  EXPECT_NE(r.algorithm(CublasFfnGemms::Gemm::down).find("algo="), std::string::npos);
+  CUDA_CHECK(cudaMemset(r.down(), 0xFF, size_t(64 * 256) * sizeof(bf16)));
+  r.enqueue_gemm(CublasFfnGemms::Gemm::down, nullptr);
+  SWAPFFN_CHECK_LAUNCH();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  int64_t nonzero = 0;
+  for (float v : download_bf16(r.down(), size_t(64 * 256))) {
+    ASSERT_TRUE(std::isfinite(v));
+    nonzero += v != 0.f;
+  }
+  EXPECT_GT(nonzero, 64 * 256 / 2);
+}
+
 TEST(CublasFfnGemms, RefusesAnEmptyRowCount) {
   SKIP_WITHOUT_HOPPER();
   try {

@@ -150,7 +150,8 @@ TEST_F(Cli, TuneWritesACacheThatTheFusedBackendRuns) {
   Result r = cli("tune --model " + m + " --batches 1,2 --tokens 1 --repeats 1 --out " + cache);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("chosen: "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("cublas_gate "), std::string::npos) << r.out;  // the anchor's gate GEMM beside ours
+  EXPECT_NE(r.out.find("anchor_gate "), std::string::npos) << r.out;  // the anchor's GEMMs beside ours
+  EXPECT_NE(r.out.find("anchor_down "), std::string::npos) << r.out;
   const nlohmann::json j = nlohmann::json::parse(slurp(cache));
   EXPECT_EQ(j["d_model"].get<int64_t>(), 128);
   EXPECT_EQ(j["d_ff"].get<int64_t>(), 384);

@@ -70,19 +70,38 @@ struct CublasFfnGemms::Impl {
     CUBLAS_CHECK(cublasLtMatmul(lt.h, op.get(), &alpha, w, p.w.get(), in, p.x.get(), &beta, out, p.out.get(), out,
                                 p.out.get(), &p.algo, workspace.get(), kWorkspaceBytes, stream));
   }
+  // Buffers, random x and the first u, cuBLASLt's picks; the weights are the caller's to fill.
+  Impl(int64_t d_model, int64_t d_ff, int64_t steps, int64_t rows, uint64_t seed);
 };
 
-CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed) : impl_(std::make_unique<Impl>()) {
-  const Config& cfg = w.cfg;
-  SWAPFFN_REQUIRE(rows > 0, "cuBLAS FFN GEMMs: the row count must be > 0 (got " + std::to_string(rows) + ")");
+CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed)
+    : impl_(std::make_unique<Impl>(w.cfg.d_model, w.cfg.d_ff, w.cfg.n_events * w.cfg.k_ffn, rows, seed)) {
+  impl_->w1.upload(as_nv(w.w1.data()), w.w1.size());
+  impl_->w3.upload(as_nv(w.w3.data()), w.w3.size());
+  impl_->w2.upload(as_nv(w.w2.data()), w.w2.size());
+}
+
+CublasFfnGemms::CublasFfnGemms(int64_t d_model, int64_t d_ff, int64_t ffn_steps, int64_t rows, uint64_t seed)
+    : impl_(std::make_unique<Impl>(d_model, d_ff, ffn_steps, rows, seed)) {
   Impl& m = *impl_;
-  m.rows = rows;
-  m.d = cfg.d_model;
-  m.f = cfg.d_ff;
-  m.ffn_steps = cfg.n_events * cfg.k_ffn;
-  m.w1.upload(as_nv(w.w1.data()), w.w1.size());
-  m.w3.upload(as_nv(w.w3.data()), w.w3.size());
-  m.w2.upload(as_nv(w.w2.data()), w.w2.size());
+  // The random model's scales (docs/MODEL.md): about 1/sqrt(fan-in).
+  fill_random_bf16(m.w1.get(), d_ff * d_model, seed + 2, 0.03f, nullptr);
+  SWAPFFN_CHECK_LAUNCH();
+  fill_random_bf16(m.w3.get(), d_ff * d_model, seed + 3, 0.03f, nullptr);
+  SWAPFFN_CHECK_LAUNCH();
+  fill_random_bf16(m.w2.get(), d_model * d_ff, seed + 4, 0.015f, nullptr);
+  SWAPFFN_CHECK_LAUNCH();
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CublasFfnGemms::Impl::Impl(int64_t d_model, int64_t d_ff, int64_t steps, int64_t rows_, uint64_t seed)
+    : rows(rows_), d(d_model), f(d_ff), ffn_steps(steps) {
+  SWAPFFN_REQUIRE(rows > 0, "cuBLAS FFN GEMMs: the row count must be > 0 (got " + std::to_string(rows) + ")");
+  SWAPFFN_REQUIRE(d > 0 && f > 0 && ffn_steps >= 0, "cuBLAS FFN GEMMs: bad model shape");
+  Impl& m = *this;
+  m.w1.resize(static_cast<size_t>(f * d));
+  m.w3.resize(static_cast<size_t>(f * d));
+  m.w2.resize(static_cast<size_t>(d * f));
   m.x.resize(static_cast<size_t>(rows * m.d));
   m.gate.resize(static_cast<size_t>(rows * m.f));
   m.up.resize(static_cast<size_t>(rows * m.f));
@@ -112,22 +131,34 @@ CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed) : 
   m.down_product = std::make_unique<Product>(lt, op, pref, rows, m.d, m.f, "down");
 }
 
+void CublasFfnGemms::enqueue_gemm(Gemm g, cudaStream_t stream) const {
+  const Impl& m = *impl_;
+  switch (g) {
+    case Gemm::gate:
+      return m.matmul(*m.gate_up, m.w1.get(), m.x.get(), m.gate.get(), stream);
+    case Gemm::up:
+      return m.matmul(*m.gate_up, m.w3.get(), m.x.get(), m.up.get(), stream);
+    case Gemm::down:
+      return m.matmul(*m.down_product, m.w2.get(), m.gate.get(), m.down.get(), stream);
+  }
+}
+
+std::string CublasFfnGemms::algorithm(Gemm g) const {
+  return describe_cublaslt_algo(g == Gemm::down ? impl_->down_product->algo : impl_->gate_up->algo);
+}
+
 CublasFfnGemms::~CublasFfnGemms() = default;
 
 void CublasFfnGemms::enqueue_step(cudaStream_t stream) const {
   const Impl& m = *impl_;
-  for (int64_t s = 0; s < m.ffn_steps; ++s) {
-    m.matmul(*m.gate_up, m.w1.get(), m.x.get(), m.gate.get(), stream);
-    m.matmul(*m.gate_up, m.w3.get(), m.x.get(), m.up.get(), stream);
-    m.matmul(*m.down_product, m.w2.get(), m.gate.get(), m.down.get(), stream);
-  }
+  for (int64_t s = 0; s < m.ffn_steps; ++s)
+    for (const Gemm g : {Gemm::gate, Gemm::up, Gemm::down}) enqueue_gemm(g, stream);
 }
 
 int64_t CublasFfnGemms::gemms_per_step() const { return 3 * impl_->ffn_steps; }
 
 std::string CublasFfnGemms::describe() const {
-  return "gate/up " + describe_cublaslt_algo(impl_->gate_up->algo) + "; down " +
-         describe_cublaslt_algo(impl_->down_product->algo);
+  return "gate/up " + algorithm(Gemm::gate) + "; down " + algorithm(Gemm::down);
 }
 
 int64_t CublasFfnGemms::rows() const { return impl_->rows; }

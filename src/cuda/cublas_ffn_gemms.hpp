@@ -23,6 +23,8 @@ class CublasFfnGemms {
  public:
   // rows = B * C. The weights are the model's; x is uniform random in [-1, 1) from `seed`.
   CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed);
+  // The same GEMMs on random weights of the model's scale (`tune --gemms-only` times them one by one).
+  CublasFfnGemms(int64_t d_model, int64_t d_ff, int64_t ffn_steps, int64_t rows, uint64_t seed);
   ~CublasFfnGemms();
   CublasFfnGemms(const CublasFfnGemms&) = delete;
   CublasFfnGemms& operator=(const CublasFfnGemms&) = delete;
@@ -30,8 +32,12 @@ class CublasFfnGemms {
   // Enqueues one token step's GEMMs on `stream` (capturable: no host work, no allocation). Every FFN
   // step multiplies the same x, and its down GEMM reads the gate output as u.
   void enqueue_step(cudaStream_t stream) const;
+  // One of a step's GEMMs alone.
+  enum class Gemm { gate, up, down };
+  void enqueue_gemm(Gemm g, cudaStream_t stream) const;
   int64_t gemms_per_step() const;
-  // The algorithm cuBLASLt picked for the gate/up shape and for the down shape, for reports.
+  // The algorithm cuBLASLt picked for one GEMM, and for the gate/up and the down shapes, for reports.
+  std::string algorithm(Gemm g) const;
   std::string describe() const;
 
   int64_t rows() const;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda/cublas_ffn_gemms.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/gpu_engine.hpp"
 #include "cuda/unfused/batch_invariant_gemm.hpp"
@@ -119,11 +120,18 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
     const double us1 = median_us([&] { cublas_nt(handle, a.get(), w13.get(), scratch.get(), m, 2 * d_ff, d_model); },
                                  repeats, stream);
     out.push_back({"cublas_gate_up", m, 2 * d_ff, d_model, "-", us1, f1 / us1 * 1e-6});
-    // The issue's anchor (bench's cublas-ffn-gemms row) runs gate and up as two such GEMMs.
-    const double us_gate = median_us([&] { cublas_nt(handle, a.get(), w13.get(), scratch.get(), m, d_ff, d_model); },
-                                     repeats, stream);
-    out.push_back({"cublas_gate", m, d_ff, d_model, "-", us_gate, 0.5 * f1 / us_gate * 1e-6,
-                   "gate or up alone, as the anchor runs them (twice per FFN step)"});
+    {
+      // The issue's anchor, as `bench`'s cublas-ffn-gemms row runs it (cuBLASLt's own pick with a
+      // workspace; cublasGemmEx above may pick another kernel): gate and up are two such GEMMs per step.
+      const CublasFfnGemms anchor(d_model, d_ff, 1, m, 9);
+      using G = CublasFfnGemms::Gemm;
+      const double us_gate = median_us([&] { anchor.enqueue_gemm(G::gate, stream); }, repeats, stream);
+      out.push_back({"anchor_gate", m, d_ff, d_model, "-", us_gate, 0.5 * f1 / us_gate * 1e-6,
+                     "gate or up (twice per FFN step): " + anchor.algorithm(G::gate)});
+      const double us_down = median_us([&] { anchor.enqueue_gemm(G::down, stream); }, repeats, stream);
+      out.push_back({"anchor_down", m, d_model, d_ff, "-", us_down, f2 / us_down * 1e-6,
+                     "bf16 out: " + anchor.algorithm(G::down)});
+    }
     const double us2 = median_us([&] { cublas_nt(handle, u.get(), w2.get(), scratch.get(), m, d_model, d_ff); },
                                  repeats, stream);
     out.push_back({"cublas_down", m, d_model, d_ff, "-", us2, f2 / us2 * 1e-6});

@@ -11,7 +11,8 @@ namespace swapffn::cuda {
 struct GemmTiming {
   // "dual_swiglu", "down_residual", "down_cutlass" (the same product through CUTLASS's kernels),
   // "dual_operands_only", "dual_mma_only", "down_operands_only", "down_mma_only" (GemmFeed),
-  // "cublas_gate_up", "cublas_gate" (F columns: the anchor's gate or up GEMM), "cublas_down", "cublas_down_pinned" (the fused step's down GEMM:
+  // "cublas_gate_up", "cublas_down", "anchor_gate", "anchor_down" (the anchor's GEMMs, as
+  // `bench` runs them), "cublas_down_pinned" (the fused step's down GEMM:
   // batch-invariant cuBLASLt, fp32 h += u W2^T), "cublas_peak"
   std::string gemm;
   int m = 0, n = 0, k = 0;
