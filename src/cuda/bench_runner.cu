@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include "cuda/captured_graph.hpp"
 #include "cuda/cublas_ffn_gemms.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
@@ -28,24 +29,6 @@ __global__ void fill_uniform_bf16_kernel(__nv_bfloat16* p, int64_t n, uint64_t s
     p[i] = __float2bfloat16_rn(static_cast<float>(z >> 40) * (2.f / 16777216.f) - 1.f);
   }
 }
-
-struct Events {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  Events() {
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-  }
-  ~Events() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  float elapsed_ms() const {
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return ms;
-  }
-};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -75,25 +58,6 @@ DecodeTiming timing_of(const std::vector<double>& per_step) {
   t.max_ms_per_step = *std::max_element(per_step.begin(), per_step.end());
   return t;
 }
-
-// An instantiated graph, released on every path.
-struct Graph {
-  cudaGraphExec_t exec = nullptr;
-  // Ends the capture on `stream` and instantiates what it recorded.
-  void instantiate_from_capture(cudaStream_t stream) {
-    cudaGraph_t g = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(stream, &g);
-    if (end != cudaSuccess && g) cudaGraphDestroy(g);
-    CUDA_CHECK(end);
-    const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
-    cudaGraphDestroy(g);
-    if (e != cudaSuccess) exec = nullptr;
-    CUDA_CHECK(e);
-  }
-  ~Graph() {
-    if (exec) cudaGraphExecDestroy(exec);
-  }
-};
 
 DeviceDecoder& decoder_of(Engine& e) {
   DeviceDecoder* d = device_decoder_of(e);
@@ -150,7 +114,7 @@ double measure_bf16_gemm_tflops(int n, int warmup, int repeats, double min_ms, c
                                 g.lc, &res.algo, ws.get(), ws_bytes, nullptr));
   };
   for (int i = 0; i < warmup; ++i) gemm();
-  Events ev;
+  OwnedTimingEvents ev;
   std::vector<double> ms;
   CUDA_CHECK(cudaStreamSynchronize(nullptr));
   if (window.begin) window.begin();
@@ -179,7 +143,7 @@ DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens
     next = (next + 1) % rotations;
   };
   for (int i = 0; i < warmup; ++i) run();
-  Events ev;
+  OwnedTimingEvents ev;
   std::vector<double> per_step;
   if (window.begin) window.begin();  // the warm-up may still run: the window starts with the GPU busy
   for (int i = 0; i < repeats; ++i) {
@@ -199,22 +163,12 @@ DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, 
   const CublasFfnGemms gemms(w, batch * w.cfg.core_count, seed);
   if (algorithms) *algorithms = gemms.describe();
   OwnedStream stream;
-  Graph graph;
-  CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
-  try {
-    gemms.enqueue_step(stream.s);
-  } catch (...) {
-    cudaGraph_t g = nullptr;
-    cudaStreamEndCapture(stream.s, &g);
-    if (g) cudaGraphDestroy(g);
-    throw;
-  }
-  graph.instantiate_from_capture(stream.s);
+  const CapturedGraph step(stream.s, [&] { gemms.enqueue_step(stream.s); });
   const auto run = [&] {
-    for (int t = 0; t < tokens; ++t) CUDA_CHECK(cudaGraphLaunch(graph.exec, stream.s));
+    for (int t = 0; t < tokens; ++t) step.launch(stream.s);
   };
   for (int i = 0; i < warmup; ++i) run();
-  Events ev;
+  OwnedTimingEvents ev;
   std::vector<double> per_step;
   if (window.begin) window.begin();
   for (int i = 0; i < repeats; ++i) {

@@ -31,6 +31,26 @@ struct OwnedStream {
   OwnedStream& operator=(const OwnedStream&) = delete;
 };
 
+struct OwnedTimingEvents {  // a start and a stop event around a timed stretch of a stream
+  cudaEvent_t start = nullptr, stop = nullptr;
+  OwnedTimingEvents() {
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~OwnedTimingEvents() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  OwnedTimingEvents(const OwnedTimingEvents&) = delete;
+  OwnedTimingEvents& operator=(const OwnedTimingEvents&) = delete;
+  float elapsed_ms() const {  // waits for `stop`
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms;
+  }
+};
+
 struct OwnedEvent {  // for ordering streams, not timing
   cudaEvent_t e = nullptr;
   OwnedEvent() { CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda/captured_graph.hpp"
 #include "cuda/cublas_ffn_gemms.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/gpu_engine.hpp"
@@ -15,26 +16,25 @@
 namespace swapffn::cuda {
 namespace {
 
-// Median over `repeats` samples of the mean time of 10 back-to-back launches (hides launch gaps the
-// way a graph with programmatic dependent launch does).
+// Median over `repeats` samples of the mean time of 10 back-to-back launches, replayed from a CUDA
+// graph as in the step (programmatic edges between our kernels included). Issued from the host, a
+// cuBLASLt call at M = 512 took longer to issue (~9.6 us) than its kernel ran, so host-issued launches
+// timed the host.
 template <class F>
 double median_us(F&& launch, int repeats, cudaStream_t stream) {
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) launch();
+  for (int i = 0; i < 3; ++i) launch();  // loads modules and libraries outside the capture
+  const CapturedGraph ten(stream, [&] {
+    for (int i = 0; i < 10; ++i) launch();
+  });
+  ten.launch(stream);
+  OwnedTimingEvents ev;
   std::vector<float> t;
   for (int r = 0; r < repeats; ++r) {
-    CUDA_CHECK(cudaEventRecord(e0, stream));
-    for (int i = 0; i < 10; ++i) launch();
-    CUDA_CHECK(cudaEventRecord(e1, stream));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(ms * 100.f);  // ms / 10 launches -> us
+    CUDA_CHECK(cudaEventRecord(ev.start, stream));
+    ten.launch(stream);
+    CUDA_CHECK(cudaEventRecord(ev.stop, stream));
+    t.push_back(ev.elapsed_ms() * 100.f);  // ms / 10 launches -> us
   }
-  CUDA_CHECK(cudaEventDestroy(e0));
-  CUDA_CHECK(cudaEventDestroy(e1));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
