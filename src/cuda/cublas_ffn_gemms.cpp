@@ -1,7 +1,7 @@
 #include "cuda/cublas_ffn_gemms.hpp"
 
-#include <type_traits>
 
+#include "cuda/cublaslt_handles.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/gpu_engine.hpp"
@@ -15,18 +15,7 @@ namespace {
 // PyTorch's cuBLASLt workspace on Hopper.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-struct DescDestroy {
-  void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
-};
-struct LayoutDestroy {
-  void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
-};
-struct PreferenceDestroy {
-  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
-};
-using Desc = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, DescDestroy>;
-using Layout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDestroy>;
-using Preference = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDestroy>;
+using cublaslt::Layout;
 
 Layout make_layout(int64_t col_major_rows, int64_t cols) {
   cublasLtMatrixLayout_t l = nullptr;
@@ -59,8 +48,8 @@ struct CublasFfnGemms::Impl {
   int64_t rows, d, f;
   int64_t ffn_steps;
   OwnedLtHandle lt;
-  Desc op;
-  Preference pref;
+  cublaslt::MatmulDesc op;
+  cublaslt::Preference pref;
   DeviceBuffer<__nv_bfloat16> w1, w3, w2, x, gate, up, down;
   DeviceBuffer<uint8_t> workspace;
   std::unique_ptr<Product> gate_up, down_product;

@@ -38,9 +38,6 @@ int32_t split_k_of(const cublasLtMatmulAlgo_t& a) {
   return v;
 }
 // Handles released on every path out of the scope that made them (a failed check throws).
-struct PreferenceDestroy {
-  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
-};
 struct EventDestroy {
   void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
 };
@@ -89,7 +86,7 @@ std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cubla
                                                                           cublasLtMatrixLayout_t out) const {
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PreferenceDestroy> owns_pref(pref);
+  const cublaslt::Preference owns_pref(pref);
   const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;  // excludes split-K
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                     &no_reduction, sizeof(no_reduction)));

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda/cublaslt_handles.hpp"
 #include "cuda/cuda_check.hpp"
 
 namespace swapffn::cuda {
@@ -54,14 +55,8 @@ class BatchInvariantGemm {
  private:
   // cuBLASLt handles own themselves, so none leaks when a check between creation and use throws
   // (the constructor's included).
-  struct LayoutDestroy {
-    void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
-  };
-  struct DescDestroy {
-    void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
-  };
-  using Layout = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDestroy>;
-  using MatmulDesc = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, DescDestroy>;
+  using Layout = cublaslt::Layout;
+  using MatmulDesc = cublaslt::MatmulDesc;
   struct RowLayouts {
     int64_t rows;
     Layout x, out;
