@@ -1,6 +1,5 @@
 #include "cuda/cublas_ffn_gemms.hpp"
 
-
 #include "cuda/cublaslt_handles.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
