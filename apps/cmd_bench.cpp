@@ -272,8 +272,9 @@ void run_bench(const BenchArgs& a) {
   std::vector<Row> rows;
   std::vector<std::string> breakdown_lines;
   nlohmann::json anchor_algorithms = nlohmann::json::object();  // cuBLASLt's picks for the anchor, per batch
-  const bool time_anchor = gpu.present && a.gemms_alone &&
-                           std::any_of(variants.begin(), variants.end(), [](const Variant& v) { return is_gpu_backend(v.backend); });
+  const bool time_anchor = gpu.present && a.gemms_alone && std::any_of(variants.begin(), variants.end(), [](const Variant& v) {
+                             return is_gpu_backend(v.backend);
+                           });
   for (int64_t batch : a.batches) {
     const State initial = State::random(cfg, batch, a.seed);
 #ifdef SWAPFFN_WITH_CUDA
