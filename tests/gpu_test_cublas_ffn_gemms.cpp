@@ -118,13 +118,21 @@ TEST(CublasFfnGemms, OneGemmAloneWritesOnlyItsOutput) {
   EXPECT_GT(nonzero, 64 * 256 / 2);
 }
 
-TEST(CublasFfnGemms, RefusesAnEmptyRowCount) {
+TEST(CublasFfnGemms, RefusesAnEmptyRowCountAndMisshapenWeights) {
   SKIP_WITHOUT_HOPPER();
   try {
     CublasFfnGemms g(weights_of("tiny"), 0, 1);
     FAIL() << "0 rows accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("row count must be > 0"), std::string::npos) << e.what();
+  }
+  Weights short_w2 = weights_of("tiny");
+  short_w2.w2.pop_back();
+  try {
+    CublasFfnGemms g(short_w2, 40, 1);
+    FAIL() << "a w2 one value short accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("w2.weight"), std::string::npos) << e.what();
   }
 }
 

@@ -59,6 +59,25 @@ DecodeTiming timing_of(const std::vector<double>& per_step) {
   return t;
 }
 
+// `warmup` untimed calls of run(), then `repeats` timed with events on `stream`, each over `steps`
+// token steps; `window` spans the timed calls through the last synchronisation.
+template <class Run>
+DecodeTiming time_runs(Run&& run, cudaStream_t stream, int steps, int warmup, int repeats, const TimedWindow& window) {
+  for (int i = 0; i < warmup; ++i) run();
+  OwnedTimingEvents ev;
+  std::vector<double> per_step;
+  if (window.begin) window.begin();  // the warm-up may still run: the window starts with the GPU busy
+  for (int i = 0; i < repeats; ++i) {
+    CUDA_CHECK(cudaEventRecord(ev.start, stream));
+    run();
+    CUDA_CHECK(cudaEventRecord(ev.stop, stream));
+    per_step.push_back(ev.elapsed_ms() / steps);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (window.end) window.end();
+  return timing_of(per_step);
+}
+
 DeviceDecoder& decoder_of(Engine& e) {
   DeviceDecoder* d = device_decoder_of(e);
   SWAPFFN_REQUIRE(d != nullptr, "backend '" + e.name() + "' does not run on the device");
@@ -142,19 +161,7 @@ DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens
     dec.decode_device(xs[static_cast<size_t>(next)].get(), delta.get(), tokens);
     next = (next + 1) % rotations;
   };
-  for (int i = 0; i < warmup; ++i) run();
-  OwnedTimingEvents ev;
-  std::vector<double> per_step;
-  if (window.begin) window.begin();  // the warm-up may still run: the window starts with the GPU busy
-  for (int i = 0; i < repeats; ++i) {
-    CUDA_CHECK(cudaEventRecord(ev.start, dec.stream()));
-    run();
-    CUDA_CHECK(cudaEventRecord(ev.stop, dec.stream()));
-    per_step.push_back(ev.elapsed_ms() / tokens);
-  }
-  CUDA_CHECK(cudaStreamSynchronize(dec.stream()));
-  if (window.end) window.end();
-  return timing_of(per_step);
+  return time_runs(run, dec.stream(), tokens, warmup, repeats, window);
 }
 
 DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
@@ -167,19 +174,7 @@ DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, 
   const auto run = [&] {
     for (int t = 0; t < tokens; ++t) step.launch(stream.s);
   };
-  for (int i = 0; i < warmup; ++i) run();
-  OwnedTimingEvents ev;
-  std::vector<double> per_step;
-  if (window.begin) window.begin();
-  for (int i = 0; i < repeats; ++i) {
-    CUDA_CHECK(cudaEventRecord(ev.start, stream.s));
-    run();
-    CUDA_CHECK(cudaEventRecord(ev.stop, stream.s));
-    per_step.push_back(ev.elapsed_ms() / tokens);
-  }
-  CUDA_CHECK(cudaStreamSynchronize(stream.s));
-  if (window.end) window.end();
-  return timing_of(per_step);
+  return time_runs(run, stream.s, tokens, warmup, repeats, window);
 }
 
 PhaseBreakdown time_device_phases(Engine& engine, const State& initial, int steps, uint64_t seed,

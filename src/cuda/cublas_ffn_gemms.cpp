@@ -1,5 +1,7 @@
 #include "cuda/cublas_ffn_gemms.hpp"
 
+#include <cmath>
+
 #include "cuda/cublaslt_handles.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
@@ -41,6 +43,13 @@ struct Product {
   }
 };
 
+
+// The model's tensors must have its shapes before they are uploaded into buffers of those shapes.
+const Weights& validated(const Weights& w) {
+  w.validate();
+  return w;
+}
+
 }  // namespace
 
 struct CublasFfnGemms::Impl {
@@ -63,7 +72,7 @@ struct CublasFfnGemms::Impl {
 };
 
 CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed)
-    : impl_(std::make_unique<Impl>(w.cfg.d_model, w.cfg.d_ff, w.cfg.n_events * w.cfg.k_ffn, rows, seed)) {
+    : impl_(std::make_unique<Impl>(validated(w).cfg.d_model, w.cfg.d_ff, w.cfg.n_events * w.cfg.k_ffn, rows, seed)) {
   impl_->w1.upload(as_nv(w.w1.data()), w.w1.size());
   impl_->w3.upload(as_nv(w.w3.data()), w.w3.size());
   impl_->w2.upload(as_nv(w.w2.data()), w.w2.size());
@@ -72,12 +81,14 @@ CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed)
 CublasFfnGemms::CublasFfnGemms(int64_t d_model, int64_t d_ff, int64_t ffn_steps, int64_t rows, uint64_t seed)
     : impl_(std::make_unique<Impl>(d_model, d_ff, ffn_steps, rows, seed)) {
   Impl& m = *impl_;
-  // The random model's scales (docs/MODEL.md): about 1/sqrt(fan-in).
-  fill_random_bf16(m.w1.get(), d_ff * d_model, seed + 2, 0.03f, nullptr);
+  // Uniform with the random model's standard deviations (docs/MODEL.md: w1, w3 1/sqrt(D), w2
+  // 0.5/sqrt(F)); uniform in [-a, a) has a / sqrt(3).
+  const float a13 = std::sqrt(3.f / static_cast<float>(d_model)), a2 = 0.5f * std::sqrt(3.f / static_cast<float>(d_ff));
+  fill_random_bf16(m.w1.get(), d_ff * d_model, seed + 2, a13, nullptr);
   SWAPFFN_CHECK_LAUNCH();
-  fill_random_bf16(m.w3.get(), d_ff * d_model, seed + 3, 0.03f, nullptr);
+  fill_random_bf16(m.w3.get(), d_ff * d_model, seed + 3, a13, nullptr);
   SWAPFFN_CHECK_LAUNCH();
-  fill_random_bf16(m.w2.get(), d_model * d_ff, seed + 4, 0.015f, nullptr);
+  fill_random_bf16(m.w2.get(), d_model * d_ff, seed + 4, a2, nullptr);
   SWAPFFN_CHECK_LAUNCH();
   CUDA_CHECK(cudaDeviceSynchronize());
 }
@@ -97,8 +108,8 @@ CublasFfnGemms::Impl::Impl(int64_t d_model, int64_t d_ff, int64_t steps, int64_t
   m.workspace.resize(kWorkspaceBytes);
   fill_random_bf16(m.x.get(), rows * m.d, seed, 1.f, nullptr);
   SWAPFFN_CHECK_LAUNCH();
-  // The down GEMM of the first step reads the gate output before any gate GEMM wrote it in a
-  // timed run's first step; start it from defined, non-zero values.
+  // The down GEMM enqueued alone (enqueue_gemm) reads a gate output no gate GEMM has written: start
+  // it from defined, non-zero values.
   fill_random_bf16(m.gate.get(), rows * m.f, seed + 1, 1.f, nullptr);
   SWAPFFN_CHECK_LAUNCH();
   CUDA_CHECK(cudaDeviceSynchronize());

@@ -179,7 +179,8 @@ TelemetrySample NvmlSampler::sample() const {
 
 void NvmlSampler::start() {
   Impl& m = *impl_;
-  SWAPFFN_REQUIRE(!m.running, "GPU telemetry: start() while a window is open");
+  // A window whose thread ended on a failed reading stays open until stop() reports it.
+  SWAPFFN_REQUIRE(!m.thread.joinable(), "GPU telemetry: start() while a window is open");
   m.samples.clear();
   m.thread_error.clear();
   m.t0 = std::chrono::steady_clock::now();
