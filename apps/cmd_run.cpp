@@ -141,7 +141,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "CPU threads of the reference (0 = all)")->capture_default_str();
   cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
   cmd->add_option("--kernel-config", a->kernel_config,
-                  "fused backend: kernel config override, e.g. 'router_grid=16,chunk=2048' (see swapffn bench)");
+                  "fused backend: kernel config override, e.g. 'router=event,router_grid=16,chunk=2048' (see swapffn bench)");
   cmd->add_option("--tune", a->tune_file,
                   "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE, else the "
                   "built-in choices)");

@@ -77,8 +77,10 @@ void run_tune(const TuneArgs& a) {
   for (int64_t b : a.batches)
     for (const auto& up : cuda::dual_gemm_variants())
       for (const auto& down : downs)
-        for (const auto& [router, groups] : {std::pair{"cublas", 1}, std::pair{"event", 1}, std::pair{"event", 2}}) {
+        for (const auto& [router, groups] : {std::pair{"cublas", 1}, std::pair{"event", 1}, std::pair{"event", 2},
+                                             std::pair{"folded", 1}, std::pair{"folded", 2}}) {
           if (std::string(router) == "event" && (cfg.d_router % 16 != 0 || cfg.d_router > 64)) continue;
+          if (std::string(router) != "cublas" && cfg.d_model > 1024) continue;
           EngineOptions eo;
           eo.kernel_config = "up=" + up.name() + ",down=" + down + ",router=" + router + ",groups=" + std::to_string(groups);
           auto engine = make_engine("fused", w, eo);

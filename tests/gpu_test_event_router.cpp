@@ -1,4 +1,4 @@
-// The event router's launch checks and its grids (src/cuda/kernels/event_router.cu).
+// The MMA event router's launch checks and its grids (src/cuda/kernels/event_router.cu).
 // - Pointer checks: the kernels bulk-copy their weights into shared memory, which needs 16-byte
 //   aligned sources, so a misaligned weight must be refused by name before the launch. The check
 //   comes before any CUDA call, so the pointers lead into host memory (never dereferenced) and that
@@ -10,22 +10,25 @@
 
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "cuda/device_buffer.hpp"
 #include "cuda/kernels/event_router.hpp"
+#include "event_router_test_util.hpp"
 #include "gpu_backend_test_util.hpp"
 #include "swapffn/error.hpp"
 
 namespace swapffn::cuda {
 namespace {
+
+using router_test::RouterInputs;
+using router_test::RouterOutputs;
+using router_test::run_event;
+using router_test::same_bits;
+using router_test::in_two_launches;
 
 // Two bytes past p: aligned for bf16, not for a bulk copy.
 template <class T>
@@ -62,80 +65,12 @@ TEST(EventRouter, RefusesAMisalignedBulkCopiedWeightNamingIt) {
   }
 }
 
-// Host copies of everything the router writes.
-struct RouterOutputs {
-  std::vector<float> h;
-  std::vector<__nv_bfloat16> ram, norm_out;
-  std::vector<uint8_t> map, gate, slot;
-};
-
-template <class T>
-std::vector<T> download(const DeviceBuffer<T>& b) {
-  std::vector<T> v(b.size());
-  CUDA_CHECK(cudaMemcpy(v.data(), b.get(), v.size() * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
-
-template <class T>
-bool same_bits(const std::vector<T>& x, const std::vector<T>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
-}
-
 // One event on fresh random inputs (seeded: the same for every grid), through `grid`; with split > 0
 // as two launches, rows [0, split) and [split, rows) (the fused backend's row groups).
 RouterOutputs run_router(int64_t rows, int64_t D, int64_t R, bool with_norm, RouterGrid grid, uint32_t seed,
                          int64_t split = 0) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  const auto floats = [&](size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (float& x : v) x = lo + (hi - lo) * (u(rng) + 1.f) / 2.f;
-    return v;
-  };
-  const auto bf16s = [&](size_t n, float scale) {
-    std::vector<__nv_bfloat16> v(n);
-    for (auto& x : v) x = __float2bfloat16(scale * u(rng));
-    return v;
-  };
-  std::vector<uint8_t> map(static_cast<size_t>(rows));
-  for (auto& m : map) {  // a random permutation of the 4 banks, 2 bits per lane
-    int p[4] = {0, 1, 2, 3};
-    std::shuffle(p, p + 4, rng);
-    m = static_cast<uint8_t>(p[0] | p[1] << 2 | p[2] << 4 | p[3] << 6);
-  }
-  DeviceBuffer<float> h, rgain, swap_w, swap_b, bank_w, bank_b, ngain;
-  DeviceBuffer<__nv_bfloat16> router_w, ram, norm_out(static_cast<size_t>(rows * D));
-  DeviceBuffer<uint8_t> map_d, gate(static_cast<size_t>(rows)), slot(static_cast<size_t>(rows));
-  h.upload(floats(size_t(rows * D), -2.f, 2.f));
-  rgain.upload(floats(size_t(D), 0.5f, 1.5f));
-  router_w.upload(bf16s(size_t(R * D), 0.1f));
-  swap_w.upload(floats(size_t(R), -1.f, 1.f));
-  swap_b.upload(floats(1, -0.2f, 0.2f));
-  bank_w.upload(floats(size_t(4 * R), -1.f, 1.f));
-  bank_b.upload(floats(4, -0.1f, 0.1f));
-  ngain.upload(floats(size_t(D), 0.5f, 1.5f));
-  ram.upload(bf16s(size_t(rows * 4 * D), 2.f));
-  map_d.upload(map);
-  // Poison what the router writes but does not read.
-  CUDA_CHECK(cudaMemset(norm_out.get(), 0xFF, norm_out.size() * sizeof(__nv_bfloat16)));
-  CUDA_CHECK(cudaMemset(gate.get(), 0xEE, gate.size()));
-  CUDA_CHECK(cudaMemset(slot.get(), 0xEE, slot.size()));
-  DeviceBuffer<StepIO> io;
-  io.upload(std::vector<StepIO>{{nullptr, nullptr, gate.get(), slot.get()}});
-  EventRouterArgs a{.h = h.get(), .router_gain = rgain.get(), .router_w = router_w.get(), .swap_w = swap_w.get(),
-                    .swap_b = swap_b.get(), .bank_w = bank_w.get(), .bank_b = bank_b.get(), .ram = ram.get(),
-                    .stream_map = map_d.get(), .io = io.get(), .event = 0, .row_begin = 0, .rows = rows,
-                    .total_rows = rows, .d_model = D, .d_router = R, .norm_gain = with_norm ? ngain.get() : nullptr,
-                    .norm_out = with_norm ? norm_out.get() : nullptr, .eps = 1e-6f};
-  if (split > 0) {
-    a.rows = split;
-    launch_event_router(a, nullptr, false, grid);
-    a.row_begin = split;
-    a.rows = rows - split;
-  }
-  launch_event_router(a, nullptr, false, grid);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  return {download(h), download(ram), download(norm_out), download(map_d), download(gate), download(slot)};
+  return run_event(RouterInputs::random(rows, D, R, seed), with_norm,
+                   in_two_launches(split, [grid](const EventRouterArgs& a) { launch_event_router(a, nullptr, false, grid); }));
 }
 
 TEST(EventRouter, EveryGridGivesTheSameBits) {

@@ -56,14 +56,15 @@ TEST_P(FusedCheck, AgreesWithReferenceWithinBf16Tolerance) {
   EXPECT_GT(r.gate_checked, 0);
 }
 
-// Every path through the fused step: both routers (the event router with 8- and 16-row CTAs:
-// 16 in the batch-invariance test below), our split-K down GEMM (with and without operand
+// Every path through the fused step: the three routers (the default, folded; the MMA event router
+// with 8- and 16-row CTAs: 16 in the batch-invariance test below; the cuBLAS chain), our split-K down GEMM (with and without operand
 // multicast) and cuBLASLt's, each dual-GEMM tile. The default model's reference costs ~206 GFLOP
 // per token and sequence on the CPU: short runs there.
 INSTANTIATE_TEST_SUITE_P(
     Paths, FusedCheck,
     ::testing::Values(CheckCase{"tiny", 1, 6, ""}, CheckCase{"tiny", 3, 6, ""},
-                      CheckCase{"tiny", 16, 2, ""},  // 640 rows: the event router's 8-row CTAs
+                      CheckCase{"tiny", 16, 2, ""},
+                      CheckCase{"tiny", 16, 2, "router=event"},  // 640 rows: the MMA router's 8-row CTAs
                       CheckCase{"tiny", 3, 4, "router=cublas,down=cublas"},
                       CheckCase{"tiny", 2, 4, "router=event,down=bn64_st6_sk2_mc2,up=bn256_st4_sk1_mc2"},
                       CheckCase{"tiny", 2, 4, "router=cublas,down=bn128_st4_sk2_mc1,up=bn128_st6_sk1_mc2"},
@@ -97,7 +98,8 @@ TEST(Fused, NoResidualNoSiluAndDegenerateCountsAgree) {
     }
     cfg.validate();
     const Weights w = Weights::random(cfg, 17);
-    for (const char* kernels : {"router=event,down=cublas", "router=cublas,down=bn64_st6_sk2_mc1"}) {
+    for (const char* kernels :
+         {"router=folded,down=cublas", "router=event,down=cublas", "router=cublas,down=bn64_st6_sk2_mc1"}) {
       auto e = fused(w, true, kernels);
       const CheckReport r = check_backend(w, *e, 2, 3, 5, Tolerance::bf16());
       EXPECT_TRUE(r.passed()) << label << kernels << ": " << r.summary();
@@ -161,8 +163,8 @@ TEST(Fused, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
 
 // A sequence's bits must not depend on its batch-mates or on B, whatever tile variants a batch
 // size selects (the tuner may pick different ones per B; these two differ in tile N and multicast)
-// and however many rows an event-router CTA takes (default model on 132 SMs: B = 9 takes 32-row
-// CTAs, B = 4 16-row CTAs; alone: 8), whether the batch's FFN runs in row chunks (with a shorter
+// and however many rows an MMA event-router CTA takes (default model on 132 SMs: B = 9 takes 32-row
+// CTAs, B = 4 16-row CTAs; alone: 8; the other cases run the default, folded router), whether the batch's FFN runs in row chunks (with a shorter
 // last chunk; the sequence alone does not), whether its rows run in groups side by side and
 // two-CTAs-per-SM dual GEMM tiles.
 TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
@@ -181,6 +183,7 @@ TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         {"default", 9, "up=bm256_bn192_st3_sk1_mc2_p", "cublas"},  // 128 rows per consumer warpgroup
         {"tiny", 400, "groups=auto", "cublas"},  // the built-in choice: two groups on 132 SMs
         {"default", 9, "chunk=1536", "sk4"},
+        {"default", 9, "router=event", "cublas,router=event"},  // the MMA router: 32-row CTAs, alone 8
         // CUTLASS: a wide cooperative tile for the batch, the pingpong 64 x 64 tile alone.
         {"default", 9, "down=co_128x256_c2x1", "pp_64x64_c1x2"}}) {
     const Weights& w = weights_of(preset);

@@ -45,7 +45,7 @@ TEST(FusedConfig, VariantNamesRoundTripAndBadNamesAreRefused) {
 TEST(FusedConfig, DefaultsAndOverrides) {
   const Config cfg = Config::preset("default");
   const FusedKernelConfig d = select_fused_config(cfg, 1, "", "");
-  EXPECT_EQ(d.router, "event");
+  EXPECT_EQ(d.router, "folded");
   EXPECT_TRUE(d.down_cublas);
   // The dual GEMM goes persistent once its 128 x 256 tiles take more than one wave of SMs.
   const GpuInfo gpu = query_gpu();
@@ -99,11 +99,12 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(down_numerics("bn64_st6_sk2_mc1"), "sk2");
   EXPECT_EQ(down_numerics("sk4"), "sk4");
   EXPECT_EQ(down_numerics("cublas"), "cublas");
-  // A router the event kernel cannot take (R > 64) defaults to the cuBLAS chain.
+  // The folded router takes any R (the MMA event router only R <= 64)...
   Config wide = cfg;
   wide.d_router = 128;
-  EXPECT_EQ(select_fused_config(wide, 1, "", "").router, "cublas");
-  // Nor a row too long to be held in registers (d_model > 1024).
+  EXPECT_EQ(select_fused_config(wide, 1, "", "").router, "folded");
+  EXPECT_EQ(select_fused_config(cfg, 1, "", "router=event").router, "event");
+  // ... but not a row too long to be held in registers (d_model > 1024): the cuBLAS chain.
   Config deep = cfg;
   deep.d_model = 2048;
   EXPECT_EQ(select_fused_config(deep, 1, "", "").router, "cublas");
@@ -143,7 +144,8 @@ TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
            {"down=sk3", "N = 2 or 4"}, {"down=sk4x", "sk<N>"},
            {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}, {"router_grid=24", "'24'"},
            {"pdl=yes", "pdl"}, {"l2_weights=2", "l2_weights must be a fraction"}, {"l2_weights=0.5x", "'0.5x'"}, {"groups=0", "groups"}, {"groups=9", "groups"}, {"groups=2x", "groups"},
-           {"router=cublas,router_grid=16", "needs router=event"}, {"router=cublas,groups=2", "needs router=event"}}) {
+           {"router=cublas,router_grid=16", "needs router=event"}, {"router_grid=16", "the folded router has no CTA grid"},
+           {"router=cublas,groups=2", "needs router=folded or event"}, {"router=mma", "must be folded, event or cublas"}}) {
     try {
       select_fused_config(cfg, 1, "", spec);
       ADD_FAILURE() << spec << " accepted";

@@ -57,7 +57,7 @@ struct EngineOptions {
   bool graph = true;      // GPU backends: capture a token step in a CUDA graph
   // fused backend: tuning cache written by `swapffn tune` ("" = $SWAPFFN_TUNE_FILE, else defaults)
   std::string tune_file;
-  // fused backend: explicit kernels "up=<variant>,down=<variant>|cublas,router=event|cublas", each
+  // fused backend: explicit kernels "up=<variant>,down=<variant>|cublas,router=folded|event|cublas", each
   // part optional (overrides the cache; variant names as `swapffn tune` prints them, e.g.
   // bn256_st4_sk1_mc1)
   std::string kernel_config;

@@ -51,9 +51,12 @@ namespace swapffn::cuda {
 //   them and cuBLAS by batch size would mix two numerics classes.
 //   Rejected: split-K through a global workspace (extra [M, D] fp32 round trip and a second pass),
 //   and atomics (order-dependent, not deterministic).
-// - router: the one-kernel event router (B = 1: 0.626 ms per step against 0.665 with the cuBLAS
-//   chain on the H200; at large B its CTAs widen to 16 and 32 rows, since each CTA copies all of
-//   router_w, 128 KB, into shared memory: router phase 6% of the step at B = 16 on the H100). The
+// - router: the folded event router (folded_event_router.hpp: the router projection folded into
+//   five vectors at load, so an event's head is five dot products per row and the exchange; no
+//   router_w copy, no MMAs; docs/PERF.md, thirtieth session, for what it measured against the MMA
+//   router). Selectable: the MMA event router ("event": B = 1 0.626 ms per step against 0.665 with
+//   the cuBLAS chain on the H200, fourth session; each of its CTAs copies all of router_w, 128 KB,
+//   into shared memory) and the cuBLAS chain ("cublas", also the fallback for d_model > 1024). The
 //   router and the down GEMM's implementation set the floating-point summation order, so they
 //   must be the same at every batch size (batch invariance); only tile shapes, stages and
 //   multicast, which leave each output's summation order alone, may vary with B.
@@ -70,7 +73,8 @@ namespace {
 constexpr int kMaxRowGroups = 8;
 
 const std::string& parse_router(const std::string& val) {
-  SWAPFFN_REQUIRE(val == "cublas" || val == "event", "kernel config router must be cublas or event, got '" + val + "'");
+  SWAPFFN_REQUIRE(val == "cublas" || val == "event" || val == "folded",
+                  "kernel config router must be folded, event or cublas, got '" + val + "'");
   return val;
 }
 
@@ -219,7 +223,7 @@ T cache_field(const nlohmann::json& obj, const std::string& key, const std::opti
 
 FusedKernelConfig from_tune_file(const Config& cfg, int64_t batch, const std::string& tune_file) {
   FusedKernelConfig k;
-  k.router = cfg.d_router % 16 == 0 && cfg.d_router <= 64 && cfg.d_model <= 1024 ? "event" : "cublas";
+  k.router = cfg.d_model <= 1024 ? "folded" : "cublas";
   // The persistent dual GEMM once its tiles take more than one wave (B >= 2 on 132 SMs), with its
   // W13 tiles multicast to a pair of M tiles from ~60 rows per SM (B >= 16): -1.1 / -1.7 / -1.4% per
   // step at B = 16 / 32 / 64 on average in four runs, every run faster (H100, twentieth session),
@@ -307,11 +311,11 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
     // each, so nothing is hidden, and cuBLAS's kernels on half the rows lose in that arrangement;
     // with CUTLASS's down GEMM, level).
     const GpuInfo gpu = query_gpu();
-    k.row_groups = k.router == "event" && gpu.present && batch * cfg.core_count >= 120 * int64_t{gpu.sm_count} ? 2 : 1;
+    k.row_groups = k.router != "cublas" && gpu.present && batch * cfg.core_count >= 120 * int64_t{gpu.sm_count} ? 2 : 1;
   }
-  SWAPFFN_REQUIRE(k.row_groups == 1 || k.router == "event",
-                  "fused: groups=" + std::to_string(k.row_groups) + " needs router=event (the cublas router's GEMM "
-                  "runs over all rows at once)");
+  SWAPFFN_REQUIRE(k.row_groups == 1 || k.router != "cublas",
+                  "fused: groups=" + std::to_string(k.row_groups) + " needs router=folded or event (the cublas "
+                  "router's GEMM runs over all rows at once)");
   SWAPFFN_REQUIRE(k.router_grid == RouterGrid::automatic || k.router == "event",
                   "fused: router_grid=" + to_string(k.router_grid) + " needs router=event (the " + k.router +
                       " router has no CTA grid to choose)");

@@ -22,9 +22,10 @@ struct FusedKernelConfig {
   // (sm90_bf16_gemm_residual_cutlass.hpp), instead of `down`. It does not split K.
   std::string down_cutlass;
   bool pdl = true;                // programmatic dependent launch for the GEMMs
-  // Event head: "cublas" = RMSNorm (fused into the previous kernel) + cuBLASLt router GEMM + the
-  // decision/swap kernel; "event" = the one-kernel event router (event_router.cu). The built-in
-  // default depends on the batch (select_fused_config).
+  // Event head: "folded" = the folded event router (folded_event_router.hpp: the router projection
+  // folded into five vectors at load); "event" = the one-kernel MMA event router (event_router.cu);
+  // "cublas" = RMSNorm (fused into the previous kernel) + cuBLASLt router GEMM + the decision/swap
+  // kernel. The built-in default depends on the model shape (select_fused_config).
   std::string router = "cublas";
   // Rows per event-router CTA ("router_grid"; automatic: by rows per SM; only with router "event").
   // Every grid gives the same bits, so it may vary with the batch size.
@@ -39,7 +40,7 @@ struct FusedKernelConfig {
   // FiLM kernel and joined before the collapse, so that one group's router, RMSNorm and kernel
   // boundaries run while another group's GEMMs hold the SMs.
   // Rows are independent: no row's arithmetic changes, so the count may follow the batch size.
-  // Needs router "event" (the cuBLAS router's GEMM runs over all rows).
+  // Needs router "folded" or "event" (the cuBLAS router's GEMM runs over all rows).
   int row_groups = 0;
   // Keep W13 and W2 in L2 for the whole step ("l2_weights"): this fraction of their lines (0: no
   // window) in an access-policy window with persisting hits, on a carve-out of L2 set aside while
@@ -56,7 +57,7 @@ void check_fused_supports(const Config& cfg);
 
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
-// kernel_config ("up=<variant>,down=<variant>|<cutlass variant>|cublas|sk2|sk4,router=cublas|event,
+// kernel_config ("up=<variant>,down=<variant>|<cutlass variant>|cublas|sk2|sk4,router=folded|event|cublas,
 // router_grid=<grid>,chunk=<rows>,groups=auto|<1..8>,pdl=0|1,l2_weights=<0..1>", each part optional) overrides;
 // sk<N>: our down GEMM with split-K N, its tile width chosen for the batch size; pdl: programmatic
 // dependent launch of our kernels and CUTLASS's (on by default).

@@ -3,8 +3,9 @@
 // the up-projection's epilogue (no [M, 2F] intermediate, no elementwise pass) and the residual add
 // in the down-projection's (h is updated in place in fp32; by default through cuBLASLt's beta = 1,
 // which measured faster than our split-K kernel and CUTLASS's, see fused_config.cpp). Per event: the event head
-// (by default the one-kernel event router: router GEMM, decisions, swap and the FFN's RMSNorm; or
-// the cuBLASLt router GEMM and the decision/swap kernel), then k_ffn x {dual GEMM, down GEMM,
+// (by default the folded event router: five dot products per row in place of the router GEMM,
+// then decisions, swap and the FFN's RMSNorm; or the one-kernel MMA event router; or the cuBLASLt
+// router GEMM and the decision/swap kernel), then k_ffn x {dual GEMM, down GEMM,
 // RMSNorm of the next GEMM's operand}. Our kernels use programmatic dependent launch. A token step
 // is one CUDA graph (GpuEngine); with row groups (FusedKernelConfig::row_groups) each group's
 // events are a branch of it on their own stream.
@@ -22,6 +23,7 @@
 #include "cuda/kernels/core_film.hpp"
 #include "cuda/kernels/rmsnorm.hpp"
 #include "cuda/kernels/event_router.hpp"
+#include "cuda/kernels/folded_event_router.hpp"
 #include "cuda/kernels/router_select_swap.hpp"
 #include "cuda/unfused/batch_invariant_gemm.hpp"
 #include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
@@ -43,6 +45,8 @@ class FusedEngine final : public GpuEngine {
                                                         cfg_.core_count, kGemmWorkspaceBytes);
     down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_model, cfg_.d_ff, CUDA_R_32F, cfg_.ffn_residual,
                                                       cfg_.core_count, kGemmWorkspaceBytes);
+    router_fold_.upload(fold_router(widen_bf16(w.router_norm), widen_bf16(w.router_w), widen_bf16(w.router_swap_w),
+                                    widen_bf16(w.bank_w), cfg_.d_model, cfg_.d_router));
   }
   std::string name() const override { return "fused"; }
 
@@ -51,6 +55,7 @@ class FusedEngine final : public GpuEngine {
     const int64_t M = batch * cfg_.core_count, D = cfg_.d_model, F = cfg_.d_ff;
     kcfg_ = select_fused_config(cfg_, batch, opt_.tune_file, opt_.kernel_config);
     if (kcfg_.router == "event") check_event_router_shape(D, cfg_.d_router);
+    if (kcfg_.router == "folded") check_folded_event_router_shape(D);
     nrm_.resize(size_t(M * D));
     router_gemm_->set_rows(M);
     groups_ = row_group_ranges(M, kcfg_.row_groups);
@@ -166,11 +171,14 @@ class FusedEngine final : public GpuEngine {
                                    after_swap_gain(e), after_swap_gain(e) ? as_nv(nrm_.get()) : nullptr, eps},
                                   stream);
       } else {
-        launch_event_router({h_.get(), router_norm_.get(), as_nv(router_w_.get()), swap_w_.get(), swap_b_.get(),
-                             bank_w_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
-                             static_cast<int>(e), g0, g_rows, M, D, cfg_.d_router, ffn_gain,
-                             ffn_gain ? as_nv(nrm_.get()) : nullptr, eps},
-                            stream, kcfg_.pdl, kcfg_.router_grid);
+        const EventRouterArgs args{h_.get(), router_norm_.get(), as_nv(router_w_.get()), swap_w_.get(), swap_b_.get(),
+                                   bank_w_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
+                                   static_cast<int>(e), g0, g_rows, M, D, cfg_.d_router, ffn_gain,
+                                   ffn_gain ? as_nv(nrm_.get()) : nullptr, eps, router_fold_.get()};
+        if (kcfg_.router == "folded")
+          launch_folded_event_router(args, stream, kcfg_.pdl);
+        else
+          launch_event_router(args, stream, kcfg_.pdl, kcfg_.router_grid);
       }
       const int64_t chunk = chunk_rows(g_rows);
       for (int64_t r0 = g0; r0 < g0 + g_rows; r0 += chunk) {  // a chunk runs all its FFN steps, then the next
@@ -210,6 +218,7 @@ class FusedEngine final : public GpuEngine {
   std::unique_ptr<BatchInvariantGemm> router_gemm_, down_gemm_;
   DeviceBuffer<uint8_t> gemm_workspace_;
   DeviceBuffer<float> z_;
+  DeviceBuffer<float> router_fold_;  // [5, D]: the folded router's vectors (fold_router)
   DeviceBuffer<bf16> ffn_w_, nrm_, u_;  // ffn_w_: W13 (interleaved), then W2
   int64_t chunk_ = 0;  // the most rows of an FFN chunk in any group (row_chunk, else the group's rows)
   std::vector<std::pair<int64_t, int64_t>> groups_;  // first row, rows (row_group_ranges)

@@ -230,13 +230,17 @@ std::string to_string(RouterGrid g) {
   return "?";
 }
 
-void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl, RouterGrid grid) {
+void check_event_router_rows(const EventRouterArgs& a, const std::string& who) {
   SWAPFFN_REQUIRE(a.row_begin >= 0 && a.rows >= 0 && a.row_begin + a.rows <= a.total_rows,
-                  "event router: rows [" + std::to_string(a.row_begin) + ", " + std::to_string(a.row_begin + a.rows) +
+                  who + ": rows [" + std::to_string(a.row_begin) + ", " + std::to_string(a.row_begin + a.rows) +
                       ") are not within the " + std::to_string(a.total_rows) + " rows of the arrays");
-  if (a.rows == 0) return;
   SWAPFFN_REQUIRE((a.norm_out == nullptr) == (a.norm_gain == nullptr),
-                  "event router: the RMSNorm output and its gain must be given together");
+                  who + ": the RMSNorm output and its gain must be given together");
+}
+
+void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl, RouterGrid grid) {
+  check_event_router_rows(a, "event router");
+  if (a.rows == 0) return;
   // The kernel bulk-copies these into shared memory (cp.async.bulk): 16-byte aligned sources, and
   // sizes that are multiples of 16 bytes by check_event_router_shape's D % 128 == 0, R % 16 == 0.
   for (const auto& [p, name] : {std::pair<const void*, const char*>{a.router_w, "router_w"},

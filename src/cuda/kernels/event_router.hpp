@@ -42,6 +42,9 @@ struct EventRouterArgs {
   const float* norm_gain;   // [D] FFN norm.weight, or null (then norm_out is not written)
   __nv_bfloat16* norm_out;  // [M, D]
   float eps;
+  // The folded router (folded_event_router.hpp) reads these five vectors [5, D] instead of
+  // router_gain, router_w, swap_w and bank_w; the MMA router ignores them.
+  const float* router_fold = nullptr;
 };
 
 // Rows per CTA; every form computes each row with the same operations in the same order
@@ -49,6 +52,10 @@ struct EventRouterArgs {
 enum class RouterGrid { automatic, cta8, cta16, cta32 };
 RouterGrid parse_router_grid(const std::string& name);  // "auto", "8", "16", "32"
 std::string to_string(RouterGrid g);
+
+// Throws unless rows [row_begin, row_begin + rows) lie within total_rows and the RMSNorm output and
+// its gain are given together (both event routers' launchers; `who` names the router).
+void check_event_router_rows(const EventRouterArgs& a, const std::string& who);
 
 // Throws unless D % 128 == 0, R % 16 == 0, R <= 64 and the shared memory fits this GPU.
 void check_event_router_shape(int64_t d_model, int64_t d_router);

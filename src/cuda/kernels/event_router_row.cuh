@@ -1,7 +1,8 @@
-// Per-row device code of the event router (event_router.cu): the row's RMS scale, the router
-// operand, the fixed-order sum over K-slices, and the decision, exchange and FFN operand of the
-// row. Every row split of the kernel (8, 16 or 32 rows per CTA) runs these same functions, and any
-// other form of the router must too: they fix each row's bits.
+// Per-row device code of the event routers (event_router.cu, folded_event_router.cu): the row's
+// RMS scale, the router operand, the fixed-order sum over K-slices, and the decision, exchange and
+// FFN operand of the row. Every row split of the MMA kernel (8, 16 or 32 rows per CTA) runs these
+// same functions, and any other form of that router must too: they fix each row's bits. The folded
+// router shares the row's load, its RMS scale and everything after the decision (apply_row).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -62,14 +63,12 @@ __device__ __forceinline__ float slice_sum(Part part) {
   return sum;
 }
 
-// Called by the warp that holds row m in hv (map: its stream map before the event): the decision
-// from z (R floats), the trace entry, the exchange of h with the chosen bank, then the FFN operand
+// Called by the warp that holds row m in hv (map: its stream map before the event), after the row's
+// decision d: the trace entry, the exchange of h with the chosen bank, then the FFN operand
 // bf16(rms(h) * norm_gain) of the new h when a.norm_out is set (ngain: norm_gain, anywhere).
-__device__ __forceinline__ void finish_row(const EventRouterArgs& a, int64_t m, const float* z, const float* swap_w,
-                                           const float* biases, const float* bank_w, const float* ngain, uint8_t map,
-                                           float4 (&hv)[kMaxVec], int lane) {
+__device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, RowDecision d, const float* ngain,
+                                          uint8_t map, float4 (&hv)[kMaxVec], int lane) {
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
-  const RowDecision d = decide_row(z, static_cast<int>(a.d_router), swap_w, biases[0], bank_w, biases + 1, lane);
   const int p = map_lane(map, d.slot);  // the physical bank of the chosen slot
   if (lane == 0) apply_decision(d, map, a.stream_map, m, a.io, a.event, a.total_rows);
   if (d.gate) {
@@ -99,6 +98,14 @@ __device__ __forceinline__ void finish_row(const EventRouterArgs& a, int64_t m, 
         out[lane + 32 * i] = pack_bf16x4(v.x * rs * gg.x, v.y * rs * gg.y, v.z * rs * gg.z, v.w * rs * gg.w);
       }
   }
+}
+
+// The MMA router's end of a row: the decision from z (R floats), then apply_row.
+__device__ __forceinline__ void finish_row(const EventRouterArgs& a, int64_t m, const float* z, const float* swap_w,
+                                           const float* biases, const float* bank_w, const float* ngain, uint8_t map,
+                                           float4 (&hv)[kMaxVec], int lane) {
+  apply_row(a, m, decide_row(z, static_cast<int>(a.d_router), swap_w, biases[0], bank_w, biases + 1, lane), ngain,
+            map, hv, lane);
 }
 
 }  // namespace swapffn::cuda::router

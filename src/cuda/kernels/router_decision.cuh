@@ -1,6 +1,7 @@
-// The per-row decision of an event (SPEC section 4), shared by both event heads (the one-kernel
-// event router and the decision/swap kernel after the cuBLASLt router GEMM), so the two compute
-// every row's gate and slot with the same operations in the same order.
+// The per-row decision of an event (SPEC section 4), shared by the event heads (the one-kernel
+// event router and the decision/swap kernel after the cuBLASLt router GEMM compute every row's gate
+// and slot from z with the same operations in the same order; the folded router computes s and l
+// without z and then chooses with the same rule).
 #pragma once
 #include <cstdint>
 
@@ -14,6 +15,19 @@ struct RowDecision {
   bool gate;  // swap this row with a bank
   int slot;   // logical slot j = argmax of the bank logits (ties -> lowest)
 };
+
+// The decision from the swap logit s and the bank logits l.
+__device__ __forceinline__ RowDecision choose(float s, const float (&l)[4]) {
+  int j = 0;
+  float best = l[0];  // the running maximum in a register (l[j] would index l dynamically)
+#pragma unroll
+  for (int k = 1; k < 4; ++k)
+    if (l[k] > best) {  // strict: ties keep the lowest index
+      best = l[k];
+      j = k;
+    }
+  return {s > 0.f, j};
+}
 
 // Called by a whole warp: s = z . swap_w + swap_b and l = z @ bank_w + bank_b over R router outputs
 // (per-lane partial sums, then the xor butterfly); every lane gets the same decision.
@@ -29,11 +43,7 @@ __device__ __forceinline__ RowDecision decide_row(const float* z, int R, const f
   s = warp_sum(s) + swap_b;
 #pragma unroll
   for (int k = 0; k < 4; ++k) l[k] = warp_sum(l[k]) + bank_b[k];
-  int j = 0;
-#pragma unroll
-  for (int k = 1; k < 4; ++k)
-    if (l[k] > l[j]) j = k;  // strict: ties keep the lowest index
-  return {s > 0.f, j};
+  return choose(s, l);
 }
 
 // One thread per row: the lane exchange of the stream map (map: the row's map before it) and the

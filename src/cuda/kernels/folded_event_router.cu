@@ -1,0 +1,109 @@
+// The folded event router (folded_event_router.hpp says what it computes and why): one warp per
+// row, no shared memory.
+#include "cuda/kernels/folded_event_router.hpp"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/kernels/event_router_row.cuh"
+#include "cuda/launch.hpp"
+
+namespace swapffn::cuda {
+namespace {
+
+using router::kMaxVec;
+constexpr int kFolded = 5;  // f_s, f_0..f_3
+// Rows (warps) per CTA. The kernel holds nothing in shared memory, so the width only sets how the
+// rows spread over the SMs: at B = 1 (512 rows) 128 CTAs of 4 rows reach 128 SMs, where the MMA
+// router's 8-row CTAs reach 64; at large B many CTAs fit on each SM and overlap their loads.
+constexpr int kWarps = 4;
+
+__global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventRouterArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int D = static_cast<int>(a.d_model), nvec = D / 128;
+  const int64_t m = a.row_begin + int64_t(blockIdx.x) * kWarps + warp;
+  // Parameters, not outputs of the previous kernel: read before waiting for it.
+  const float swap_b = a.swap_b[0];
+  float bank_b[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) bank_b[k] = a.bank_b[k];
+  pdl_wait();  // h, ram and the maps were written by the previous kernels of the step
+  pdl_launch_dependents();
+  if (m >= a.row_begin + a.rows) return;
+  const uint8_t map = a.stream_map[m];
+  float4 hv[kMaxVec];
+  router::load_row(a.h, m, D, lane, hv);
+  // Per lane over its elements (float4 lane + 32 i, the order of router::row_rs), then each sum
+  // over the warp: the sum of squares and the five dot products h . f_j.
+  const float4* f = reinterpret_cast<const float4*>(a.router_fold);
+  float ss = 0.f, t[kFolded] = {0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < kMaxVec; ++i)
+    if (i < nvec) {
+      const float4 v = hv[i];
+      ss += router::sum_sq(v);
+#pragma unroll
+      for (int j = 0; j < kFolded; ++j) {
+        const float4 w = __ldg(f + j * (D / 4) + lane + 32 * i);
+        t[j] += v.x * w.x + v.y * w.y + v.z * w.z + v.w * w.w;
+      }
+    }
+  const float rs = rsqrtf(warp_sum(ss) / float(D) + a.eps);
+  const float s = rs * warp_sum(t[0]) + swap_b;
+  float l[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) l[k] = rs * warp_sum(t[1 + k]) + bank_b[k];
+  router::apply_row(a, m, choose(s, l), a.norm_gain, map, hv, lane);
+}
+
+}  // namespace
+
+std::vector<float> fold_router(const std::vector<float>& router_norm, const std::vector<float>& router_w,
+                               const std::vector<float>& swap_w, const std::vector<float>& bank_w, int64_t d_model,
+                               int64_t d_router) {
+  const size_t D = static_cast<size_t>(d_model), R = static_cast<size_t>(d_router);
+  SWAPFFN_REQUIRE(d_model > 0 && d_router > 0 && router_norm.size() == D && router_w.size() == R * D &&
+                      swap_w.size() == R && bank_w.size() == 4 * R,
+                  "fold_router: expected router_norm [" + std::to_string(D) + "], router_w [" + std::to_string(R) +
+                      ", " + std::to_string(D) + "], swap_w [" + std::to_string(R) + "], bank_w [" +
+                      std::to_string(R) + ", 4]; got " + std::to_string(router_norm.size()) + ", " +
+                      std::to_string(router_w.size()) + ", " + std::to_string(swap_w.size()) + ", " +
+                      std::to_string(bank_w.size()) + " values");
+  std::vector<float> f(kFolded * D);
+  for (size_t d = 0; d < D; ++d) {
+    double acc[kFolded] = {0, 0, 0, 0, 0};
+    for (size_t r = 0; r < R; ++r) {
+      const double w = router_w[r * D + d];
+      acc[0] += w * swap_w[r];
+      for (size_t k = 0; k < 4; ++k) acc[1 + k] += w * bank_w[r * 4 + k];
+    }
+    for (size_t j = 0; j < kFolded; ++j) f[j * D + d] = static_cast<float>(double(router_norm[d]) * acc[j]);
+  }
+  return f;
+}
+
+void check_folded_event_router_shape(int64_t d_model) {
+  SWAPFFN_REQUIRE(d_model % 128 == 0 && d_model > 0 && d_model <= 128 * kMaxVec,
+                  "folded event router needs d_model % 128 == 0 and <= " + std::to_string(128 * kMaxVec) +
+                      " (a warp holds its row in registers), got " + std::to_string(d_model));
+}
+
+void launch_folded_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl) {
+  check_event_router_rows(a, "folded event router");
+  if (a.rows == 0) return;
+  check_folded_event_router_shape(a.d_model);
+  SWAPFFN_REQUIRE(a.router_fold != nullptr, "folded event router: router_fold (the folded router vectors) is not set");
+  // float4 loads of the folded vectors, the norm gain, h and the FFN operand's rows.
+  for (const auto& [p, name] : {std::pair<const void*, const char*>{a.router_fold, "router_fold"},
+                                {a.norm_gain, "norm_gain"},
+                                {a.h, "h"}})
+    SWAPFFN_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
+                    std::string("folded event router: ") + name + " is not 16-byte aligned (the kernel loads float4)");
+  const int64_t ctas = (a.rows + kWarps - 1) / kWarps;
+  launch_kernel_ex(folded_event_router_kernel, dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), dim3(1, 1, 1), 0,
+                   stream, pdl, a);
+}
+
+}  // namespace swapffn::cuda

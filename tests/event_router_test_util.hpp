@@ -1,0 +1,135 @@
+// Shared pieces of the event-router tests (gpu_test_event_router.cpp: the MMA router's grids;
+// gpu_test_folded_event_router.cpp: the folded router against the spec): one event's random inputs,
+// a run of one router over them with its outputs poisoned first, and bitwise comparison.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda/device_buffer.hpp"
+#include "cuda/kernels/event_router.hpp"
+#include "cuda/kernels/folded_event_router.hpp"
+
+namespace swapffn::cuda::router_test {
+
+// Host inputs of one event on `rows` rows, random from `seed`: h in [-2, 2], gains in [0.5, 1.5],
+// router_w in +-0.1 (bf16), swap and bank weights in +-1, banks in +-2 (bf16), random stream maps.
+struct RouterInputs {
+  int64_t rows = 0, d = 0, r = 0;
+  std::vector<uint8_t> map;
+  std::vector<float> h, rgain, swap_w, swap_b, bank_w, bank_b, ngain;
+  std::vector<__nv_bfloat16> router_w, ram;
+
+  static RouterInputs random(int64_t rows, int64_t d, int64_t r, uint32_t seed) {
+    RouterInputs in{rows, d, r, std::vector<uint8_t>(static_cast<size_t>(rows)), {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    const auto floats = [&](size_t n, float lo, float hi) {
+      std::vector<float> v(n);
+      for (float& x : v) x = lo + (hi - lo) * (u(rng) + 1.f) / 2.f;
+      return v;
+    };
+    const auto bf16s = [&](size_t n, float scale) {
+      std::vector<__nv_bfloat16> v(n);
+      for (auto& x : v) x = __float2bfloat16(scale * u(rng));
+      return v;
+    };
+    for (auto& m : in.map) {  // a random permutation of the 4 banks, 2 bits per lane
+      int p[4] = {0, 1, 2, 3};
+      std::shuffle(p, p + 4, rng);
+      m = static_cast<uint8_t>(p[0] | p[1] << 2 | p[2] << 4 | p[3] << 6);
+    }
+    in.h = floats(size_t(rows * d), -2.f, 2.f);
+    in.rgain = floats(size_t(d), 0.5f, 1.5f);
+    in.router_w = bf16s(size_t(r * d), 0.1f);
+    in.swap_w = floats(size_t(r), -1.f, 1.f);
+    in.swap_b = floats(1, -0.2f, 0.2f);
+    in.bank_w = floats(size_t(4 * r), -1.f, 1.f);
+    in.bank_b = floats(4, -0.1f, 0.1f);
+    in.ngain = floats(size_t(d), 0.5f, 1.5f);
+    in.ram = bf16s(size_t(rows * 4 * d), 2.f);
+    return in;
+  }
+
+  // router_w widened to fp32.
+  std::vector<float> router_w_f32() const {
+    std::vector<float> v(router_w.size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = __bfloat162float(router_w[i]);
+    return v;
+  }
+};
+
+// Host copies of everything a router writes.
+struct RouterOutputs {
+  std::vector<float> h;
+  std::vector<__nv_bfloat16> ram, norm_out;
+  std::vector<uint8_t> map, gate, slot;
+};
+
+template <class T>
+std::vector<T> download(const DeviceBuffer<T>& b) {
+  std::vector<T> v(b.size());
+  CUDA_CHECK(cudaMemcpy(v.data(), b.get(), v.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& x, const std::vector<T>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
+}
+
+// One event over `in` (the RMSNorm operand written when with_norm): uploads the inputs and the
+// folded vectors, poisons the FFN operand and the trace, calls launch(args) with every pointer of
+// the args set (over all rows; launch may narrow the range), synchronises and downloads.
+template <class Launch>
+RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch) {
+  DeviceBuffer<float> h, rgain, swap_w, swap_b, bank_w, bank_b, ngain, fold;
+  DeviceBuffer<__nv_bfloat16> router_w, ram, norm_out(static_cast<size_t>(in.rows * in.d));
+  DeviceBuffer<uint8_t> map, gate(static_cast<size_t>(in.rows)), slot(static_cast<size_t>(in.rows));
+  h.upload(in.h);
+  rgain.upload(in.rgain);
+  router_w.upload(in.router_w);
+  swap_w.upload(in.swap_w);
+  swap_b.upload(in.swap_b);
+  bank_w.upload(in.bank_w);
+  bank_b.upload(in.bank_b);
+  ngain.upload(in.ngain);
+  ram.upload(in.ram);
+  map.upload(in.map);
+  fold.upload(fold_router(in.rgain, in.router_w_f32(), in.swap_w, in.bank_w, in.d, in.r));
+  CUDA_CHECK(cudaMemset(norm_out.get(), 0xFF, norm_out.size() * sizeof(__nv_bfloat16)));
+  CUDA_CHECK(cudaMemset(gate.get(), 0xEE, gate.size()));
+  CUDA_CHECK(cudaMemset(slot.get(), 0xEE, slot.size()));
+  DeviceBuffer<StepIO> io;
+  io.upload(std::vector<StepIO>{{nullptr, nullptr, gate.get(), slot.get()}});
+  launch(EventRouterArgs{.h = h.get(), .router_gain = rgain.get(), .router_w = router_w.get(), .swap_w = swap_w.get(),
+                         .swap_b = swap_b.get(), .bank_w = bank_w.get(), .bank_b = bank_b.get(), .ram = ram.get(),
+                         .stream_map = map.get(), .io = io.get(), .event = 0, .row_begin = 0, .rows = in.rows,
+                         .total_rows = in.rows, .d_model = in.d, .d_router = in.r,
+                         .norm_gain = with_norm ? ngain.get() : nullptr, .norm_out = with_norm ? norm_out.get() : nullptr,
+                         .eps = 1e-6f, .router_fold = fold.get()});
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return {download(h), download(ram), download(norm_out), download(map), download(gate), download(slot)};
+}
+
+// launch, or with split > 0 two launches: rows [0, split) and [split, rows) (the fused backend's
+// row groups).
+template <class Launch>
+auto in_two_launches(int64_t split, Launch launch) {
+  return [split, launch](EventRouterArgs a) {
+    if (split > 0) {
+      const int64_t rows = a.rows;
+      a.rows = split;
+      launch(a);
+      a.row_begin = split;
+      a.rows = rows - split;
+    }
+    launch(a);
+  };
+}
+
+}  // namespace swapffn::cuda::router_test
