@@ -19,22 +19,45 @@ constexpr int kFolded = 5;  // f_s, f_0..f_3
 // rows spread over the SMs: at B = 1 (512 rows) 128 CTAs of 4 rows reach 128 SMs, where the MMA
 // router's 8-row CTAs reach 64; at large B many CTAs fit on each SM and overlap their loads.
 constexpr int kWarps = 4;
+static_assert(kMaxVec * 32 % (kWarps * 32) == 0, "the CTA's threads split the norm gain's float4 evenly");
 
 __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventRouterArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
   const int64_t m = a.row_begin + int64_t(blockIdx.x) * kWarps + warp;
-  // Parameters, not outputs of the previous kernel: read before waiting for it.
+  // Parameters, not outputs of the previous kernel: read before waiting for it. The FFN norm gain
+  // goes to shared memory: read from global inside apply_row, each gain load would be ordered
+  // behind the operand store before it (the compiler cannot rule out aliasing), a chain of round
+  // trips at the end of the row.
+  __shared__ float4 ngain[kMaxVec * 32];
+  constexpr int kGainPerThread = kMaxVec * 32 / (kWarps * 32);
+  float4 g[kGainPerThread];
+  const bool with_norm = a.norm_gain != nullptr;
+#pragma unroll
+  for (int j = 0; j < kGainPerThread; ++j) {
+    const int idx = threadIdx.x + kWarps * 32 * j;
+    if (with_norm && idx < D / 4) g[j] = reinterpret_cast<const float4*>(a.norm_gain)[idx];
+  }
   const float swap_b = a.swap_b[0];
   float bank_b[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) bank_b[k] = a.bank_b[k];
   pdl_wait();  // h, ram and the maps were written by the previous kernels of the step
   pdl_launch_dependents();
-  if (m >= a.row_begin + a.rows) return;
-  const uint8_t map = a.stream_map[m];
+  const bool active = m < a.row_begin + a.rows;
+  uint8_t map = 0;
   float4 hv[kMaxVec];
-  router::load_row(a.h, m, D, lane, hv);
+  if (active) {
+    map = a.stream_map[m];
+    router::load_row(a.h, m, D, lane, hv);
+  }
+#pragma unroll
+  for (int j = 0; j < kGainPerThread; ++j) {
+    const int idx = threadIdx.x + kWarps * 32 * j;
+    if (with_norm && idx < D / 4) ngain[idx] = g[j];
+  }
+  __syncthreads();  // the gains are in; the rows' loads are still in flight
+  if (!active) return;
   // Per lane over its elements (float4 lane + 32 i, the order of router::row_rs), then each sum
   // over the warp: the sum of squares and the five dot products h . f_j.
   const float4* f = reinterpret_cast<const float4*>(a.router_fold);
@@ -55,7 +78,7 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
   float l[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) l[k] = rs * warp_sum(t[1 + k]) + bank_b[k];
-  router::apply_row(a, m, choose(s, l), a.norm_gain, map, hv, lane);
+  router::apply_row(a, m, choose(s, l), reinterpret_cast<const float*>(ngain), map, hv, lane);
 }
 
 }  // namespace
