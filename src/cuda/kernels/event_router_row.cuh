@@ -70,19 +70,14 @@ __device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, R
                                           uint8_t map, float4 (&hv)[kMaxVec], int lane) {
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
   const int p = map_lane(map, d.slot);  // the physical bank of the chosen slot
-  uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
-  uint2 in[kMaxVec];
-  // The chosen bank row's loads go out before the map and trace stores: after them, the compiler
-  // would have to order the loads behind the stores (byte stores may alias anything), and lane 0's
-  // trace stores wait on a load of the trace pointers first.
-  if (d.gate) {
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) in[i] = bank[lane + 32 * i];
-  }
   if (lane == 0) apply_decision(d, map, a.stream_map, m, a.io, a.event, a.total_rows);
   if (d.gate) {
     float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
+    uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
+    uint2 in[kMaxVec];
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) in[i] = bank[lane + 32 * i];
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
       if (i < nvec) {
