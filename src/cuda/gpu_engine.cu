@@ -98,13 +98,12 @@ void GpuEngine::capture_graph() {
     throw;
   }
   CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
-  if (l2_window_) {
-    try {
-      l2_window_->apply(g);
-    } catch (...) {
-      cudaGraphDestroy(g);
-      throw;
-    }
+  try {
+    edit_captured_graph(g);
+    if (l2_window_) l2_window_->apply(g);
+  } catch (...) {
+    cudaGraphDestroy(g);
+    throw;
   }
   const cudaError_t inst = cudaGraphInstantiate(&graph_, g, 0);
   cudaGraphDestroy(g);
