@@ -75,8 +75,6 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(select_fused_config(cfg, 1, "", "groups=auto").row_groups, 1);
   EXPECT_TRUE(d.pdl);
   EXPECT_FALSE(select_fused_config(cfg, 16, "", "pdl=0").pdl);
-  EXPECT_TRUE(d.early_launch);
-  EXPECT_FALSE(select_fused_config(cfg, 16, "", "early_launch=0").early_launch);
   EXPECT_EQ(d.l2_weights, 0);
   EXPECT_EQ(select_fused_config(cfg, 16, "", "l2_weights=1").l2_weights, 1);
   EXPECT_EQ(select_fused_config(cfg, 16, "", "l2_weights=0.5").l2_weights, 0.5);
@@ -145,7 +143,7 @@ TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {
            {"up=bn144_st6_sk1_mc1_p", "bn176_st5_sk1_mc1_p"}, {"up=bn256", "up=bn256: no such dual GEMM variant"},
            {"down=sk3", "N = 2 or 4"}, {"down=sk4x", "sk<N>"},
            {"chunk=-1", "chunk"}, {"chunk=12x", "chunk"}, {"chunk=", "chunk"}, {"router_grid=24", "'24'"},
-           {"pdl=yes", "pdl"}, {"early_launch=2", "early_launch must be 0 or 1"}, {"l2_weights=2", "l2_weights must be a fraction"}, {"l2_weights=0.5x", "'0.5x'"}, {"groups=0", "groups"}, {"groups=9", "groups"}, {"groups=2x", "groups"},
+           {"pdl=yes", "pdl"}, {"l2_weights=2", "l2_weights must be a fraction"}, {"l2_weights=0.5x", "'0.5x'"}, {"groups=0", "groups"}, {"groups=9", "groups"}, {"groups=2x", "groups"},
            {"router=cublas,router_grid=16", "needs router=event"}, {"router_grid=16", "the folded router has no CTA grid"},
            {"router=cublas,groups=2", "needs router=folded or event"}, {"router=mma", "must be folded, event or cublas"}}) {
     try {

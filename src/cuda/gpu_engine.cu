@@ -98,12 +98,13 @@ void GpuEngine::capture_graph() {
     throw;
   }
   CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
-  try {
-    edit_captured_graph(g);
-    if (l2_window_) l2_window_->apply(g);
-  } catch (...) {
-    cudaGraphDestroy(g);
-    throw;
+  if (l2_window_) {
+    try {
+      l2_window_->apply(g);
+    } catch (...) {
+      cudaGraphDestroy(g);
+      throw;
+    }
   }
   const cudaError_t inst = cudaGraphInstantiate(&graph_, g, 0);
   cudaGraphDestroy(g);

@@ -93,8 +93,6 @@ class GpuEngine : public Engine, public DeviceDecoder {
   virtual void enqueue_step(PhaseTimer* timer) = 0;
   // The collapse into io->delta and the advance of the StepIO to the next token: every step's end.
   void enqueue_collapse_and_advance();
-  // Edits the captured step's graph before it is instantiated (the default leaves it as captured).
-  virtual void edit_captured_graph(cudaGraph_t) {}
 
   Config cfg_;
   EngineOptions opt_;

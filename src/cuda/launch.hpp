@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.hpp"
-#include "cuda/graph_edges.hpp"
 
 namespace swapffn::cuda {
 
@@ -105,7 +104,6 @@ void launch_kernel_ex(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int sm
   cfg.numAttrs = n;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
   SWAPFFN_CHECK_LAUNCH();
-  note_own_kernel(reinterpret_cast<const void*>(kernel));
 }
 
 // A cooperative launch: every block of the grid is resident at once, so the kernel may use grid
@@ -123,7 +121,6 @@ void launch_cooperative(Kernel kernel, dim3 grid, dim3 block, cudaStream_t strea
   cfg.numAttrs = 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
   SWAPFFN_CHECK_LAUNCH();
-  note_own_kernel(reinterpret_cast<const void*>(kernel));
 }
 
 }  // namespace swapffn::cuda

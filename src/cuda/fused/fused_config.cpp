@@ -195,14 +195,11 @@ void apply_override(FusedKernelConfig& k, const std::string& spec, int64_t rows,
     } else if (key == "pdl") {
       SWAPFFN_REQUIRE(val == "0" || val == "1", "kernel config pdl must be 0 or 1, got '" + val + "'");
       k.pdl = val == "1";
-    } else if (key == "early_launch") {
-      SWAPFFN_REQUIRE(val == "0" || val == "1", "kernel config early_launch must be 0 or 1, got '" + val + "'");
-      k.early_launch = val == "1";
     } else if (key == "l2_weights") {
       k.l2_weights = parse_l2_weights(val);
     } else {
       SWAPFFN_FAIL("unknown kernel config key '" + key +
-                   "' (known: up, down, router, router_grid, chunk, groups, pdl, early_launch, l2_weights)");
+                   "' (known: up, down, router, router_grid, chunk, groups, pdl, l2_weights)");
     }
     pos = end + 1;
   }

@@ -22,10 +22,6 @@ struct FusedKernelConfig {
   // (sm90_bf16_gemm_residual_cutlass.hpp), instead of `down`. It does not split K.
   std::string down_cutlass;
   bool pdl = true;                // programmatic dependent launch for the GEMMs
-  // In the step's graph, our kernels after a library kernel (cuBLAS's never triggers programmatic
-  // completion) may be launched once its blocks have all begun ("early_launch"; graph_edges.hpp).
-  // Scheduling only: no output bit changes.
-  bool early_launch = true;
   // Event head: "folded" = the folded event router (folded_event_router.hpp: the router projection
   // folded into five vectors at load); "event" = the one-kernel MMA event router (event_router.cu);
   // "cublas" = RMSNorm (fused into the previous kernel) + cuBLASLt router GEMM + the decision/swap
@@ -62,7 +58,7 @@ void check_fused_supports(const Config& cfg);
 // The configuration for `batch` sequences: the tuning cache's entry for this device, model shape
 // and batch when tune_file names one (written by `swapffn tune`), else the built-in default.
 // kernel_config ("up=<variant>,down=<variant>|<cutlass variant>|cublas|sk2|sk4,router=folded|event|cublas,
-// router_grid=<grid>,chunk=<rows>,groups=auto|<1..8>,pdl=0|1,early_launch=0|1,l2_weights=<0..1>", each part optional) overrides;
+// router_grid=<grid>,chunk=<rows>,groups=auto|<1..8>,pdl=0|1,l2_weights=<0..1>", each part optional) overrides;
 // sk<N>: our down GEMM with split-K N, its tile width chosen for the batch size; pdl: programmatic
 // dependent launch of our kernels and CUTLASS's (on by default).
 FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const std::string& tune_file,

@@ -19,7 +19,6 @@
 #include "cuda/backends.hpp"
 #include "cuda/fused/fused_config.hpp"
 #include "cuda/gpu_engine.hpp"
-#include "cuda/graph_edges.hpp"
 #include "cuda/l2_window.hpp"
 #include "cuda/kernels/core_film.hpp"
 #include "cuda/kernels/rmsnorm.hpp"
@@ -52,14 +51,6 @@ class FusedEngine final : public GpuEngine {
   std::string name() const override { return "fused"; }
 
  protected:
-  void edit_captured_graph(cudaGraph_t g) override {
-    if (!kcfg_.early_launch) return;
-    const int edges = launch_after_library_kernels_begin(g);
-    if (const char* v = std::getenv("SWAPFFN_LOG_GEMMS"); v && *v && std::strcmp(v, "0") != 0)
-      std::fprintf(stderr, "fused B=%lld: %d programmatic edges leave library kernels at their launch completion\n",
-                   static_cast<long long>(batch_), edges);
-  }
-
   void allocate_batch(int64_t batch) override {
     const int64_t M = batch * cfg_.core_count, D = cfg_.d_model, F = cfg_.d_ff;
     kcfg_ = select_fused_config(cfg_, batch, opt_.tune_file, opt_.kernel_config);
