@@ -64,11 +64,12 @@ TEST(FusedConfig, DefaultsAndOverrides) {
   EXPECT_EQ(o.router, "cublas");
   EXPECT_EQ(o.row_chunk, 0);
   EXPECT_EQ(select_fused_config(cfg, 16, "", "chunk=2048").row_chunk, 2048);
-  // Row groups: automatic by rows per SM (two from ~120 rows per SM: B = 32, not B = 16, on 132
+  // Row groups: automatic by rows per SM (two from ~60 rows per SM: B = 16, not B = 8, on 132
   // SMs), never with the cuBLAS router unless asked for (then refused, below).
   EXPECT_EQ(d.row_groups, 1);
-  EXPECT_EQ(select_fused_config(cfg, 16, "", "").row_groups, gpu.present && 16 * 512 >= 120 * gpu.sm_count ? 2 : 1);
-  EXPECT_EQ(select_fused_config(cfg, 32, "", "").row_groups, gpu.present && 32 * 512 >= 120 * gpu.sm_count ? 2 : 1);
+  EXPECT_EQ(select_fused_config(cfg, 8, "", "").row_groups, gpu.present && 8 * 512 >= 60 * gpu.sm_count ? 2 : 1);
+  EXPECT_EQ(select_fused_config(cfg, 16, "", "").row_groups, gpu.present && 16 * 512 >= 60 * gpu.sm_count ? 2 : 1);
+  EXPECT_EQ(select_fused_config(cfg, 32, "", "").row_groups, gpu.present && 32 * 512 >= 60 * gpu.sm_count ? 2 : 1);
   EXPECT_EQ(select_fused_config(cfg, 64, "", "router=cublas").row_groups, 1);
   EXPECT_EQ(select_fused_config(cfg, 1, "", "groups=2").row_groups, 2);
   EXPECT_EQ(select_fused_config(cfg, 64, "", "groups=1").row_groups, 1);

@@ -60,7 +60,7 @@ namespace swapffn::cuda {
 //   router and the down GEMM's implementation set the floating-point summation order, so they
 //   must be the same at every batch size (batch invariance); only tile shapes, stages and
 //   multicast, which leave each output's summation order alone, may vary with B.
-// - row groups: automatic, two from ~120 rows per SM (select_fused_config says why and what the
+// - row groups: automatic, two from ~60 rows per SM (select_fused_config says why and what the
 //   other batch sizes measured). Rejected as a B = 1 default: slower.
 // - l2_weights: off. Rejected as a default (twenty-first session, H100): a persisting access-policy
 //   window over W13 and W2 was slower at every batch size and hit fraction (B = 1 +1..+3%, B = 16
@@ -302,16 +302,16 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
                       " and d_model a multiple of " + std::to_string(k.down.bn * k.down.multicast) + " (d_ff = " +
                       std::to_string(cfg.d_ff) + ", d_model = " + std::to_string(cfg.d_model) + ")");
   if (k.row_groups == 0) {
-    // Two row groups from ~120 rows per SM (B >= 32 at the defaults on 132 SMs): one group's
+    // Two row groups from ~60 rows per SM (B >= 16 at the defaults on 132 SMs): one group's
     // router and RMSNorms then run under the other group's GEMMs. Nineteenth session, against one
     // group in the same runs: B = 64 -3..-5% (H100), -0.4..-1.9% (H200); B = 32 -1..-3% (H100),
-    // -0.4..-1.7% (H200). Not at B = 16: -1.9% on average on the H100 (seven runs, -5..+1%) but
-    // +1% on the H200 (four runs, +0.4..+2%); `tune` can pick it per device. Slower below: B = 8
-    // +5%, B = 4 +13%, B = 1 +26% (the groups' one-wave GEMMs run side by side on half the SMs
-    // each, so nothing is hidden, and cuBLAS's kernels on half the rows lose in that arrangement;
-    // with CUTLASS's down GEMM, level).
+    // -0.4..-1.7% (H200). B = 16 with the folded router (thirtieth session): -4.5 / -4.7% on the
+    // H100, -0.2% on the H200 (with the MMA router it had been -1.9% and +1%, so B = 16 had kept
+    // one group). Slower below: B = 8 +5%, B = 4 +13%, B = 1 +26% (the groups' one-wave GEMMs run
+    // side by side on half the SMs each, so nothing is hidden, and cuBLAS's kernels on half the
+    // rows lose in that arrangement; with CUTLASS's down GEMM, level). `tune` can pick per device.
     const GpuInfo gpu = query_gpu();
-    k.row_groups = k.router != "cublas" && gpu.present && batch * cfg.core_count >= 120 * int64_t{gpu.sm_count} ? 2 : 1;
+    k.row_groups = k.router != "cublas" && gpu.present && batch * cfg.core_count >= 60 * int64_t{gpu.sm_count} ? 2 : 1;
   }
   SWAPFFN_REQUIRE(k.row_groups == 1 || k.router != "cublas",
                   "fused: groups=" + std::to_string(k.row_groups) + " needs router=folded or event (the cublas "
