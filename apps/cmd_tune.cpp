@@ -1,13 +1,16 @@
 // swapffn tune: grid search of the fused backend's kernel variants on the present GPU.
 // 1) times each FFN GEMM variant alone, beside cuBLAS on the same shape (informative);
 // 2) times the whole token step for every (up, down, router, row groups) combination per batch size,
-//    because the variants interact (L2 traffic, wave quantisation, overlap through programmatic
+//    with the SM clock over each (NVML, where available), because the variants interact (L2 traffic, wave quantisation, overlap through programmatic
 //    launch and between row groups);
 // 3) writes the winners per batch to a cache file that the engine reads (`--tune` of run, check and
 //    bench, or SWAPFFN_TUNE_FILE).
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +27,7 @@
 #include "cuda/fused/fused_config.hpp"
 #include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
+#include "cuda/nvml_telemetry.hpp"
 #include "swapffn/engine.hpp"
 #endif
 
@@ -61,13 +65,25 @@ void run_tune(const TuneArgs& a) {
                 t.label.c_str(), t.us, t.tflops, t.algo.c_str());
   if (a.gemms_only) return;
 
-  std::printf("\n== whole token step per combination (fused backend, CUDA graph)\n");
-  std::printf("%6s %-18s %-18s %-7s %6s %10s\n", "B", "up", "down", "router", "groups", "ms/step");
+  // The SM clock over each combination's timed runs: under a power cap the clock moves between
+  // points, and a row is only comparable with another taken at a similar clock. Optional, as in bench.
+  std::unique_ptr<cuda::NvmlSampler> sampler;
+  std::string telemetry_note;
+  try {
+    sampler = std::make_unique<cuda::NvmlSampler>(std::chrono::milliseconds(5));
+  } catch (const Error& e) {
+    telemetry_note = e.what();
+  }
+  std::printf("\n== whole token step per combination (fused backend, CUDA graph; SM clock: median over the timed "
+              "runs, NVML%s%s)\n",
+              telemetry_note.empty() ? "" : ", unavailable: ", telemetry_note.c_str());
+  std::printf("%6s %-18s %-18s %-7s %6s %10s %7s  %s\n", "B", "up", "down", "router", "groups", "ms/step", "SM MHz",
+              "clock limits");
   struct Point {
     int64_t batch;
     std::string up, down, router;
     int groups;
-    double ms;
+    double ms, sm_mhz;
   };
   std::vector<Point> points;
   std::vector<std::string> downs{"cublas"};
@@ -84,10 +100,15 @@ void run_tune(const TuneArgs& a) {
           EngineOptions eo;
           eo.kernel_config = "up=" + up.name() + ",down=" + down + ",router=" + router + ",groups=" + std::to_string(groups);
           auto engine = make_engine("fused", w, eo);
-          const auto t = cuda::time_device_decode(*engine, State::init(cfg, b), a.tokens, 1, a.repeats, 2, a.seed);
-          std::printf("%6lld %-18s %-18s %-7s %6d %10.4f\n", static_cast<long long>(b), up.name().c_str(), down.c_str(),
-                      router, groups, t.median_ms_per_step);
-          points.push_back({b, up.name(), down, router, groups, t.median_ms_per_step});
+          std::optional<TelemetrySummary> tel;
+          const cuda::TimedWindow window =
+              sampler ? cuda::TimedWindow{[&] { sampler->start(); }, [&] { tel = sampler->stop(); }} : cuda::TimedWindow{};
+          const auto t =
+              cuda::time_device_decode(*engine, State::init(cfg, b), a.tokens, 1, a.repeats, 2, a.seed, window);
+          const double mhz = tel ? tel->sm_clock_mhz_median : 0;
+          std::printf("%6lld %-18s %-18s %-7s %6d %10.4f %7.0f  %s\n", static_cast<long long>(b), up.name().c_str(),
+                      down.c_str(), router, groups, t.median_ms_per_step, mhz, tel ? tel->limits_text().c_str() : "-");
+          points.push_back({b, up.name(), down, router, groups, t.median_ms_per_step, mhz});
         }
 
   // The router and the down GEMM's implementation fix the summation order, so one choice serves
@@ -121,7 +142,8 @@ void run_tune(const TuneArgs& a) {
                        {"down", p->down},
                        {"router", p->router},
                        {"groups", p->groups},
-                       {"ms_per_step", p->ms}});
+                       {"ms_per_step", p->ms},
+                       {"sm_clock_mhz", p->sm_mhz}});
   std::printf("chosen: %s\n", chosen.c_str());
   const nlohmann::json j = {{"device", gpu.name}, {"d_model", cfg.d_model}, {"d_ff", cfg.d_ff}, {"entries", entries}};
   std::ofstream out(a.out);

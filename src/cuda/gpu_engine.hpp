@@ -35,7 +35,10 @@ struct OwnedTimingEvents {  // a start and a stop event around a timed stretch o
   cudaEvent_t start = nullptr, stop = nullptr;
   OwnedTimingEvents() {
     CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
+    if (const cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+      cudaEventDestroy(start);  // the destructor does not run when the constructor throws
+      CUDA_CHECK(e);
+    }
   }
   ~OwnedTimingEvents() {
     cudaEventDestroy(start);
