@@ -1,8 +1,8 @@
 // swapffn tune: grid search of the fused backend's kernel variants on the present GPU.
 // 1) times each FFN GEMM variant alone, beside cuBLAS on the same shape (informative);
 // 2) times the whole token step for every (up, down, router, row groups) combination per batch size,
-//    with the SM clock over each (NVML, where available), because the variants interact (L2 traffic, wave quantisation, overlap through programmatic
-//    launch and between row groups);
+//    with the SM clock over each (NVML, where available), because the variants interact (L2
+//    traffic, wave quantisation, overlap through programmatic launch and between row groups);
 // 3) writes the winners per batch to a cache file that the engine reads (`--tune` of run, check and
 //    bench, or SWAPFFN_TUNE_FILE).
 #include <chrono>
