@@ -38,10 +38,7 @@ GpuEngine::~GpuEngine() {
   drop_graph();
 }
 
-void GpuEngine::drop_graph() {
-  if (graph_) cudaGraphExecDestroy(graph_);
-  graph_ = nullptr;
-}
+void GpuEngine::drop_graph() { graph_.reset(); }
 
 void GpuEngine::ensure_batch(int64_t batch) {
   if (batch == batch_) return;
@@ -77,7 +74,7 @@ void GpuEngine::enqueue_collapse_and_advance() {
 void GpuEngine::run_tokens(int64_t tokens) {
   for (int64_t t = 0; t < tokens; ++t) {
     if (graph_) {
-      CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+      graph_->launch(stream_);
       continue;
     }
     // The first step after (re)allocation runs eagerly; with graphs on, the capture follows it: by
@@ -88,28 +85,12 @@ void GpuEngine::run_tokens(int64_t tokens) {
 }
 
 void GpuEngine::capture_graph() {
-  cudaGraph_t g = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  try {
-    enqueue_step(nullptr);
-  } catch (...) {
-    cudaStreamEndCapture(stream_, &g);
-    if (g) cudaGraphDestroy(g);
-    throw;
-  }
-  CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
-  if (l2_window_) {
-    try {
-      l2_window_->apply(g);
-    } catch (...) {
-      cudaGraphDestroy(g);
-      throw;
-    }
-  }
-  const cudaError_t inst = cudaGraphInstantiate(&graph_, g, 0);
-  cudaGraphDestroy(g);
-  if (inst != cudaSuccess) graph_ = nullptr;
-  CUDA_CHECK(inst);
+  // The graph's kernel nodes get the L2 window at capture (eager steps take it from their streams).
+  graph_ = std::make_unique<CapturedGraph>(
+      stream_, [this] { enqueue_step(nullptr); },
+      [this](cudaGraph_t g) {
+        if (l2_window_) l2_window_->apply(g);
+      });
 }
 
 void GpuEngine::upload_state(const State& s) {

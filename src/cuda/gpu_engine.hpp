@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/captured_graph.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_decoder.hpp"
@@ -123,7 +124,7 @@ class GpuEngine : public Engine, public DeviceDecoder {
 
   DeviceBuffer<float> x_dev_, delta_dev_;
   DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
-  cudaGraphExec_t graph_ = nullptr;
+  std::unique_ptr<CapturedGraph> graph_;
 };
 
 }  // namespace swapffn::cuda

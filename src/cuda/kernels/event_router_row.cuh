@@ -63,11 +63,13 @@ __device__ __forceinline__ float slice_sum(Part part) {
   return sum;
 }
 
-// Called by the warp that holds row m in hv (map: its stream map before the event), after the row's
-// decision d: the trace entry, the exchange of h with the chosen bank, then the FFN operand
-// bf16(rms(h) * norm_gain) of the new h when a.norm_out is set (ngain: norm_gain, anywhere).
+// Called by the warp that holds row m in hv (map: its stream map before the event; rs: row_rs of
+// that row, or a negative value when the caller has not kept it), after the row's decision d: the
+// trace entry, the exchange of h with the chosen bank, then the FFN operand bf16(rms(h) * norm_gain)
+// of the new h when a.norm_out is set (ngain: norm_gain, anywhere). Without a swap h is unchanged,
+// and so is its rs.
 __device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, RowDecision d, const float* ngain,
-                                          uint8_t map, float4 (&hv)[kMaxVec], int lane) {
+                                          uint8_t map, float4 (&hv)[kMaxVec], float rs, int lane) {
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
   const int p = map_lane(map, d.slot);  // the physical bank of the chosen slot
   if (lane == 0) apply_decision(d, map, a.stream_map, m, a.io, a.event, a.total_rows);
@@ -88,7 +90,7 @@ __device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, R
       }
   }
   if (a.norm_out) {
-    const float rs = row_rs(hv, D, a.eps);
+    if (d.gate || rs < 0.f) rs = row_rs(hv, D, a.eps);
     const float4* ng4 = reinterpret_cast<const float4*>(ngain);
     uint2* out = reinterpret_cast<uint2*>(a.norm_out + size_t(m) * D);
 #pragma unroll
@@ -100,12 +102,13 @@ __device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, R
   }
 }
 
-// The MMA router's end of a row: the decision from z (R floats), then apply_row.
+// The MMA router's end of a row: the decision from z (R floats), then apply_row (the 32-row kernel
+// spills if it keeps each row's rs from its operand to here, so apply_row recomputes it).
 __device__ __forceinline__ void finish_row(const EventRouterArgs& a, int64_t m, const float* z, const float* swap_w,
                                            const float* biases, const float* bank_w, const float* ngain, uint8_t map,
                                            float4 (&hv)[kMaxVec], int lane) {
   apply_row(a, m, decide_row(z, static_cast<int>(a.d_router), swap_w, biases[0], bank_w, biases + 1, lane), ngain,
-            map, hv, lane);
+            map, hv, -1.f, lane);
 }
 
 }  // namespace swapffn::cuda::router

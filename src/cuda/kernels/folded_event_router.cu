@@ -1,5 +1,5 @@
 // The folded event router (folded_event_router.hpp says what it computes and why): one warp per
-// row, no shared memory.
+// row; shared memory holds only the FFN norm gain (4 KB).
 #include "cuda/kernels/folded_event_router.hpp"
 
 #include <cstdint>
@@ -15,7 +15,7 @@ namespace {
 
 using router::kMaxVec;
 constexpr int kFolded = 5;  // f_s, f_0..f_3
-// Rows (warps) per CTA. The kernel holds nothing in shared memory, so the width only sets how the
+// Rows (warps) per CTA. The kernel holds no weights in shared memory, so the width only sets how the
 // rows spread over the SMs: at B = 1 (512 rows) 128 CTAs of 4 rows reach 128 SMs, where the MMA
 // router's 8-row CTAs reach 64; at large B many CTAs fit on each SM and overlap their loads.
 constexpr int kWarps = 4;
@@ -58,27 +58,25 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
   }
   __syncthreads();  // the gains are in; the rows' loads are still in flight
   if (!active) return;
-  // Per lane over its elements (float4 lane + 32 i, the order of router::row_rs), then each sum
-  // over the warp: the sum of squares and the five dot products h . f_j.
+  // The five dot products h . f_j: per lane over its elements (float4 lane + 32 i), then over the warp.
   const float4* f = reinterpret_cast<const float4*>(a.router_fold);
-  float ss = 0.f, t[kFolded] = {0.f, 0.f, 0.f, 0.f, 0.f};
+  float t[kFolded] = {0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < kMaxVec; ++i)
     if (i < nvec) {
       const float4 v = hv[i];
-      ss += router::sum_sq(v);
 #pragma unroll
       for (int j = 0; j < kFolded; ++j) {
         const float4 w = __ldg(f + j * (D / 4) + lane + 32 * i);
         t[j] += v.x * w.x + v.y * w.y + v.z * w.z + v.w * w.w;
       }
     }
-  const float rs = rsqrtf(warp_sum(ss) / float(D) + a.eps);
+  const float rs = router::row_rs(hv, D, a.eps);
   const float s = rs * warp_sum(t[0]) + swap_b;
   float l[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) l[k] = rs * warp_sum(t[1 + k]) + bank_b[k];
-  router::apply_row(a, m, choose(s, l), reinterpret_cast<const float*>(ngain), map, hv, lane);
+  router::apply_row(a, m, choose(s, l), reinterpret_cast<const float*>(ngain), map, hv, rs, lane);
 }
 
 }  // namespace

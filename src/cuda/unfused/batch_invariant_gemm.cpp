@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/device_buffer.hpp"
+#include "cuda/gpu_engine.hpp"
 #include "cuda/kernels/random_fill.hpp"
 
 namespace swapffn::cuda {
@@ -36,16 +37,6 @@ int32_t split_k_of(const cublasLtMatmulAlgo_t& a) {
   size_t written = 0;
   CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof(v), &written));
   return v;
-}
-// Handles released on every path out of the scope that made them (a failed check throws).
-struct EventDestroy {
-  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
-};
-using Event = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDestroy>;
-Event make_event() {
-  cudaEvent_t e = nullptr;
-  CUDA_CHECK(cudaEventCreate(&e));
-  return Event(e);
 }
 }  // namespace
 
@@ -121,8 +112,7 @@ const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublas
   fill_random_bf16(w.get(), n_ * k_, 0x71e1, 0.05f, nullptr);
   fill_random_bf16(xs.get(), rows * k_, 0x71e2, 1.f, nullptr);
   CUDA_CHECK(cudaMemset(c.get(), 0, out_bytes));
-  const Event ev0 = make_event(), ev1 = make_event();
-  cudaEvent_t e0 = ev0.get(), e1 = ev1.get();
+  const OwnedTimingEvents ev;
   const float alpha = 1.f;
   size_t best = 0;
   float best_ms = 0.f;
@@ -140,13 +130,10 @@ const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublas
     for (int r = 0; r < 3; ++r) launch();
     std::vector<float> ms;
     for (int r = 0; r < kSamples; ++r) {
-      CUDA_CHECK(cudaEventRecord(e0, nullptr));
+      CUDA_CHECK(cudaEventRecord(ev.start, nullptr));
       for (int l = 0; l < kLaunches; ++l) launch();
-      CUDA_CHECK(cudaEventRecord(e1, nullptr));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float t = 0.f;
-      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
+      CUDA_CHECK(cudaEventRecord(ev.stop, nullptr));
+      ms.push_back(ev.elapsed_ms());
     }
     std::sort(ms.begin(), ms.end());
     const float median = ms[kSamples / 2];
