@@ -1,5 +1,6 @@
 // The folded event router (folded_event_router.hpp says what it computes and why): one warp per
-// row; shared memory holds only the FFN norm gain (4 KB).
+// row; shared memory holds the parameters every row reads, the folded vectors and the FFN norm gain
+// (24 KB at D = 1024).
 #include "cuda/kernels/folded_event_router.hpp"
 
 #include <cstdint>
@@ -15,28 +16,38 @@ namespace {
 
 using router::kMaxVec;
 constexpr int kFolded = 5;  // f_s, f_0..f_3
-// Rows (warps) per CTA. The kernel holds no weights in shared memory, so the width only sets how the
-// rows spread over the SMs: at B = 1 (512 rows) 128 CTAs of 4 rows reach 128 SMs, where the MMA
-// router's 8-row CTAs reach 64; at large B many CTAs fit on each SM and overlap their loads.
+// Rows (warps) per CTA. The kernel holds no weights beyond its 24 KB of parameters, so the width
+// mostly sets how the rows spread over the SMs: at B = 1 (512 rows) 128 CTAs of 4 rows reach 128
+// SMs, where the MMA router's 8-row CTAs reach 64; at large B several CTAs fit on each SM and
+// overlap their loads.
 constexpr int kWarps = 4;
-static_assert(kMaxVec * 32 % (kWarps * 32) == 0, "the CTA's threads split the norm gain's float4 evenly");
+static_assert((kFolded + 1) * kMaxVec * 32 % (kWarps * 32) == 0,
+              "the CTA's threads split the float4 of the folded vectors and the norm gain evenly");
 
 __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventRouterArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
   const int64_t m = a.row_begin + int64_t(blockIdx.x) * kWarps + warp;
-  // Parameters, not outputs of the previous kernel: read before waiting for it. The FFN norm gain
-  // goes to shared memory: read from global inside apply_row, each gain load would be ordered
-  // behind the operand store before it (the compiler cannot rule out aliasing), a chain of round
-  // trips at the end of the row.
+  // Parameters, not outputs of the previous kernel: read before waiting for it, and staged in shared
+  // memory. The folded vectors read from global in the dot products were L2 round trips on every
+  // row's critical path (each warp reads all 20 KB); the FFN norm gain read from global inside
+  // apply_row would be ordered behind the operand store before it (the compiler cannot rule out
+  // aliasing), a chain of round trips at the end of the row.
+  __shared__ float4 fold[kFolded * kMaxVec * 32];
   __shared__ float4 ngain[kMaxVec * 32];
-  constexpr int kGainPerThread = kMaxVec * 32 / (kWarps * 32);
-  float4 g[kGainPerThread];
+  constexpr int kParamVec = (kFolded + 1) * kMaxVec * 32;  // float4 of fold, then of the gain
+  constexpr int kPerThread = kParamVec / (kWarps * 32);
+  const int fold_vec = kFolded * D / 4, param_vec = fold_vec + D / 4;
   const bool with_norm = a.norm_gain != nullptr;
+  const auto param = [&](int idx) -> float4 {
+    if (idx < fold_vec) return reinterpret_cast<const float4*>(a.router_fold)[idx];
+    return reinterpret_cast<const float4*>(a.norm_gain)[idx - fold_vec];
+  };
+  float4 pv[kPerThread];
 #pragma unroll
-  for (int j = 0; j < kGainPerThread; ++j) {
+  for (int j = 0; j < kPerThread; ++j) {
     const int idx = threadIdx.x + kWarps * 32 * j;
-    if (with_norm && idx < D / 4) g[j] = reinterpret_cast<const float4*>(a.norm_gain)[idx];
+    if (idx < (with_norm ? param_vec : fold_vec)) pv[j] = param(idx);
   }
   const float swap_b = a.swap_b[0];
   float bank_b[4];
@@ -52,14 +63,16 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
     router::load_row(a.h, m, D, lane, hv);
   }
 #pragma unroll
-  for (int j = 0; j < kGainPerThread; ++j) {
+  for (int j = 0; j < kPerThread; ++j) {
     const int idx = threadIdx.x + kWarps * 32 * j;
-    if (with_norm && idx < D / 4) ngain[idx] = g[j];
+    if (idx < fold_vec)
+      fold[idx] = pv[j];
+    else if (with_norm && idx < param_vec)
+      ngain[idx - fold_vec] = pv[j];
   }
-  __syncthreads();  // the gains are in; the rows' loads are still in flight
+  __syncthreads();  // the parameters are in; the rows' loads are still in flight
   if (!active) return;
   // The five dot products h . f_j: per lane over its elements (float4 lane + 32 i), then over the warp.
-  const float4* f = reinterpret_cast<const float4*>(a.router_fold);
   float t[kFolded] = {0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < kMaxVec; ++i)
@@ -67,7 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
       const float4 v = hv[i];
 #pragma unroll
       for (int j = 0; j < kFolded; ++j) {
-        const float4 w = __ldg(f + j * (D / 4) + lane + 32 * i);
+        const float4 w = fold[j * (D / 4) + lane + 32 * i];
         t[j] += v.x * w.x + v.y * w.y + v.z * w.z + v.w * w.w;
       }
     }
