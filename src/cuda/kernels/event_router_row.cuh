@@ -64,15 +64,15 @@ __device__ __forceinline__ float slice_sum(Part part) {
 }
 
 // Called by the warp that holds row m in hv (map: its stream map before the event; rs: row_rs of
-// that row, or a negative value when the caller has not kept it), after the row's decision d: the
-// trace entry, the exchange of h with the chosen bank, then the FFN operand bf16(rms(h) * norm_gain)
-// of the new h when a.norm_out is set (ngain: norm_gain, anywhere). Without a swap h is unchanged,
-// and so is its rs.
+// that row, or a negative value when the caller has not kept it; trace: load_trace of a.io), after
+// the row's decision d: the trace entry, the exchange of h with the chosen bank, then the FFN
+// operand bf16(rms(h) * norm_gain) of the new h when a.norm_out is set (ngain: norm_gain,
+// anywhere). Without a swap h is unchanged, and so is its rs.
 __device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, RowDecision d, const float* ngain,
-                                          uint8_t map, float4 (&hv)[kMaxVec], float rs, int lane) {
+                                          uint8_t map, float4 (&hv)[kMaxVec], float rs, int lane, TracePtrs trace) {
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
   const int p = map_lane(map, d.slot);  // the physical bank of the chosen slot
-  if (lane == 0) apply_decision(d, map, a.stream_map, m, a.io, a.event, a.total_rows);
+  if (lane == 0) apply_decision(d, map, a.stream_map, m, trace, a.event, a.total_rows);
   if (d.gate) {
     float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
     uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
@@ -108,7 +108,7 @@ __device__ __forceinline__ void finish_row(const EventRouterArgs& a, int64_t m, 
                                            const float* biases, const float* bank_w, const float* ngain, uint8_t map,
                                            float4 (&hv)[kMaxVec], int lane) {
   apply_row(a, m, decide_row(z, static_cast<int>(a.d_router), swap_w, biases[0], bank_w, biases + 1, lane), ngain,
-            map, hv, -1.f, lane);
+            map, hv, -1.f, lane, load_trace(a.io));
 }
 
 }  // namespace swapffn::cuda::router

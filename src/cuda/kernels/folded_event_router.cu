@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
   pdl_wait();  // h, ram and the maps were written by the previous kernels of the step
   pdl_launch_dependents();
   const bool active = m < a.row_begin + a.rows;
+  const TracePtrs trace = load_trace(a.io);
   uint8_t map = 0;
   float4 hv[kMaxVec];
   if (active) {
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
   float l[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) l[k] = rs * warp_sum(t[1 + k]) + bank_b[k];
-  router::apply_row(a, m, choose(s, l), reinterpret_cast<const float*>(ngain), map, hv, rs, lane);
+  router::apply_row(a, m, choose(s, l), reinterpret_cast<const float*>(ngain), map, hv, rs, lane, trace);
 }
 
 }  // namespace

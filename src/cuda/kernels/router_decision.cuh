@@ -46,14 +46,23 @@ __device__ __forceinline__ RowDecision decide_row(const float* z, int R, const f
   return choose(s, l);
 }
 
+// Where this token's trace goes (StepIO::gate/slot, null when it is not recorded). The pointers
+// live in device memory, advanced by the step's last kernel: a kernel loads them once after its
+// PDL wait, beside its other loads, rather than in front of the row's first trace store.
+struct TracePtrs {
+  uint8_t* gate;
+  uint8_t* slot;
+};
+__device__ __forceinline__ TracePtrs load_trace(const StepIO* io) { return {io->gate, io->slot}; }
+
 // One thread per row: the lane exchange of the stream map (map: the row's map before it) and the
 // trace entry of event `event`, row m of `rows`.
 __device__ __forceinline__ void apply_decision(RowDecision d, uint8_t map, uint8_t* stream_map, int64_t m,
-                                               const StepIO* io, int event, int64_t rows) {
+                                               TracePtrs trace, int event, int64_t rows) {
   if (d.gate) stream_map[m] = swap_lanes_0_j(map, d.slot);
-  if (uint8_t* g = io->gate) {
-    g[int64_t(event) * rows + m] = d.gate ? 1 : 0;
-    io->slot[int64_t(event) * rows + m] = static_cast<uint8_t>(d.slot);
+  if (trace.gate) {
+    trace.gate[int64_t(event) * rows + m] = d.gate ? 1 : 0;
+    trace.slot[int64_t(event) * rows + m] = static_cast<uint8_t>(d.slot);
   }
 }
 

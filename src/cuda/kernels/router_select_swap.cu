@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(kThreads) router_select_swap_kernel(RouterSele
                                      a.bank_w, a.bank_b, static_cast<int>(threadIdx.x));
     if (threadIdx.x == 0) {
       const uint8_t map = a.stream_map[m];
-      apply_decision(d, map, a.stream_map, m, a.io, a.event, a.rows);
+      apply_decision(d, map, a.stream_map, m, load_trace(a.io), a.event, a.rows);
       decision = (d.gate ? 1 : 0) | (map_lane(map, d.slot) << 1);
     }
   }
