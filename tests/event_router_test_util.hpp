@@ -63,6 +63,24 @@ struct RouterInputs {
   }
 };
 
+// The core broadcast's inputs, for a router that does it (EventRouterArgs::film_scale): x
+// [rows / cores, D] of the step, scale and shift [cores, D], random from `seed` in +-2 and +-1.
+struct FilmInputs {
+  int64_t cores = 0;
+  std::vector<float> x, scale, shift;
+
+  static FilmInputs random(int64_t rows, int64_t cores, int64_t d, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    const auto floats = [&](int64_t n, float scale) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = scale * u(rng);
+      return v;
+    };
+    return {cores, floats(rows / cores * d, 2.f), floats(cores * d, 2.f), floats(cores * d, 1.f)};
+  }
+};
+
 // Host copies of everything a router writes.
 struct RouterOutputs {
   std::vector<float> h;
@@ -84,13 +102,23 @@ bool same_bits(const std::vector<T>& x, const std::vector<T>& y) {
 
 // One event over `in` (the RMSNorm operand written when with_norm): uploads the inputs and the
 // folded vectors, poisons the FFN operand and the trace, calls launch(args) with every pointer of
-// the args set (over all rows; launch may narrow the range), synchronises and downloads.
+// the args set (over all rows; launch may narrow the range), synchronises and downloads. With
+// `film`, the router does the core broadcast: h is poisoned instead of uploaded (in.h is unused).
 template <class Launch>
-RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch) {
+RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, const FilmInputs* film = nullptr) {
   DeviceBuffer<float> h, rgain, swap_w, swap_b, bank_w, bank_b, ngain, fold;
   DeviceBuffer<__nv_bfloat16> router_w, ram, norm_out(static_cast<size_t>(in.rows * in.d));
   DeviceBuffer<uint8_t> map, gate(static_cast<size_t>(in.rows)), slot(static_cast<size_t>(in.rows));
-  h.upload(in.h);
+  DeviceBuffer<float> x, scale, shift;
+  if (film) {
+    x.upload(film->x);
+    scale.upload(film->scale);
+    shift.upload(film->shift);
+    h.resize(in.h.size());
+    CUDA_CHECK(cudaMemset(h.get(), 0xFF, h.size() * sizeof(float)));  // NaN
+  } else {
+    h.upload(in.h);
+  }
   rgain.upload(in.rgain);
   router_w.upload(in.router_w);
   swap_w.upload(in.swap_w);
@@ -105,13 +133,14 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch) {
   CUDA_CHECK(cudaMemset(gate.get(), 0xEE, gate.size()));
   CUDA_CHECK(cudaMemset(slot.get(), 0xEE, slot.size()));
   DeviceBuffer<StepIO> io;
-  io.upload(std::vector<StepIO>{{nullptr, nullptr, gate.get(), slot.get()}});
+  io.upload(std::vector<StepIO>{{film ? x.get() : nullptr, nullptr, gate.get(), slot.get()}});
   launch(EventRouterArgs{.h = h.get(), .router_gain = rgain.get(), .router_w = router_w.get(), .swap_w = swap_w.get(),
                          .swap_b = swap_b.get(), .bank_w = bank_w.get(), .bank_b = bank_b.get(), .ram = ram.get(),
                          .stream_map = map.get(), .io = io.get(), .event = 0, .row_begin = 0, .rows = in.rows,
                          .total_rows = in.rows, .d_model = in.d, .d_router = in.r,
                          .norm_gain = with_norm ? ngain.get() : nullptr, .norm_out = with_norm ? norm_out.get() : nullptr,
-                         .eps = 1e-6f, .router_fold = fold.get()});
+                         .eps = 1e-6f, .router_fold = fold.get(), .film_scale = film ? scale.get() : nullptr,
+                         .film_shift = film ? shift.get() : nullptr, .cores = film ? film->cores : 0});
   CUDA_CHECK(cudaDeviceSynchronize());
   return {download(h), download(ram), download(norm_out), download(map), download(gate), download(slot)};
 }

@@ -140,6 +140,22 @@ TEST(EventRouter, RefusesARowRangeOutsideTheArrays) {
   }
 }
 
+TEST(EventRouter, RefusesTheCoreBroadcast) {
+  alignas(16) static float storage[256];
+  auto* bf = reinterpret_cast<__nv_bfloat16*>(storage);
+  const EventRouterArgs a{.h = storage, .router_gain = storage, .router_w = bf, .swap_w = storage, .swap_b = storage,
+                          .bank_w = storage, .bank_b = storage, .ram = bf, .stream_map = nullptr, .io = nullptr,
+                          .event = 0, .row_begin = 0, .rows = 8, .total_rows = 8, .d_model = 128, .d_router = 16,
+                          .norm_gain = nullptr, .norm_out = nullptr, .eps = 1e-6f, .router_fold = nullptr,
+                          .film_scale = storage, .film_shift = storage, .cores = 8};
+  try {
+    launch_event_router(a, nullptr, false);
+    ADD_FAILURE() << "the MMA router accepted the core broadcast";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("folded router only"), std::string::npos) << e.what();
+  }
+}
+
 TEST(EventRouter, RefusesAnUnknownGridName) {
   EXPECT_EQ(parse_router_grid("16"), RouterGrid::cta16);
   EXPECT_EQ(parse_router_grid("auto"), RouterGrid::automatic);

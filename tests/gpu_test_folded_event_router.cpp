@@ -5,6 +5,8 @@
 //   following the kernel's own decisions, h, the banks, the stream maps and the trace are exactly
 //   the spec's exchange, and the FFN operand is bf16(rms(h) * norm.weight) of the new h.
 // - Row splits (the fused backend's row groups) and repeated runs give the same bits.
+// - The core broadcast done by the router (the first event of a step) gives the bits of the FiLM
+//   kernel followed by the router, with and without row splits.
 // - Bad arguments are refused by name before any CUDA call (these run without a GPU).
 #include <gtest/gtest.h>
 
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/kernels/core_film.hpp"
 #include "cuda/kernels/folded_event_router.hpp"
 #include "event_router_test_util.hpp"
 #include "gpu_backend_test_util.hpp"
@@ -26,6 +29,8 @@
 namespace swapffn::cuda {
 namespace {
 
+using router_test::download;
+using router_test::FilmInputs;
 using router_test::in_two_launches;
 using router_test::RouterInputs;
 using router_test::RouterOutputs;
@@ -85,10 +90,10 @@ TEST(FoldedEventRouter, FoldGivesTheSpecChainsLogits) {
   }
 }
 
-RouterOutputs run_folded(const RouterInputs& in, bool with_norm, int64_t split = 0) {
-  return run_event(in, with_norm, in_two_launches(split, [](const EventRouterArgs& a) {
-                     launch_folded_event_router(a, nullptr, false);
-                   }));
+RouterOutputs run_folded(const RouterInputs& in, bool with_norm, int64_t split = 0, const FilmInputs* film = nullptr) {
+  return run_event(
+      in, with_norm,
+      in_two_launches(split, [](const EventRouterArgs& a) { launch_folded_event_router(a, nullptr, false); }), film);
 }
 
 TEST(FoldedEventRouter, FollowsTheSpecOnRandomRows) {
@@ -191,12 +196,58 @@ TEST(FoldedEventRouter, RowSplitsAndRepeatsGiveTheSameBits) {
   }
 }
 
+TEST(FoldedEventRouter, CoreBroadcastInTheHeadGivesTheFilmKernelsBits) {
+  SKIP_WITHOUT_HOPPER();
+  struct Shape {
+    int64_t batch, cores, d, r;
+  };
+  for (const Shape sh : {Shape{1, 512, 1024, 64}, Shape{3, 40, 256, 32}}) {
+    const int64_t rows = sh.batch * sh.cores;
+    const std::string what = "B " + std::to_string(sh.batch) + " cores " + std::to_string(sh.cores) + " D " +
+                             std::to_string(sh.d);
+    const RouterInputs in = RouterInputs::random(rows, sh.d, sh.r, 500 + static_cast<uint32_t>(rows + sh.d));
+    const FilmInputs film = FilmInputs::random(rows, sh.cores, sh.d, 900 + static_cast<uint32_t>(rows));
+    // The FiLM kernel's h, checked against the host's single-rounding fused multiply-add.
+    DeviceBuffer<float> x, scale, shift, h(static_cast<size_t>(rows * sh.d));
+    x.upload(film.x);
+    scale.upload(film.scale);
+    shift.upload(film.shift);
+    CUDA_CHECK(cudaMemset(h.get(), 0xFF, h.size() * sizeof(float)));
+    DeviceBuffer<StepIO> io;
+    io.upload(std::vector<StepIO>{{x.get(), nullptr, nullptr, nullptr}});
+    launch_core_film({io.get(), scale.get(), shift.get(), h.get(), sh.batch, sh.cores, sh.d, nullptr, nullptr, 1e-6f},
+                     nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    RouterInputs after_film = in;
+    after_film.h = download(h);
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t d = 0; d < sh.d; ++d) {
+        const size_t b = size_t(m / sh.cores), c = size_t(m % sh.cores), D = size_t(sh.d);
+        ASSERT_EQ(after_film.h[size_t(m) * D + size_t(d)],
+                  std::fmaf(film.x[b * D + size_t(d)], film.scale[c * D + size_t(d)], film.shift[c * D + size_t(d)]))
+            << what << ": FiLM kernel, row " << m << " [" << d << "]";
+      }
+    const RouterOutputs want = run_folded(after_film, true);
+    for (const int64_t split : {int64_t{0}, rows / 3 + 1}) {
+      const RouterOutputs got = run_folded(in, true, split, &film);
+      const std::string where = what + (split ? ", split at " + std::to_string(split) : "");
+      EXPECT_TRUE(same_bits(want.h, got.h)) << where << ": h differs";
+      EXPECT_TRUE(same_bits(want.ram, got.ram)) << where << ": banks differ";
+      EXPECT_TRUE(same_bits(want.map, got.map)) << where << ": stream maps differ";
+      EXPECT_TRUE(same_bits(want.gate, got.gate)) << where << ": gates differ";
+      EXPECT_TRUE(same_bits(want.slot, got.slot)) << where << ": slots differ";
+      EXPECT_TRUE(same_bits(want.norm_out, got.norm_out)) << where << ": FFN operands differ";
+    }
+  }
+}
+
 TEST(FoldedEventRouter, RefusesBadArgumentsNamingThem) {
   alignas(16) static float storage[1024];
   auto* bf = reinterpret_cast<__nv_bfloat16*>(storage);
   const EventRouterArgs ok{.h = storage, .router_gain = nullptr, .router_w = nullptr, .swap_w = nullptr,
                            .swap_b = storage, .bank_w = nullptr, .bank_b = storage, .ram = bf, .stream_map = nullptr,
-                           .io = nullptr, .event = 0, .row_begin = 0, .rows = 8, .total_rows = 8, .d_model = 128,
+                           .io = reinterpret_cast<const StepIO*>(storage), .event = 0, .row_begin = 0, .rows = 8,
+                           .total_rows = 8, .d_model = 128,
                            .d_router = 16, .norm_gain = storage, .norm_out = bf, .eps = 1e-6f, .router_fold = storage};
   struct Case {
     const char* needle;
@@ -208,7 +259,20 @@ TEST(FoldedEventRouter, RefusesBadArgumentsNamingThem) {
                        Case{"got 1152", [](EventRouterArgs& a) { a.d_model = 1152; }},
                        Case{"got 96", [](EventRouterArgs& a) { a.d_model = 96; }},
                        Case{"not within the 8 rows", [](EventRouterArgs& a) { a.row_begin = 4; }},
-                       Case{"must be given together", [](EventRouterArgs& a) { a.norm_out = nullptr; }}}) {
+                       Case{"must be given together", [](EventRouterArgs& a) { a.norm_out = nullptr; }},
+                       Case{"io (the step's StepIO) is not set", [](EventRouterArgs& a) { a.io = nullptr; }},
+                       Case{"film_scale and film_shift must be given together",
+                            [](EventRouterArgs& a) { a.film_scale = a.h; }},
+                       Case{"whole sequences of cores (3)",
+                            [](EventRouterArgs& a) {
+                              a.film_scale = a.film_shift = a.h;
+                              a.cores = 3;
+                            }},
+                       Case{"film_shift is not 16-byte aligned", [](EventRouterArgs& a) {
+                              a.film_scale = a.h;
+                              a.film_shift = a.h + 1;
+                              a.cores = 4;
+                            }}}) {
     EventRouterArgs a = ok;
     c.edit(a);
     try {

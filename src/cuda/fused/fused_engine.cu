@@ -2,10 +2,11 @@
 // (a weight tile loaded once serves 128 core rows) and fuse what surrounds them: the SwiGLU lives in
 // the up-projection's epilogue (no [M, 2F] intermediate, no elementwise pass) and the residual add
 // in the down-projection's (h is updated in place in fp32; by default through cuBLASLt's beta = 1,
-// which measured faster than our split-K kernel and CUTLASS's, see fused_config.cpp). Per event: the event head
-// (by default the folded event router: five dot products per row in place of the router GEMM,
-// then decisions, swap and the FFN's RMSNorm; or the one-kernel MMA event router; or the cuBLASLt
-// router GEMM and the decision/swap kernel), then k_ffn x {dual GEMM, down GEMM,
+// which measured faster than our split-K kernel and CUTLASS's, see fused_config.cpp). The step
+// starts with the core broadcast (FiLM; the folded router's first event does it itself). Per event:
+// the event head (by default the folded event router: five dot products per row in place of the
+// router GEMM, then decisions, swap and the FFN's RMSNorm; or the one-kernel MMA event router; or
+// the cuBLASLt router GEMM and the decision/swap kernel), then k_ffn x {dual GEMM, down GEMM,
 // RMSNorm of the next GEMM's operand}. Our kernels use programmatic dependent launch. A token step
 // is one CUDA graph (GpuEngine); with row groups (FusedKernelConfig::row_groups) each group's
 // events are a branch of it on their own stream.
@@ -109,12 +110,15 @@ class FusedEngine final : public GpuEngine {
     };
     const int64_t B = batch_, C = cfg_.core_count, D = cfg_.d_model;
     const bool cublas_router = kcfg_.router == "cublas";
-    mark(Phase::elementwise);
+    // The folded router's first event does the core broadcast itself (one kernel fewer per step).
     // With the cuBLAS router the FiLM kernel also writes the first router operand rms(h)*router_norm.
-    launch_core_film({io_.get(), scale_.get(), shift_.get(), h_.get(), B, C, D,
-                      cublas_router ? router_norm_.get() : nullptr, cublas_router ? as_nv(nrm_.get()) : nullptr,
-                      static_cast<float>(cfg_.norm_eps)},
-                     stream_);
+    if (!film_in_head()) {
+      mark(Phase::elementwise);
+      launch_core_film({io_.get(), scale_.get(), shift_.get(), h_.get(), B, C, D,
+                        cublas_router ? router_norm_.get() : nullptr, cublas_router ? as_nv(nrm_.get()) : nullptr,
+                        static_cast<float>(cfg_.norm_eps)},
+                       stream_);
+    }
     // Row groups run side by side, each on its own stream (a fork and a join of the graph); under
     // the phase timer one after another on stream_, so that each phase's marks bracket its kernels.
     const bool side_by_side = groups_.size() > 1 && !timer;
@@ -136,6 +140,9 @@ class FusedEngine final : public GpuEngine {
   }
 
  private:
+  // Whether the first event's head (the folded router) does the core broadcast; with no events the
+  // FiLM kernel still runs.
+  bool film_in_head() const { return kcfg_.router == "folded" && cfg_.n_events > 0; }
   bf16* w13() const { return ffn_w_.get(); }
   bf16* w2() const { return ffn_w_.get() + 2 * cfg_.d_ff * cfg_.d_model; }
   std::vector<cudaStream_t> all_streams() const {
@@ -171,13 +178,18 @@ class FusedEngine final : public GpuEngine {
                                    after_swap_gain(e), after_swap_gain(e) ? as_nv(nrm_.get()) : nullptr, eps},
                                   stream);
       } else {
-        const EventRouterArgs args{h_.get(), router_norm_.get(), as_nv(router_w_.get()), swap_w_.get(), swap_b_.get(),
-                                   bank_w_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
-                                   static_cast<int>(e), g0, g_rows, M, D, cfg_.d_router, ffn_gain,
-                                   ffn_gain ? as_nv(nrm_.get()) : nullptr, eps, router_fold_.get()};
-        if (kcfg_.router == "folded")
+        EventRouterArgs args{h_.get(), router_norm_.get(), as_nv(router_w_.get()), swap_w_.get(), swap_b_.get(),
+                             bank_w_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
+                             static_cast<int>(e), g0, g_rows, M, D, cfg_.d_router, ffn_gain,
+                             ffn_gain ? as_nv(nrm_.get()) : nullptr, eps, router_fold_.get()};
+        if (kcfg_.router == "folded") {
+          if (e == 0 && film_in_head()) {
+            args.film_scale = scale_.get();
+            args.film_shift = shift_.get();
+            args.cores = cfg_.core_count;
+          }
           launch_folded_event_router(args, stream, kcfg_.pdl);
-        else
+        } else
           launch_event_router(args, stream, kcfg_.pdl, kcfg_.router_grid);
       }
       const int64_t chunk = chunk_rows(g_rows);

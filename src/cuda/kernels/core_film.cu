@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kThreads) core_film_kernel(CoreFilmArgs a) {
 #pragma unroll
     for (int i = 0; i < kMaxPerThread; ++i) {
       const int64_t d = threadIdx.x + i * kThreads;
-      if (d < D) v[i] = x[d] * sc[d] + sh[d];
+      if (d < D) v[i] = fmaf(x[d], sc[d], sh[d]);
     }
 #pragma unroll
     for (int i = 0; i < kMaxPerThread; ++i) {
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kThreads) core_film_kernel(CoreFilmArgs a) {
     }
   } else {
     for (int64_t d = threadIdx.x; d < D; d += kThreads) {
-      const float v = x[d] * sc[d] + sh[d];
+      const float v = fmaf(x[d], sc[d], sh[d]);
       h[d] = v;
       ss += v * v;
     }

@@ -1,5 +1,6 @@
-// Core broadcast (SPEC section 4, first line): h[b, c] = x[b] * core_scale[c] + core_shift[c] in fp32,
-// optionally followed by the first router RMSNorm of the row (saves a pass over h).
+// Core broadcast (SPEC section 4, first line): h[b, c] = x[b] * core_scale[c] + core_shift[c] in fp32
+// (one fused multiply-add per element, as the folded event router's own broadcast does), optionally
+// followed by the first router RMSNorm of the row (saves a pass over h).
 #pragma once
 #include <cstdint>
 

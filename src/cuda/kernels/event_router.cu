@@ -240,6 +240,8 @@ void check_event_router_rows(const EventRouterArgs& a, const std::string& who) {
 
 void launch_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl, RouterGrid grid) {
   check_event_router_rows(a, "event router");
+  SWAPFFN_REQUIRE(a.film_scale == nullptr && a.film_shift == nullptr,
+                  "event router: the core broadcast (film_scale, film_shift) is done by the folded router only");
   if (a.rows == 0) return;
   // The kernel bulk-copies these into shared memory (cp.async.bulk): 16-byte aligned sources, and
   // sizes that are multiples of 16 bytes by check_event_router_shape's D % 128 == 0, R % 16 == 0.

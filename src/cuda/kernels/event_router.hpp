@@ -45,6 +45,13 @@ struct EventRouterArgs {
   // The folded router (folded_event_router.hpp) reads these five vectors [5, D] instead of
   // router_gain, router_w, swap_w and bank_w; the MMA router ignores them.
   const float* router_fold = nullptr;
+  // The folded router's first event of a step can also do the core broadcast (core_film.hpp), so
+  // that the step has one kernel fewer: with film_scale set, row m's h is computed as
+  // x[m / cores] * film_scale[m % cores] + film_shift[m % cores] (x = io->x) and written, not read.
+  // The MMA router refuses it.
+  const float* film_scale = nullptr;  // [cores, D]
+  const float* film_shift = nullptr;  // [cores, D]
+  int64_t cores = 0;
 };
 
 // Rows per CTA; every form computes each row with the same operations in the same order

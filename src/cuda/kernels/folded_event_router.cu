@@ -24,6 +24,26 @@ constexpr int kWarps = 4;
 static_assert((kFolded + 1) * kMaxVec * 32 % (kWarps * 32) == 0,
               "the CTA's threads split the float4 of the folded vectors and the norm gain evenly");
 
+// The core broadcast of row m, h = x[b] * scale[c] + shift[c] (m = b * cores + c), into the warp's
+// registers and h: the same fused multiply-add per element as core_film's kernel (the same bits).
+__device__ __forceinline__ void film_row(const EventRouterArgs& a, int64_t m, int D, int lane, float4 (&hv)[kMaxVec]) {
+  const int64_t b = m / a.cores, c = m % a.cores;
+  const float4* x = reinterpret_cast<const float4*>(a.io->x + size_t(b) * D);
+  const float4* sc = reinterpret_cast<const float4*>(a.film_scale + size_t(c) * D);
+  const float4* sh = reinterpret_cast<const float4*>(a.film_shift + size_t(c) * D);
+  float4* h = reinterpret_cast<float4*>(a.h + size_t(m) * D);
+#pragma unroll
+  for (int i = 0; i < kMaxVec; ++i)
+    if (i < D / 128) {
+      const int k = lane + 32 * i;
+      const float4 xv = x[k], s = sc[k], t = sh[k];
+      hv[i] = make_float4(fmaf(xv.x, s.x, t.x), fmaf(xv.y, s.y, t.y), fmaf(xv.z, s.z, t.z), fmaf(xv.w, s.w, t.w));
+    }
+#pragma unroll
+  for (int i = 0; i < kMaxVec; ++i)
+    if (i < D / 128) h[lane + 32 * i] = hv[i];
+}
+
 __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventRouterArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
@@ -53,7 +73,7 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
   float bank_b[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) bank_b[k] = a.bank_b[k];
-  pdl_wait();  // h, ram and the maps were written by the previous kernels of the step
+  pdl_wait();  // h, ram, the maps and io were written by the previous kernels of the step
   pdl_launch_dependents();
   const bool active = m < a.row_begin + a.rows;
   const TracePtrs trace = load_trace(a.io);
@@ -61,7 +81,10 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
   float4 hv[kMaxVec];
   if (active) {
     map = a.stream_map[m];
-    router::load_row(a.h, m, D, lane, hv);
+    if (a.film_scale)
+      film_row(a, m, D, lane, hv);
+    else
+      router::load_row(a.h, m, D, lane, hv);
   }
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
@@ -131,9 +154,18 @@ void launch_folded_event_router(const EventRouterArgs& a, cudaStream_t stream, b
   check_folded_event_router_shape(a.d_model);
   SWAPFFN_REQUIRE(a.router_fold != nullptr, "folded event router: router_fold (the folded router vectors) is not set");
   // float4 loads of the folded vectors, the norm gain, h and the FFN operand's rows.
+  SWAPFFN_REQUIRE(a.io != nullptr, "folded event router: io (the step's StepIO) is not set");
+  SWAPFFN_REQUIRE((a.film_scale == nullptr) == (a.film_shift == nullptr),
+                  "folded event router: the core broadcast's film_scale and film_shift must be given together");
+  if (a.film_scale)
+    SWAPFFN_REQUIRE(a.cores > 0 && a.total_rows % a.cores == 0,
+                    "folded event router: the core broadcast needs total_rows (" + std::to_string(a.total_rows) +
+                        ") to be whole sequences of cores (" + std::to_string(a.cores) + ")");
   for (const auto& [p, name] : {std::pair<const void*, const char*>{a.router_fold, "router_fold"},
                                 {a.norm_gain, "norm_gain"},
-                                {a.h, "h"}})
+                                {a.h, "h"},
+                                {a.film_scale, "film_scale"},
+                                {a.film_shift, "film_shift"}})
     SWAPFFN_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
                     std::string("folded event router: ") + name + " is not 16-byte aligned (the kernel loads float4)");
   const int64_t ctas = (a.rows + kWarps - 1) / kWarps;
