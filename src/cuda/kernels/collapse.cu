@@ -50,12 +50,13 @@ struct PoolSmem {
 
 // pooled[b, k, d] for the item's 32 columns (d: one per lane). Per chunk of 32 cores, the partial
 // sum over the chunk's cores c (ascending) of alpha[c, k] * h[b, c, d]; then the chunks' partials
-// added in ascending chunk order. Each warp takes two chunks of a group of 16: its lanes load the
-// chunk's 32 values of h at once (all in flight; one load per iteration was a chain of dependent L2
-// round trips), and the chunk's alpha into the warp's own shared slice. The partials meet in shared
-// memory, where thread (k, d) adds them to its running sum. Every addition is in the order of the
-// two kernels this replaced (partials through a global workspace, then a pass summing the chunks),
-// so the bits are the same, without that pass's grid barrier and round trip.
+// added in ascending chunk order. Each warp takes two chunks of a group of 16: its lanes load both
+// chunks' 32 values of h and their alpha at once (all in flight; one load per iteration was a
+// chain of dependent L2 round trips), alpha then going through the warp's own shared slice. The
+// partials meet in shared memory, where thread (k, d) adds them to its running sum. Every addition
+// is in the order of the two kernels this replaced (partials through a global workspace, then a
+// pass summing the chunks), so the bits are the same, without that pass's grid barrier and round
+// trip.
 __device__ void pool(const CollapseArgs& a, const Phases& p, int64_t item, PoolSmem& sm) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t b = item / p.pool_cols, D = a.d_model, K = a.collapse_k;
@@ -65,27 +66,38 @@ __device__ void pool(const CollapseArgs& a, const Phases& p, int64_t item, PoolS
   for (int64_t k0 = 0; k0 < K; k0 += kKPerPass) {
     float total = 0.f;
     for (int64_t g0 = 0; g0 < p.chunks; g0 += kGroupChunks) {
-#pragma unroll 1
-      for (int s = 0; s < 2; ++s) {
-        const int slot = warp + s * kWarps;
-        const int64_t c0 = (g0 + slot) * kChunk;
-        if (c0 >= a.cores) break;
-        const int n = static_cast<int>(c0 + kChunk < a.cores ? kChunk : a.cores - c0);
-        float hv[kChunk];
+      // Both chunks' values of h and alpha first (all loads in flight together), then one chunk at
+      // a time.
+      constexpr int kAlphaPerLane = kChunk * kKPerPass / 32;
+      float hv[2][kChunk], av[2][kAlphaPerLane];
+      int n[2];
 #pragma unroll
-        for (int i = 0; i < kChunk; ++i) hv[i] = active && i < n ? a.h[(b * a.cores + c0 + i) * D + d] : 0.f;
-        __syncwarp();  // the warp's previous chunk is done reading its alpha
-        for (int e = lane; e < kChunk * kKPerPass; e += 32) {
-          const int i = e / kKPerPass, j = e % kKPerPass;
-          sm.alpha[warp][i][j] = i < n && k0 + j < K ? a.alpha[(c0 + i) * K + k0 + j] : 0.f;
+      for (int s = 0; s < 2; ++s) {
+        const int64_t c0 = (g0 + warp + s * kWarps) * kChunk;
+        n[s] = static_cast<int>(c0 >= a.cores ? 0 : c0 + kChunk < a.cores ? kChunk : a.cores - c0);
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i)
+          hv[s][i] = active && i < n[s] ? a.h[(b * a.cores + c0 + i) * D + d] : 0.f;
+#pragma unroll
+        for (int q = 0; q < kAlphaPerLane; ++q) {
+          const int i = (lane + 32 * q) / kKPerPass, j = (lane + 32 * q) % kKPerPass;
+          av[s][q] = i < n[s] && k0 + j < K ? a.alpha[(c0 + i) * K + k0 + j] : 0.f;
         }
+      }
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        if (n[s] == 0) break;
+        const int slot = warp + s * kWarps;
+        __syncwarp();  // the warp's previous chunk is done reading its alpha
+#pragma unroll
+        for (int q = 0; q < kAlphaPerLane; ++q) (&sm.alpha[warp][0][0])[lane + 32 * q] = av[s][q];
         __syncwarp();
         float acc[kKPerPass] = {};
 #pragma unroll
         for (int i = 0; i < kChunk; ++i) {
-          if (i >= n) break;
+          if (i >= n[s]) break;
 #pragma unroll
-          for (int j = 0; j < kKPerPass; ++j) acc[j] += sm.alpha[warp][i][j] * hv[i];
+          for (int j = 0; j < kKPerPass; ++j) acc[j] += sm.alpha[warp][i][j] * hv[s][i];
         }
 #pragma unroll
         for (int j = 0; j < kKPerPass; ++j) sm.part[slot][j][lane] = acc[j];
