@@ -52,6 +52,7 @@ void GpuEngine::ensure_batch(int64_t batch) {
   h_.resize(m * D);
   ram_.resize(m * 4 * D);
   map_.resize(m);
+  partial_.resize(static_cast<size_t>(batch * collapse_chunks(C) * cfg_.collapse_k * D));
   pooled_.resize(static_cast<size_t>(batch * cfg_.collapse_k * D));
   zc_.resize(static_cast<size_t>(batch * cfg_.collapse_r));
   allocate_batch(batch);
@@ -65,7 +66,7 @@ void GpuEngine::set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slo
 void GpuEngine::enqueue_collapse_and_advance() {
   const int64_t B = batch_, C = cfg_.core_count, D = cfg_.d_model;
   const CollapseArgs args{h_.get(), alpha_.get(), as_nv(basis_.get()), as_nv(decoder_.get()),
-                          pooled_.get(), zc_.get(), io_.get(),
+                          partial_.get(), pooled_.get(), zc_.get(), io_.get(),
                           B, C, D, cfg_.collapse_k, cfg_.collapse_r, cfg_.collapse_silu};
   launch_collapse_and_advance(args, B * D, cfg_.n_events * B * C, stream_);
 }

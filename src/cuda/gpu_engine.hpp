@@ -107,7 +107,7 @@ class GpuEngine : public Engine, public DeviceDecoder {
   DeviceBuffer<float> router_norm_, norm_w_, swap_w_, swap_b_, bank_w_, bank_b_, scale_, shift_, alpha_;
 
   int64_t batch_ = 0;
-  DeviceBuffer<float> h_, pooled_, zc_;
+  DeviceBuffer<float> h_, partial_, pooled_, zc_;
   DeviceBuffer<bf16> ram_;
   DeviceBuffer<uint8_t> map_;
   DeviceBuffer<StepIO> io_;

@@ -1,8 +1,7 @@
-// The collapse as one cooperative kernel: three phases over small grids, each a few microseconds of
+// The collapse as one cooperative kernel: four phases over small grids, each a few microseconds of
 // dependent L2 round trips at B = 1, used to be four kernels plus a one-thread pointer-advance
-// kernel, and each kernel boundary in the graph cost more than a grid barrier. The pooling's two
-// kernels (chunk partials, then their sum) are one phase whose partials meet in shared memory. Every
-// sum keeps the summation order of the separate kernels (same bits).
+// kernel, and each kernel boundary in the graph cost more than a grid barrier. Every phase strides
+// over the same work items as the separate kernels did, with the same summation orders (same bits).
 #include <algorithm>
 #include <atomic>
 
@@ -17,97 +16,74 @@ namespace swapffn::cuda {
 
 namespace {
 constexpr int kChunk = 32;     // cores per partial sum
-constexpr int kThreads = 256;  // 8 warps: one output each in the dot products
+constexpr int kThreads = 256;  // d values per pooling item; 8 warps, one output each, in the dot products
 constexpr int kWarps = kThreads / 32;
 constexpr int kKPerPass = 8;   // k accumulated per pass over a chunk's values of h
-constexpr int kPoolCols = 32;  // d columns of one pooling item: one per lane
-constexpr int kGroupChunks = 2 * kWarps;  // chunks whose partials meet in shared memory at a time
-static_assert(kKPerPass * kPoolCols == kThreads, "each thread sums the chunk partials of one (k, d) of a pass");
 
-// Work items of the three phases.
+// Work items of the four phases (the grids of the four kernels this one replaced).
 struct Phases {
-  int64_t pool_cols;     // ceil(D / kPoolCols)
+  int64_t pool_cols;     // ceil(D / kThreads)
   int64_t chunks;        // ceil(C / kChunk)
-  int64_t pool_items;    // pool_cols * B: one block each
+  int64_t pool_items;    // pool_cols * chunks * B: one block each
+  int64_t pooled;        // B * K * D: one thread each
   int64_t basis_items;   // B * Rc: one block each
   int64_t decode_warps;  // B * D: one warp each
 };
 
 Phases phases_of(const CollapseArgs& a) {
   Phases p{};
-  p.pool_cols = (a.d_model + kPoolCols - 1) / kPoolCols;
-  p.chunks = (a.cores + kChunk - 1) / kChunk;
-  p.pool_items = p.pool_cols * a.batch;
+  p.pool_cols = (a.d_model + kThreads - 1) / kThreads;
+  p.chunks = collapse_chunks(a.cores);
+  p.pool_items = p.pool_cols * p.chunks * a.batch;
+  p.pooled = a.batch * a.collapse_k * a.d_model;
   p.basis_items = a.batch * a.collapse_r;
   p.decode_warps = a.batch * a.d_model;
   return p;
 }
 
-struct PoolSmem {
-  float alpha[kWarps][kChunk][kKPerPass];          // each warp's current chunk of core_alpha
-  float part[kGroupChunks][kKPerPass][kPoolCols];  // the group's chunk partials
-};
-
-// pooled[b, k, d] for the item's 32 columns (d: one per lane). Per chunk of 32 cores, the partial
-// sum over the chunk's cores c (ascending) of alpha[c, k] * h[b, c, d]; then the chunks' partials
-// added in ascending chunk order. Each warp takes two chunks of a group of 16: its lanes load both
-// chunks' 32 values of h and their alpha at once (all in flight; one load per iteration was a
-// chain of dependent L2 round trips), alpha then going through the warp's own shared slice. The
-// partials meet in shared memory, where thread (k, d) adds them to its running sum. Every addition
-// is in the order of the two kernels this replaced (partials through a global workspace, then a
-// pass summing the chunks), so the bits are the same, without that pass's grid barrier and round
-// trip.
-__device__ void pool(const CollapseArgs& a, const Phases& p, int64_t item, PoolSmem& sm) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = item / p.pool_cols, D = a.d_model, K = a.collapse_k;
-  const int64_t d = item % p.pool_cols * kPoolCols + lane;
-  const bool active = d < D;
-  const int kk = threadIdx.x / kPoolCols;  // the k of the pass whose sum this thread keeps
+// partial[b, chunk, k, d] = sum over the chunk's cores c (ascending) of alpha[c, k] * h[b, c, d].
+// The chunk's 32 values of h are loaded into registers at once (all loads in flight; one load per
+// iteration was a chain of 32 dependent L2 round trips), and so is the chunk's alpha, by the whole
+// block into shared memory (read inside the loop behind its break on the chunk's length, its cache
+// lines came as a chain of round trips). Then eight k per pass accumulate in ascending core order.
+__device__ void pool_partial(const CollapseArgs& a, const Phases& p, int64_t item, float (*al)[kKPerPass]) {
+  const int64_t col = item % p.pool_cols, chunk = item / p.pool_cols % p.chunks, b = item / (p.pool_cols * p.chunks);
+  const int64_t d = col * kThreads + threadIdx.x, D = a.d_model, K = a.collapse_k;
+  const bool active = d < D;  // every thread takes part in the block's alpha loads and barriers
+  const int64_t c0 = chunk * kChunk;
+  const int n = static_cast<int>(c0 + kChunk < a.cores ? kChunk : a.cores - c0);
+  float hv[kChunk];
+#pragma unroll
+  for (int i = 0; i < kChunk; ++i) hv[i] = active && i < n ? a.h[(b * a.cores + c0 + i) * D + d] : 0.f;
   for (int64_t k0 = 0; k0 < K; k0 += kKPerPass) {
-    float total = 0.f;
-    for (int64_t g0 = 0; g0 < p.chunks; g0 += kGroupChunks) {
-      // Both chunks' values of h and alpha first (all loads in flight together), then one chunk at
-      // a time.
-      constexpr int kAlphaPerLane = kChunk * kKPerPass / 32;
-      float hv[2][kChunk], av[2][kAlphaPerLane];
-      int n[2];
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        const int64_t c0 = (g0 + warp + s * kWarps) * kChunk;
-        n[s] = static_cast<int>(c0 >= a.cores ? 0 : c0 + kChunk < a.cores ? kChunk : a.cores - c0);
-#pragma unroll
-        for (int i = 0; i < kChunk; ++i)
-          hv[s][i] = active && i < n[s] ? a.h[(b * a.cores + c0 + i) * D + d] : 0.f;
-#pragma unroll
-        for (int q = 0; q < kAlphaPerLane; ++q) {
-          const int i = (lane + 32 * q) / kKPerPass, j = (lane + 32 * q) % kKPerPass;
-          av[s][q] = i < n[s] && k0 + j < K ? a.alpha[(c0 + i) * K + k0 + j] : 0.f;
-        }
-      }
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        if (n[s] == 0) break;
-        const int slot = warp + s * kWarps;
-        __syncwarp();  // the warp's previous chunk is done reading its alpha
-#pragma unroll
-        for (int q = 0; q < kAlphaPerLane; ++q) (&sm.alpha[warp][0][0])[lane + 32 * q] = av[s][q];
-        __syncwarp();
-        float acc[kKPerPass] = {};
-#pragma unroll
-        for (int i = 0; i < kChunk; ++i) {
-          if (i >= n[s]) break;
-#pragma unroll
-          for (int j = 0; j < kKPerPass; ++j) acc[j] += sm.alpha[warp][i][j] * hv[s][i];
-        }
-#pragma unroll
-        for (int j = 0; j < kKPerPass; ++j) sm.part[slot][j][lane] = acc[j];
-      }
-      __syncthreads();  // the group's partials are in
-      for (int slot = 0; slot < kGroupChunks && g0 + slot < p.chunks; ++slot) total += sm.part[slot][kk][lane];
-      __syncthreads();  // read before the next group (or pass, or item) overwrites them
+    __syncthreads();  // the previous pass (or item) is done reading al
+    for (int e = threadIdx.x; e < kChunk * kKPerPass; e += kThreads) {
+      const int i = e / kKPerPass, j = e % kKPerPass;
+      al[i][j] = i < n && k0 + j < K ? a.alpha[(c0 + i) * K + k0 + j] : 0.f;
     }
-    if (active && k0 + kk < K) a.pooled[(b * K + k0 + kk) * D + d] = total;
+    __syncthreads();
+    float acc[kKPerPass] = {};
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      if (i >= n) break;
+#pragma unroll
+      for (int j = 0; j < kKPerPass; ++j) acc[j] += al[i][j] * hv[i];
+    }
+#pragma unroll
+    for (int j = 0; j < kKPerPass; ++j)
+      if (active && k0 + j < K) a.partial[((b * p.chunks + chunk) * K + k0 + j) * D + d] = acc[j];
   }
+}
+
+// pooled[b, k, d] = sum over chunks (ascending) of partial[b, chunk, k, d].
+__device__ void pool_finish(const CollapseArgs& a, const Phases& p, int64_t i) {
+  const int64_t KD = a.collapse_k * a.d_model;
+  const int64_t b = i / KD, kd = i % KD;
+  float acc = 0.f;
+  // Loads in flight, adds in order.
+#pragma unroll 8
+  for (int64_t ch = 0; ch < p.chunks; ++ch) acc += a.partial[(b * p.chunks + ch) * KD + kd];
+  a.pooled[i] = acc;
 }
 
 // zc[b, r] = sum_k pooled[b, k] . basis[k, r]; one block per (b, r), warp w taking k = w, w + 8, ...
@@ -152,17 +128,17 @@ __device__ void decode(const CollapseArgs& a, int64_t w, float* delta) {
   if (lane == 0) delta[w] = acc;
 }
 
-// (The minimum of one block per SM lets ptxas use the registers the pooling's 32 loads in flight
-// want: left to itself it capped the kernel at 64 registers and spilled.)
-__global__ void __launch_bounds__(kThreads, 1) collapse_kernel(CollapseArgs a, Phases p, int64_t x_stride,
+__global__ void __launch_bounds__(kThreads) collapse_kernel(CollapseArgs a, Phases p, int64_t x_stride,
                                                             int64_t trace_stride) {
-  __shared__ PoolSmem pool_smem;
+  __shared__ float al[kChunk][kKPerPass];
   __shared__ float red[kWarps];
   auto grid = cooperative_groups::this_grid();
   // Read before the first barrier: block 0 advances the pointers after the last one.
   float* const delta = a.io->delta;
-  const int64_t blocks = gridDim.x;
-  for (int64_t item = blockIdx.x; item < p.pool_items; item += blocks) pool(a, p, item, pool_smem);
+  const int64_t blocks = gridDim.x, threads = blocks * kThreads;
+  for (int64_t item = blockIdx.x; item < p.pool_items; item += blocks) pool_partial(a, p, item, al);
+  grid.sync();
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < p.pooled; i += threads) pool_finish(a, p, i);
   grid.sync();
   for (int64_t item = blockIdx.x; item < p.basis_items; item += blocks) basis_product(a, item, red);
   grid.sync();
@@ -182,12 +158,15 @@ __global__ void __launch_bounds__(kThreads, 1) collapse_kernel(CollapseArgs a, P
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
+int64_t collapse_chunks(int64_t cores) { return (cores + kChunk - 1) / kChunk; }
+
 void launch_collapse_and_advance(const CollapseArgs& a, int64_t x_stride, int64_t trace_stride, cudaStream_t stream) {
   if (a.batch == 0) return;  // nothing to collapse, and both strides are zero
   const Phases p = phases_of(a);
   // As many blocks as the largest phase can use, capped at what is resident at once (a cooperative
   // launch must fit, and a grid barrier costs more with more blocks).
-  const int64_t widest = std::max({p.pool_items, p.basis_items, ceil_div(p.decode_warps, kWarps)});
+  const int64_t widest = std::max({p.pool_items, ceil_div(p.pooled, kThreads), p.basis_items,
+                                   ceil_div(p.decode_warps, kWarps)});
   static std::atomic<int> resident_on[kMaxDevices] = {};
   const int64_t resident = once_per_device(resident_on, [] {
     const int n = max_ctas_per_wave(collapse_kernel, dim3(kThreads), 0);

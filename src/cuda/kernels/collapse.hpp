@@ -17,12 +17,16 @@ struct CollapseArgs {
   const float* alpha;               // [C, K]
   const __nv_bfloat16* basis;       // [K, Rc, D]
   const __nv_bfloat16* decoder;     // [D, Rc]
+  float* partial;                   // workspace [B, collapse_chunks(C), K, D]
   float* pooled;                    // workspace [B, K, D]
   float* zc;                        // workspace [B, Rc]
   StepIO* io;                       // io->delta: [B, D] out; the pointers advance at the end
   int64_t batch, cores, d_model, collapse_k, collapse_r;
   bool silu;
 };
+
+// Number of core chunks summed in parallel (the partial workspace's second dimension).
+int64_t collapse_chunks(int64_t cores);
 
 // The collapse, then io->x and io->delta advance by x_stride elements and gate/slot (when set) by
 // trace_stride, ready for the next token step of a replayed graph.
