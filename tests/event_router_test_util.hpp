@@ -3,11 +3,13 @@
 // a run of one router over them with its outputs poisoned first, and bitwise comparison.
 #pragma once
 #include <cuda_bf16.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/device_buffer.hpp"
@@ -98,6 +100,17 @@ std::vector<T> download(const DeviceBuffer<T>& b) {
 template <class T>
 bool same_bits(const std::vector<T>& x, const std::vector<T>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
+}
+
+// Every output of `got` has the bits of `want` (an FFN operand a router did not write holds the
+// same poison in both); `where` names the run in the failure messages.
+inline void expect_same_outputs(const RouterOutputs& want, const RouterOutputs& got, const std::string& where) {
+  EXPECT_TRUE(same_bits(want.h, got.h)) << where << ": h differs";
+  EXPECT_TRUE(same_bits(want.ram, got.ram)) << where << ": banks differ";
+  EXPECT_TRUE(same_bits(want.map, got.map)) << where << ": stream maps differ";
+  EXPECT_TRUE(same_bits(want.gate, got.gate)) << where << ": gates differ";
+  EXPECT_TRUE(same_bits(want.slot, got.slot)) << where << ": slots differ";
+  EXPECT_TRUE(same_bits(want.norm_out, got.norm_out)) << where << ": FFN operands differ";
 }
 
 // One event over `in` (the RMSNorm operand written when with_norm): uploads the inputs and the

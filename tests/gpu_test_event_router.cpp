@@ -27,7 +27,7 @@ namespace {
 using router_test::RouterInputs;
 using router_test::RouterOutputs;
 using router_test::run_event;
-using router_test::same_bits;
+using router_test::expect_same_outputs;
 using router_test::in_two_launches;
 
 // Two bytes past p: aligned for bf16, not for a bulk copy.
@@ -108,25 +108,24 @@ TEST(EventRouter, EveryGridGivesTheSameBits) {
                                    std::pair{RouterGrid::cta32, sh.rows / 2 + 3}}) {
       const RouterOutputs got = run_router(sh.rows, sh.d, sh.r, sh.norm, g, seed, split);
       const std::string where = what + ", grid " + to_string(g) + (split ? ", two launches split at row " + std::to_string(split) : "");
-      EXPECT_TRUE(same_bits(ref.h, got.h)) << where << ": h differs from the 8-row CTAs'";
-      EXPECT_TRUE(same_bits(ref.ram, got.ram)) << where << ": banks differ";
-      EXPECT_TRUE(same_bits(ref.map, got.map)) << where << ": stream maps differ";
-      EXPECT_TRUE(same_bits(ref.gate, got.gate)) << where << ": gates differ";
-      EXPECT_TRUE(same_bits(ref.slot, got.slot)) << where << ": slots differ";
-      if (sh.norm) {
-        EXPECT_TRUE(same_bits(ref.norm_out, got.norm_out)) << where << ": FFN operands differ";
-      }
+      expect_same_outputs(ref, got, where + " (against the 8-row CTAs)");
     }
   }
 }
 
-TEST(EventRouter, RefusesARowRangeOutsideTheArrays) {
+// Arguments for the launcher's checks only (refused before any CUDA call): every array in one
+// aligned host buffer, rows 8..15 of 16, D = 128, R = 16.
+EventRouterArgs args_for_checks() {
   alignas(16) static float storage[256];
   auto* bf = reinterpret_cast<__nv_bfloat16*>(storage);
-  const EventRouterArgs ok{.h = storage, .router_gain = storage, .router_w = bf, .swap_w = storage, .swap_b = storage,
-                           .bank_w = storage, .bank_b = storage, .ram = bf, .stream_map = nullptr, .io = nullptr,
-                           .event = 0, .row_begin = 8, .rows = 8, .total_rows = 16, .d_model = 128, .d_router = 16,
-                           .norm_gain = nullptr, .norm_out = nullptr, .eps = 1e-6f};
+  return {.h = storage, .router_gain = storage, .router_w = bf, .swap_w = storage, .swap_b = storage,
+          .bank_w = storage, .bank_b = storage, .ram = bf, .stream_map = nullptr, .io = nullptr,
+          .event = 0, .row_begin = 8, .rows = 8, .total_rows = 16, .d_model = 128, .d_router = 16,
+          .norm_gain = nullptr, .norm_out = nullptr, .eps = 1e-6f};
+}
+
+TEST(EventRouter, RefusesARowRangeOutsideTheArrays) {
+  const EventRouterArgs ok = args_for_checks();
   for (const auto& [begin, rows] : {std::pair<int64_t, int64_t>{9, 8}, {-1, 4}, {0, 17}, {4, -1}}) {
     EventRouterArgs a = ok;
     a.row_begin = begin;
@@ -141,13 +140,9 @@ TEST(EventRouter, RefusesARowRangeOutsideTheArrays) {
 }
 
 TEST(EventRouter, RefusesTheCoreBroadcast) {
-  alignas(16) static float storage[256];
-  auto* bf = reinterpret_cast<__nv_bfloat16*>(storage);
-  const EventRouterArgs a{.h = storage, .router_gain = storage, .router_w = bf, .swap_w = storage, .swap_b = storage,
-                          .bank_w = storage, .bank_b = storage, .ram = bf, .stream_map = nullptr, .io = nullptr,
-                          .event = 0, .row_begin = 0, .rows = 8, .total_rows = 8, .d_model = 128, .d_router = 16,
-                          .norm_gain = nullptr, .norm_out = nullptr, .eps = 1e-6f, .router_fold = nullptr,
-                          .film_scale = storage, .film_shift = storage, .cores = 8};
+  EventRouterArgs a = args_for_checks();
+  a.film_scale = a.film_shift = a.h;
+  a.cores = 8;
   try {
     launch_event_router(a, nullptr, false);
     ADD_FAILURE() << "the MMA router accepted the core broadcast";

@@ -30,12 +30,12 @@ namespace swapffn::cuda {
 namespace {
 
 using router_test::download;
+using router_test::expect_same_outputs;
 using router_test::FilmInputs;
 using router_test::in_two_launches;
 using router_test::RouterInputs;
 using router_test::RouterOutputs;
 using router_test::run_event;
-using router_test::same_bits;
 
 // The spec's event head for row m of `in`, in double: s and the four bank logits through z.
 struct Logits {
@@ -186,12 +186,7 @@ TEST(FoldedEventRouter, RowSplitsAndRepeatsGiveTheSameBits) {
     for (const int64_t split : {int64_t{0}, rows / 3 + 1, int64_t{1}}) {
       const RouterOutputs got = run_folded(in, true, split);
       const std::string where = "rows " + std::to_string(rows) + (split ? ", split at " + std::to_string(split) : ", again");
-      EXPECT_TRUE(same_bits(one.h, got.h)) << where << ": h differs";
-      EXPECT_TRUE(same_bits(one.ram, got.ram)) << where << ": banks differ";
-      EXPECT_TRUE(same_bits(one.map, got.map)) << where << ": stream maps differ";
-      EXPECT_TRUE(same_bits(one.gate, got.gate)) << where << ": gates differ";
-      EXPECT_TRUE(same_bits(one.slot, got.slot)) << where << ": slots differ";
-      EXPECT_TRUE(same_bits(one.norm_out, got.norm_out)) << where << ": FFN operands differ";
+      expect_same_outputs(one, got, where);
     }
   }
 }
@@ -231,12 +226,7 @@ TEST(FoldedEventRouter, CoreBroadcastInTheHeadGivesTheFilmKernelsBits) {
     for (const int64_t split : {int64_t{0}, rows / 3 + 1}) {
       const RouterOutputs got = run_folded(in, true, split, &film);
       const std::string where = what + (split ? ", split at " + std::to_string(split) : "");
-      EXPECT_TRUE(same_bits(want.h, got.h)) << where << ": h differs";
-      EXPECT_TRUE(same_bits(want.ram, got.ram)) << where << ": banks differ";
-      EXPECT_TRUE(same_bits(want.map, got.map)) << where << ": stream maps differ";
-      EXPECT_TRUE(same_bits(want.gate, got.gate)) << where << ": gates differ";
-      EXPECT_TRUE(same_bits(want.slot, got.slot)) << where << ": slots differ";
-      EXPECT_TRUE(same_bits(want.norm_out, got.norm_out)) << where << ": FFN operands differ";
+      expect_same_outputs(want, got, where);
     }
   }
 }
