@@ -51,6 +51,7 @@ struct BenchArgs {
   std::string model, preset = "default", json;
   std::vector<std::string> backends;
   std::vector<std::string> fused_configs;  // extra rows of the fused backend with these kernel configs
+  std::vector<std::string> leave_out;      // extra rows of the fused backend with these kernels left out
   std::string tune_file;                   // the fused backend's tuning cache
   std::vector<int64_t> batches{1, 4, 16, 64};
   int tokens = 16, warmup = 2, repeats = 5, peak_n = 8192;
@@ -245,18 +246,22 @@ void run_bench(const BenchArgs& a) {
     bool graph;
     std::string kernel_config;
     std::unique_ptr<Engine> engine;
+    std::string leave_out;  // EngineOptions::leave_out (timing diagnostics)
   };
   std::vector<Variant> variants;
   for (const auto& b : run_list) {
     std::vector<Variant> of_b;
-    of_b.push_back({b, b, true, "", nullptr});
-    if (a.eager && is_gpu_backend(b)) of_b.push_back({b + "(eager)", b, false, "", nullptr});
+    of_b.push_back({b, b, true, "", nullptr, ""});
+    if (a.eager && is_gpu_backend(b)) of_b.push_back({b + "(eager)", b, false, "", nullptr, ""});
     if (b == "fused")
-      for (const auto& kc : a.fused_configs) of_b.push_back({b + "[" + kc + "]", b, true, kc, nullptr});
+      for (const auto& kc : a.fused_configs) of_b.push_back({b + "[" + kc + "]", b, true, kc, nullptr, ""});
+    if (b == "fused")
+      for (const auto& lo : a.leave_out) of_b.push_back({b + "[leave_out=" + lo + "]", b, true, "", nullptr, lo});
     for (auto& v : of_b) {
       EngineOptions eo;
       eo.graph = v.graph;
       eo.kernel_config = v.kernel_config;
+      eo.leave_out = v.leave_out;
       if (b == "fused") eo.tune_file = a.tune_file;
       try {
         v.engine = make_engine(b, w, eo);
@@ -411,6 +416,10 @@ void run_bench(const BenchArgs& a) {
     std::printf("%-16s %5s  %-48s | %-48s | %s\n", "backend", "B", "point", "matched floor", "per clock");
     for (const auto& l : telemetry_lines) std::printf("%s\n", l.c_str());
   }
+  if (!a.leave_out.empty())
+    std::printf("\nleave_out rows: diagnostics. The fused step with those kernels left out of its graph (outputs wrong,"
+                " and left-out kernels change the data the rest sees); its time less the fused row's is what they cost"
+                " inside the step, where no profiler's timeline is at hand\n");
   if (!breakdown_lines.empty()) {
     std::printf("\nbreakdown (eager steps, an event around each phase; graph replays skip the launch gaps; the "
                 "fused backend's row groups run one after another here, side by side in the graph):\n");
@@ -481,6 +490,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--fused-configs", a->fused_configs,
                   "also time the fused backend with each of these kernel configs (';'-separated, e.g. "
                   "'up=bn256_st4_sk1_mc1_p;down=cublas')")
+      ->delimiter(';');
+  cmd->add_option("--leave-out", a->leave_out,
+                  "diagnostics: also time the fused step with kernels left out, one row per list (';'-separated lists "
+                  "of film, router, dual, down, rmsnorm, collapse joined by '+', e.g. 'router;rmsnorm+router'); the "
+                  "outputs are then wrong, the time difference is what those kernels cost inside the step")
       ->delimiter(';');
   cmd->callback([a] { run_bench(*a); });
 }

@@ -161,6 +161,40 @@ TEST(Fused, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
   expect_bitwise_equal(rg, decode(*fused(w, true), x, T, s0));
 }
 
+// The timing diagnostics' engine (EngineOptions::leave_out, `swapffn bench --leave-out`): the kernels
+// are really left out (here the down GEMMs: delta changes), an unknown kind is refused by name when
+// the engine is made, and a FiLM kernel that the folded router's first head has absorbed cannot be
+// left out.
+TEST(Fused, LeavingKernelsOutChangesTheStepAndBadKindsAreRefused) {
+  SKIP_WITHOUT_HOPPER();
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 2, T = 2;
+  const State s0 = random_state(w.cfg, B, 31);
+  const auto x = decode_inputs(32, T, B, w.cfg.d_model);
+  const Decoded full = decode(*fused(w), x, T, s0);
+  EngineOptions o;
+  o.leave_out = "down";
+  const Decoded part = decode(*make_engine("fused", w, o), x, T, s0);
+  EXPECT_NE(full.delta, part.delta) << "leaving the down GEMMs out changed nothing";
+  o.leave_out = "down+gemm";
+  try {
+    make_engine("fused", w, o);
+    ADD_FAILURE() << "leave_out=down+gemm was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown kind of kernel 'gemm'"), std::string::npos) << e.what();
+  }
+  o.leave_out = "film";
+  auto e = make_engine("fused", w, o);
+  State s = s0;
+  std::vector<float> delta(x.size());
+  try {
+    e->decode(x.data(), delta.data(), T, s);
+    ADD_FAILURE() << "leave_out=film was accepted with the folded router";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("no FiLM kernel to leave out"), std::string::npos) << err.what();
+  }
+}
+
 // A sequence's bits must not depend on its batch-mates or on B, whatever tile variants a batch
 // size selects (the tuner may pick different ones per B; these two differ in tile N and multicast)
 // and however many rows an MMA event-router CTA takes (default model on 132 SMs: B = 9 takes 32-row

@@ -14,7 +14,9 @@
 #include "cuda/fused/fused_config.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "swapffn/device.hpp"
+#include "swapffn/engine.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/weights.hpp"
 
 namespace swapffn::cuda {
 namespace {
@@ -135,6 +137,34 @@ TEST(FusedConfig, RowGroupsAreWholeBlocksCoveringEveryRowOnce) {
       EXPECT_EQ(next, rows);
     }
   EXPECT_THROW(row_group_ranges(512, 0), Error);
+}
+
+// The kinds of kernels the timing diagnostics can leave out of the step (EngineOptions::leave_out),
+// and the refusal of an unknown kind or of leaving kernels out of another backend (no GPU needed).
+TEST(FusedConfig, LeftOutKindsParseAndBadOnesAreRefused) {
+  EXPECT_FALSE(parse_leave_out("").any());
+  const LeftOut lo = parse_leave_out("router+rmsnorm+collapse");
+  EXPECT_TRUE(lo.router && lo.rmsnorm && lo.collapse);
+  EXPECT_FALSE(lo.film || lo.dual || lo.down);
+  EXPECT_TRUE(parse_leave_out("film").film && parse_leave_out("dual").dual && parse_leave_out("down").down);
+  for (const auto& [list, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"routers", "'routers'"}, {"router,rmsnorm", "'router,rmsnorm'"}, {"router++down", "kind of kernel ''"}}) {
+    try {
+      parse_leave_out(list);
+      ADD_FAILURE() << list << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+  EngineOptions o;
+  o.leave_out = "router";
+  try {
+    make_engine("reference", Weights::random(Config::preset("tiny"), 1), o);
+    ADD_FAILURE() << "the reference accepted leave_out";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("applies to the fused backend only, not 'reference'"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(FusedConfig, BadOverridesAreRefusedNamingTheKey) {

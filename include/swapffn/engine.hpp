@@ -61,6 +61,10 @@ struct EngineOptions {
   // part optional (overrides the cache; variant names as `swapffn tune` prints them, e.g.
   // bn256_st4_sk1_mc1)
   std::string kernel_config;
+  // fused backend, timing diagnostics only (`swapffn bench --leave-out`): kinds of kernels left out
+  // of every token step, '+'-separated: film, router, dual, down, rmsnorm, collapse. The outputs
+  // are then wrong; the step's time less the whole step's is what those kernels cost inside it.
+  std::string leave_out;
 };
 
 // Names of the backends compiled into this build ("reference", and "unfused"/"fused" with CUDA).

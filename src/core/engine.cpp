@@ -48,6 +48,8 @@ std::unique_ptr<Engine> make_engine(const std::string& backend, const Weights& w
                                                    "') applies to the fused backend only, not '" + backend + "'");
     SWAPFFN_REQUIRE(opt.tune_file.empty(), "a tuning cache (" + opt.tune_file +
                                                ") applies to the fused backend only, not '" + backend + "'");
+    SWAPFFN_REQUIRE(opt.leave_out.empty(), "leaving kernels out ('" + opt.leave_out +
+                                               "') applies to the fused backend only, not '" + backend + "'");
   }
   if (backend == "reference") return reference::make_reference_engine(w, opt);
 #ifdef SWAPFFN_WITH_CUDA

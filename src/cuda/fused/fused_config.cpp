@@ -338,6 +338,23 @@ std::string down_numerics(const std::string& down) {
   return "sk" + std::to_string(parse_gemm_variant(down).split_k);
 }
 
+LeftOut parse_leave_out(const std::string& list) {
+  LeftOut out;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    const size_t end = std::min(list.find('+', pos), list.size());
+    const std::string kind = list.substr(pos, end - pos);
+    bool* flag = kind == "film" ? &out.film : kind == "router" ? &out.router : kind == "dual" ? &out.dual
+                 : kind == "down" ? &out.down : kind == "rmsnorm" ? &out.rmsnorm : kind == "collapse" ? &out.collapse
+                                                                                      : nullptr;
+    SWAPFFN_REQUIRE(flag != nullptr, "leave_out: unknown kind of kernel '" + kind +
+                                         "' (known: film, router, dual, down, rmsnorm, collapse; joined by '+')");
+    *flag = true;
+    pos = end + 1;
+  }
+  return out;
+}
+
 GemmVariant parse_gemm_variant(const std::string& name) {
   GemmVariant v;
   std::string base = name;

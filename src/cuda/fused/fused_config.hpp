@@ -66,6 +66,15 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const st
 
 GemmVariant parse_gemm_variant(const std::string& name);
 
+// Kinds of kernels that EngineOptions::leave_out leaves out of the fused step (timing diagnostics:
+// what a kind costs inside the captured step, where no profiler's timeline is at hand).
+struct LeftOut {
+  bool film = false, router = false, dual = false, down = false, rmsnorm = false, collapse = false;
+  bool any() const { return film || router || dual || down || rmsnorm || collapse; }
+};
+// "" or kinds joined by '+'; throws naming an unknown kind.
+LeftOut parse_leave_out(const std::string& list);
+
 // The summation-order class of a down GEMM choice (a kernel-config value of down=): "cublas", or
 // "sk<N>" for a kernel that splits K N ways (CUTLASS's variants and our sk1 tiles: "sk1"). Choices
 // of one class may differ between batch sizes (batch invariance); the tuner groups by it.

@@ -36,7 +36,7 @@ namespace {
 
 class FusedEngine final : public GpuEngine {
  public:
-  FusedEngine(const Weights& w, const EngineOptions& opt) : GpuEngine(w, opt) {
+  FusedEngine(const Weights& w, const EngineOptions& opt) : GpuEngine(w, opt), left_out_(parse_leave_out(opt.leave_out)) {
     // W13 then W2 in one allocation, so that one L2 window can cover both (l2_weights).
     const std::vector<bf16> w13 = interleave_w13(w.w1, w.w3, cfg_.d_ff, cfg_.d_model);
     ffn_w_.resize(w13.size() + w.w2.size());
@@ -55,6 +55,9 @@ class FusedEngine final : public GpuEngine {
   void allocate_batch(int64_t batch) override {
     const int64_t M = batch * cfg_.core_count, D = cfg_.d_model, F = cfg_.d_ff;
     kcfg_ = select_fused_config(cfg_, batch, opt_.tune_file, opt_.kernel_config);
+    SWAPFFN_REQUIRE(!(left_out_.film && film_in_head()),
+                    "leave_out=film: with the folded router the first event's head does the core broadcast, so "
+                    "there is no FiLM kernel to leave out (leave out 'router')");
     if (kcfg_.router == "event") check_event_router_shape(D, cfg_.d_router);
     if (kcfg_.router == "folded") check_folded_event_router_shape(D);
     nrm_.resize(size_t(M * D));
@@ -112,7 +115,7 @@ class FusedEngine final : public GpuEngine {
     const bool cublas_router = kcfg_.router == "cublas";
     // The folded router's first event does the core broadcast itself (one kernel fewer per step).
     // With the cuBLAS router the FiLM kernel also writes the first router operand rms(h)*router_norm.
-    if (!film_in_head()) {
+    if (!film_in_head() && !left_out_.film) {
       mark(Phase::elementwise);
       launch_core_film({io_.get(), scale_.get(), shift_.get(), h_.get(), B, C, D,
                         cublas_router ? router_norm_.get() : nullptr, cublas_router ? as_nv(nrm_.get()) : nullptr,
@@ -135,7 +138,7 @@ class FusedEngine final : public GpuEngine {
       }
     }
     mark(Phase::collapse);
-    enqueue_collapse_and_advance();
+    if (!left_out_.collapse) enqueue_collapse_and_advance();
     if (timer) timer->stop();
   }
 
@@ -171,7 +174,9 @@ class FusedEngine final : public GpuEngine {
     uint8_t* workspace = gemm_workspace_.get() + g * kGemmWorkspaceBytes;
     for (int64_t e = 0; e < cfg_.n_events; ++e) {
       mark(Phase::router_swap);
-      if (cublas_router) {  // one group (select_fused_config)
+      if (left_out_.router) {
+        // timing diagnostics (EngineOptions::leave_out): no head, and no core broadcast in it
+      } else if (cublas_router) {  // one group (select_fused_config)
         router_gemm_->run(router_w_.get(), nrm_.get(), z_.get(), workspace, stream);
         launch_router_select_swap({z_.get(), swap_w_.get(), swap_b_.get(), bank_w_.get(), bank_b_.get(), h_.get(),
                                    as_nv(ram_.get()), map_.get(), io_.get(), static_cast<int>(e), M, D, cfg_.d_router,
@@ -199,9 +204,12 @@ class FusedEngine final : public GpuEngine {
         float* h = h_.get() + r0 * D;
         for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
           mark(Phase::ffn_gemm);
-          launch_dual_gemm_swiglu({as_nv(nrm), as_nv(w13()), as_nv(u), int(rows), int(2 * F), int(D)}, kcfg_.up,
-                                  stream, kcfg_.pdl);
-          if (kcfg_.down_cublas) {
+          if (!left_out_.dual)
+            launch_dual_gemm_swiglu({as_nv(nrm), as_nv(w13()), as_nv(u), int(rows), int(2 * F), int(D)}, kcfg_.up,
+                                    stream, kcfg_.pdl);
+          if (left_out_.down) {
+            // timing diagnostics (EngineOptions::leave_out)
+          } else if (kcfg_.down_cublas) {
             down_gemm_->run(rows, w2(), u, h, workspace, stream);
           } else if (!kcfg_.down_cutlass.empty()) {
             launch_cutlass_gemm_residual({as_nv(u), as_nv(w2()), h, int(rows), int(D), int(F), cfg_.ffn_residual},
@@ -215,7 +223,7 @@ class FusedEngine final : public GpuEngine {
           const bool last_ffn = i + 1 == cfg_.k_ffn, last_event = e + 1 == cfg_.n_events;
           const float* gain =
               !last_ffn ? norm_w_.get() : (cublas_router && !last_event ? router_norm_.get() : nullptr);
-          if (gain) {
+          if (gain && !left_out_.rmsnorm) {
             mark(Phase::elementwise);
             launch_rmsnorm_bf16(h, gain, as_nv(nrm), rows, D, eps, stream, kcfg_.pdl);
           }
@@ -226,6 +234,7 @@ class FusedEngine final : public GpuEngine {
 
   static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
   FusedKernelConfig kcfg_;
+  LeftOut left_out_;  // EngineOptions::leave_out (timing diagnostics; nothing left out otherwise)
   OwnedLtHandle lt_;
   std::unique_ptr<BatchInvariantGemm> router_gemm_, down_gemm_;
   DeviceBuffer<uint8_t> gemm_workspace_;
@@ -250,6 +259,7 @@ std::unique_ptr<Engine> make_fused_engine(const Weights& w, const EngineOptions&
                                                           std::to_string(gpu.cc_minor)
                                                     : gpu.why_absent));
   select_fused_config(w.cfg, 1, opt.tune_file, opt.kernel_config);  // bad cache or override: fail now
+  parse_leave_out(opt.leave_out);
   return std::make_unique<FusedEngine>(w, opt);
 }
 
