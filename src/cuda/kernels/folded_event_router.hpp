@@ -30,7 +30,9 @@ std::vector<float> fold_router(const std::vector<float>& router_norm, const std:
 void check_folded_event_router_shape(int64_t d_model);
 
 // One event over rows [a.row_begin, a.row_begin + a.rows) with a.router_fold; a.router_gain,
-// router_w, swap_w and bank_w are not read. With pdl, a programmatic dependent of the previous kernel.
+// router_w, swap_w and bank_w are not read. With a.film_scale set (the step's first event), h is not
+// read but computed from io->x, film_scale and film_shift and written (the core broadcast). With
+// pdl, a programmatic dependent of the previous kernel.
 void launch_folded_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl);
 
 }  // namespace swapffn::cuda
