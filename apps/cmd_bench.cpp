@@ -253,10 +253,10 @@ void run_bench(const BenchArgs& a) {
     std::vector<Variant> of_b;
     of_b.push_back({b, b, true, "", nullptr, ""});
     if (a.eager && is_gpu_backend(b)) of_b.push_back({b + "(eager)", b, false, "", nullptr, ""});
-    if (b == "fused")
+    if (b == "fused") {
       for (const auto& kc : a.fused_configs) of_b.push_back({b + "[" + kc + "]", b, true, kc, nullptr, ""});
-    if (b == "fused")
       for (const auto& lo : a.leave_out) of_b.push_back({b + "[leave_out=" + lo + "]", b, true, "", nullptr, lo});
+    }
     for (auto& v : of_b) {
       EngineOptions eo;
       eo.graph = v.graph;

@@ -344,12 +344,17 @@ LeftOut parse_leave_out(const std::string& list) {
   while (pos < list.size()) {
     const size_t end = std::min(list.find('+', pos), list.size());
     const std::string kind = list.substr(pos, end - pos);
-    bool* flag = kind == "film" ? &out.film : kind == "router" ? &out.router : kind == "dual" ? &out.dual
-                 : kind == "down" ? &out.down : kind == "rmsnorm" ? &out.rmsnorm : kind == "collapse" ? &out.collapse
-                                                                                      : nullptr;
-    SWAPFFN_REQUIRE(flag != nullptr, "leave_out: unknown kind of kernel '" + kind +
-                                         "' (known: film, router, dual, down, rmsnorm, collapse; joined by '+')");
-    *flag = true;
+    const std::pair<const char*, bool LeftOut::*> kinds[] = {{"film", &LeftOut::film},       {"router", &LeftOut::router},
+                                                             {"dual", &LeftOut::dual},       {"down", &LeftOut::down},
+                                                             {"rmsnorm", &LeftOut::rmsnorm}, {"collapse", &LeftOut::collapse}};
+    bool known = false;
+    for (const auto& [name, flag] : kinds)
+      if (kind == name) {
+        out.*flag = true;
+        known = true;
+      }
+    SWAPFFN_REQUIRE(known, "leave_out: unknown kind of kernel '" + kind +
+                               "' (known: film, router, dual, down, rmsnorm, collapse; joined by '+')");
     pos = end + 1;
   }
   return out;

@@ -153,7 +153,6 @@ void launch_folded_event_router(const EventRouterArgs& a, cudaStream_t stream, b
   if (a.rows == 0) return;
   check_folded_event_router_shape(a.d_model);
   SWAPFFN_REQUIRE(a.router_fold != nullptr, "folded event router: router_fold (the folded router vectors) is not set");
-  // float4 loads of the folded vectors, the norm gain, h and the FFN operand's rows.
   SWAPFFN_REQUIRE(a.io != nullptr, "folded event router: io (the step's StepIO) is not set");
   SWAPFFN_REQUIRE((a.film_scale == nullptr) == (a.film_shift == nullptr),
                   "folded event router: the core broadcast's film_scale and film_shift must be given together");
@@ -161,6 +160,8 @@ void launch_folded_event_router(const EventRouterArgs& a, cudaStream_t stream, b
     SWAPFFN_REQUIRE(a.cores > 0 && a.total_rows % a.cores == 0,
                     "folded event router: the core broadcast needs total_rows (" + std::to_string(a.total_rows) +
                         ") to be whole sequences of cores (" + std::to_string(a.cores) + ")");
+  // float4 loads of the folded vectors, the norm gain, h, the core broadcast's rows and the FFN
+  // operand's rows.
   for (const auto& [p, name] : {std::pair<const void*, const char*>{a.router_fold, "router_fold"},
                                 {a.norm_gain, "norm_gain"},
                                 {a.h, "h"},
