@@ -50,7 +50,10 @@ namespace swapffn::cuda {
 //   (107-110 us; step at B = 16 and 64 within +-2%). Selectable, not a default: switching between
 //   them and cuBLAS by batch size would mix two numerics classes.
 //   Rejected: split-K through a global workspace (extra [M, D] fp32 round trip and a second pass),
-//   and atomics (order-dependent, not deterministic).
+//   and atomics (order-dependent, not deterministic). Rejected (thirty-second session, branch
+//   global-split): split 4 whose ranks meet in an L2 workspace inside one kernel (one wave at B = 1,
+//   no cluster), with a serial form for larger batches: 11.9 us at M = 512, level with cuBLAS alone,
+//   +7..+12% per step at B = 1..16 (docs/PERF.md).
 // - router: the folded event router (folded_event_router.hpp: the router projection folded into
 //   five vectors at load, so an event's head is five dot products per row and the exchange; no
 //   router_w copy, no MMAs; docs/PERF.md, thirtieth session, for what it measured against the MMA
