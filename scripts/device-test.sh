@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# Everything the GPU backends need checked on a device machine, in one call: build (unless a build
-# is present), the GPU tests, `swapffn check` on the tiny and default models, and `swapffn bench`.
-# Logs go to $OUT (the device tool's return folder; default build/device-out), at most a few files:
-#   device-test.log (everything, in order), gtest.xml, bench.json, bench-tiny.json
-# Usage: scripts/device-test.sh [build-dir]   (default build/gpu)
-# Env: GTEST_FILTER (default: the GPU test suites), BENCH_BATCHES (default 1,4,16,64),
-#      BENCH_BACKENDS (default: all built), SKIP_DEFAULT_CHECK=1 (skip the slow CPU reference check
-#      on the default model), QUICK=1 (smoke run: fewer tokens and repeats).
+# Everything a GPU change must show on a device machine, in one call: the whole test binary (GPU
+# tests included), `nvfp4 check`, `swapffn check` of both GPU backends (the fused one on the tiny and
+# default models, the unfused one on default), and `swapffn bench` of both against the issue's anchor
+# (cuBLAS's FFN GEMMs alone), with a diagnostic row per --leave-out list (by default the fused step
+# with only its GEMMs left: what the step's GEMMs cost in its own graph).
+# Builds first unless the build directory already holds the CLI and the tests (binaries built on the
+# CPU machine travel as a carried path); on the device machine, which has no internet, the build uses
+# .carry (scripts/prepare-device-carry.sh) when it is there.
+# Logs go to $OUT (the device tool's return folder; default build/device-out), at most five files:
+#   device-test.log (everything, in order), gtest.xml, bench.json, bench.log, checks.log
+# Usage: scripts/device-test.sh [build-dir]   (default build/release)
+# Env: GTEST_FILTER (default: every test), BENCH_BATCHES (default 1,16,64), BENCH_BACKENDS (default
+#      unfused,fused), BENCH_LEAVE_OUT (default 'router+rmsnorm+collapse'; empty: no such row),
+#      SKIP_TESTS=1, SKIP_CHECKS=1, SKIP_BENCH=1, QUICK=1 (smoke run: fewer tokens and repeats).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build/gpu}
+build=${1:-build/release}
 out=${OUT:-build/device-out}
 mkdir -p "$out"
 log="$out/device-test.log"
@@ -28,41 +34,54 @@ run_step() {  # run_step NAME CMD...: runs, reports, remembers failures; never s
   [ $rc -eq 0 ] || failures+=("$name (rc $rc)")
 }
 
-if [ ! -x "$build/apps/swapffn" ] || [ ! -x "$build/tests/swapffn_tests" ]; then
-  run_step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
-  run_step build cmake --build "$build" -j "$(nproc)" --target swapffn_cli swapffn_tests
-fi
 bin="$build/apps/swapffn"
 tests="$build/tests/swapffn_tests"
+if [ ! -x "$bin" ] || [ ! -x "$tests" ]; then
+  if [ -d .carry/sysroot ]; then
+    run_step build bash scripts/device-build.sh "$build"
+  else
+    run_step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+    run_step build cmake --build "$build" -j "$(nproc)" --target swapffn_cli swapffn_tests
+  fi
+fi
 
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu --format=csv || true
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.limit \
+  --format=csv || true
 run_step info "$bin" info
 run_step has-gpu "$bin" info --has-gpu
 
-run_step gpu-tests "$tests" --gtest_filter="${GTEST_FILTER:-*Unfused*:*unfused*}" --gtest_output="xml:$out/gtest.xml"
-
-models="$build/models"
-mkdir -p "$models"
-[ -f "$models/tiny.safetensors" ] || run_step init-tiny "$bin" init --config tiny --seed 1 --out "$models/tiny.safetensors"
-run_step check-tiny-b1 "$bin" check --model "$models/tiny.safetensors" --backend unfused --batch 1 --tokens 8
-run_step check-tiny-b3 "$bin" check --model "$models/tiny.safetensors" --backend unfused --batch 3 --tokens 8
-run_step check-tiny-b3-eager "$bin" check --model "$models/tiny.safetensors" --backend unfused --batch 3 --tokens 4 --no-graph
-if [ "${SKIP_DEFAULT_CHECK:-0}" != 1 ]; then
-  [ -f "$models/default.safetensors" ] || run_step init-default "$bin" init --config default --seed 1 --out "$models/default.safetensors"
-  run_step check-default-b1 "$bin" check --model "$models/default.safetensors" --backend unfused --batch 1 --tokens 2
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  run_step tests "$tests" --gtest_filter="${GTEST_FILTER:-*}" --gtest_output="xml:$out/gtest.xml"
+  run_step nvfp4-check "$bin" nvfp4 check
 fi
 
-backends=()
-[ -n "${BENCH_BACKENDS:-}" ] && backends=(--backends "$BENCH_BACKENDS")
-if [ "${QUICK:-0}" = 1 ]; then
-  tok=(--tokens 8 --warmup 1 --repeats 3)
-else
-  tok=(--tokens 16 --warmup 2 --repeats 7)
+if [ "${SKIP_CHECKS:-0}" != 1 ]; then
+  models="$build/models"
+  mkdir -p "$models"
+  [ -f "$models/tiny.safetensors" ] || run_step init-tiny "$bin" init --config tiny --seed 1 --out "$models/tiny.safetensors"
+  [ -f "$models/default.safetensors" ] ||
+    run_step init-default "$bin" init --config default --seed 1 --out "$models/default.safetensors"
+  {
+    run_step check-fused-tiny "$bin" check --model "$models/tiny.safetensors" --backend fused --batch 3 --tokens 4
+    run_step check-fused-default "$bin" check --model "$models/default.safetensors" --backend fused --batch 1 --tokens 2
+    run_step check-unfused-default "$bin" check --model "$models/default.safetensors" --backend unfused --batch 1 \
+      --tokens 2
+  } > >(tee "$out/checks.log")
 fi
-run_step bench-default "$bin" bench --config default --batches "${BENCH_BATCHES:-1,4,16,64}" "${backends[@]}" \
-  "${tok[@]}" --breakdown --eager --json "$out/bench.json"
-run_step bench-tiny "$bin" bench --config tiny --batches 1,4 --tokens 4 --warmup 1 --repeats 3 \
-  --json "$out/bench-tiny.json"
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  if [ "${QUICK:-0}" = 1 ]; then
+    tok=(--tokens 8 --warmup 1 --repeats 3)
+  else
+    tok=(--tokens 16 --warmup 2 --repeats 5)
+  fi
+  leave=()
+  leave_out=${BENCH_LEAVE_OUT-router+rmsnorm+collapse}
+  [ -n "$leave_out" ] && leave=(--leave-out "$leave_out")
+  run_step bench "$bin" bench --config default --batches "${BENCH_BATCHES:-1,16,64}" \
+    --backends "${BENCH_BACKENDS:-unfused,fused}" "${tok[@]}" "${leave[@]}" --breakdown --json "$out/bench.json" \
+    > >(tee "$out/bench.log")
+fi
 
 echo
 if [ ${#failures[@]} -eq 0 ]; then
