@@ -195,6 +195,31 @@ TEST(Fused, LeavingKernelsOutChangesTheStepAndBadKindsAreRefused) {
   }
 }
 
+// With the heads and RMSNorms left out nothing writes the GEMMs' activation operands; the timing
+// diagnostics must then give them random values, not a fresh buffer's zeros (a GEMM on zeros runs
+// faster than on real data, and at large B the clock follows the power it draws). On nonzero
+// operands the FFN steps move h, so consecutive tokens' deltas differ; on zeros u = silu(0) * 0 = 0,
+// h stays put and every token's delta would be the same.
+TEST(Fused, LeftOutProducersLeaveTheGemmsRandomOperands) {
+  SKIP_WITHOUT_HOPPER();
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 2, T = 2, D = w.cfg.d_model;
+  const State s0 = random_state(w.cfg, B, 41);
+  const auto x = decode_inputs(42, T, B, D);
+  EngineOptions o;
+  o.leave_out = "router+rmsnorm";
+  auto e = make_engine("fused", w, o);
+  State s = s0;
+  std::vector<float> delta(x.size(), std::numeric_limits<float>::quiet_NaN());
+  e->decode(x.data(), delta.data(), T, s);
+  const size_t per_token = size_t(B * D);
+  for (size_t i = 0; i < delta.size(); ++i)
+    ASSERT_TRUE(std::isfinite(delta[i])) << "delta[" << i << "] not written or not finite: " << delta[i];
+  const std::vector<float> first(delta.begin(), delta.begin() + std::ptrdiff_t(per_token));
+  const std::vector<float> second(delta.begin() + std::ptrdiff_t(per_token), delta.end());
+  EXPECT_NE(first, second) << "h did not move between tokens: the GEMMs ran on zero operands";
+}
+
 // A sequence's bits must not depend on its batch-mates or on B, whatever tile variants a batch
 // size selects (the tuner may pick different ones per B; these two differ in tile N and multicast)
 // and however many rows an MMA event-router CTA takes (default model on 132 SMs: B = 9 takes 32-row

@@ -25,6 +25,7 @@
 #include "cuda/kernels/rmsnorm.hpp"
 #include "cuda/kernels/event_router.hpp"
 #include "cuda/kernels/folded_event_router.hpp"
+#include "cuda/kernels/random_fill.hpp"
 #include "cuda/kernels/router_select_swap.hpp"
 #include "cuda/unfused/batch_invariant_gemm.hpp"
 #include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
@@ -74,6 +75,15 @@ class FusedEngine final : public GpuEngine {
     // Per group: one chunk's intermediate (reused by the group's chunks) and a cuBLAS workspace,
     // since the groups run side by side.
     u_.resize(size_t(groups_.size()) * size_t(chunk_ * F));
+    if (left_out_.any()) {
+      // Timing diagnostics: a left-out kernel no longer writes what the rest of the step reads, and
+      // fresh buffers hold zeros, on which the GEMMs run faster and draw less power than on real
+      // data (at B >= 16 the clock follows the power). So the operands a left-out head, RMSNorm or
+      // dual GEMM would have written start random (never zeros), as the tuner's GEMM timings do.
+      fill_random_f32(h_.get(), M * D, 0x5eed1, 1.f, stream_);
+      fill_random_bf16(as_nv(nrm_.get()), M * D, 0x5eed2, 1.f, stream_);
+      fill_random_bf16(as_nv(u_.get()), int64_t(u_.size()), 0x5eed3, 0.5f, stream_);
+    }
     gemm_workspace_.resize(groups_.size() * kGemmWorkspaceBytes);
     while (group_streams_.size() + 1 < groups_.size()) {
       group_streams_.push_back(std::make_unique<OwnedStream>());
