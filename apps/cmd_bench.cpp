@@ -418,8 +418,9 @@ void run_bench(const BenchArgs& a) {
   }
   if (!a.leave_out.empty())
     std::printf("\nleave_out rows: diagnostics. The fused step with those kernels left out of its graph (outputs wrong,"
-                " and left-out kernels change the data the rest sees); its time less the fused row's is what they cost"
-                " inside the step, where no profiler's timeline is at hand\n");
+                " and left-out kernels change the data the rest sees; what they would have written, h and the GEMMs'"
+                " operands, starts random, never zeros); its time less the fused row's is what they cost inside the"
+                " step, where no profiler's timeline is at hand\n");
   if (!breakdown_lines.empty()) {
     std::printf("\nbreakdown (eager steps, an event around each phase; graph replays skip the launch gaps; the "
                 "fused backend's row groups run one after another here, side by side in the graph):\n");
