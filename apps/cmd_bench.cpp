@@ -36,11 +36,11 @@
 #include "swapffn/error.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/state.hpp"
-#include "swapffn/telemetry.hpp"
+#include "bench/telemetry.hpp"
 #include "swapffn/weights.hpp"
 #ifdef SWAPFFN_WITH_CUDA
-#include "cuda/bench_runner.hpp"
-#include "cuda/nvml_telemetry.hpp"
+#include "bench/bench_runner.hpp"
+#include "bench/nvml_telemetry.hpp"
 #endif
 
 namespace swapffn::cli {

@@ -27,10 +27,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "cuda/cuda_check.hpp"
-#include "swapffn/nvfp4.hpp"
-#include "swapffn/nvfp4_device.hpp"
-#include "swapffn/nvfp4_reference.hpp"
+#include "cuda/runtime/cuda_check.hpp"
+#include "swapffn/nvfp4/nvfp4.hpp"
+#include "swapffn/nvfp4/device.hpp"
+#include "swapffn/nvfp4/reference.hpp"
 #endif
 
 namespace swapffn::cli {

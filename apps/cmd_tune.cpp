@@ -22,12 +22,12 @@
 #include "swapffn/error.hpp"
 #include "swapffn/weights.hpp"
 #ifdef SWAPFFN_WITH_CUDA
-#include "cuda/bench_runner.hpp"
-#include "cuda/fused/ffn_gemm_timing.hpp"
+#include "bench/bench_runner.hpp"
+#include "bench/ffn_gemm_timing.hpp"
 #include "cuda/fused/fused_config.hpp"
 #include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
-#include "cuda/nvml_telemetry.hpp"
+#include "bench/nvml_telemetry.hpp"
 #include "swapffn/engine.hpp"
 #endif
 

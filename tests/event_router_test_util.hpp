@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device_buffer.hpp"
+#include "cuda/runtime/device_buffer.hpp"
 #include "cuda/kernels/event_router.hpp"
 #include "cuda/kernels/folded_event_router.hpp"
 

@@ -10,11 +10,11 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/device_buffer.hpp"
-#include "cuda/gpu_engine.hpp"
+#include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/device_buffer.hpp"
+#include "cuda/common/gpu_engine.hpp"
 #include "cuda/kernels/random_fill.hpp"
-#include "cuda/unfused/batch_invariant_gemm.hpp"
+#include "cuda/common/batch_invariant_gemm.hpp"
 #include "gpu_backend_test_util.hpp"
 #include "swapffn/error.hpp"
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "cuda/bench_runner.hpp"
-#include "cuda/cublas_ffn_gemms.hpp"
-#include "cuda/cuda_check.hpp"
-#include "cuda/gpu_engine.hpp"
+#include "bench/bench_runner.hpp"
+#include "bench/cublas_ffn_gemms.hpp"
+#include "cuda/runtime/cuda_check.hpp"
+#include "cuda/common/gpu_engine.hpp"
 #include "gpu_backend_test_util.hpp"
 #include "swapffn/bf16.hpp"
 #include "swapffn/error.hpp"

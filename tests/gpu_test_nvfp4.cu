@@ -12,9 +12,9 @@
 
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
-#include "swapffn/nvfp4.hpp"
-#include "swapffn/nvfp4_device.hpp"
-#include "swapffn/nvfp4_reference.hpp"
+#include "swapffn/nvfp4/nvfp4.hpp"
+#include "swapffn/nvfp4/device.hpp"
+#include "swapffn/nvfp4/reference.hpp"
 
 namespace swapffn::nvfp4 {
 namespace {

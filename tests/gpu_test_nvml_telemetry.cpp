@@ -4,8 +4,8 @@
 
 #include <chrono>
 
-#include "cuda/bench_runner.hpp"
-#include "cuda/nvml_telemetry.hpp"
+#include "bench/bench_runner.hpp"
+#include "bench/nvml_telemetry.hpp"
 #include "gpu_backend_test_util.hpp"
 #include "swapffn/error.hpp"
 

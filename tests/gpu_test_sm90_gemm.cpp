@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "gpu_backend_test_util.hpp"
-#include "cuda/device_buffer.hpp"
+#include "cuda/runtime/device_buffer.hpp"
 #include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "swapffn/bf16.hpp"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "swapffn/error.hpp"
-#include "swapffn/nvfp4_reference.hpp"
+#include "swapffn/nvfp4/reference.hpp"
 
 namespace swapffn::nvfp4 {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "reference/reference_math.hpp"
+#include "core/reference/reference_math.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/state.hpp"
 

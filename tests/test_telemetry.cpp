@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "swapffn/error.hpp"
-#include "swapffn/telemetry.hpp"
+#include "bench/telemetry.hpp"
 
 namespace swapffn {
 namespace {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "core/reference/reference_engine.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/random.hpp"
 
@@ -69,7 +70,7 @@ CheckReport check_backend(const Weights& w, Engine& backend, int64_t batch, int6
 
   EngineOptions ro;
   ro.threads = ref_threads;
-  auto ref = make_engine("reference", w, ro);
+  auto ref = reference::make_reference_engine(w, ro);
   State want = State::init(cfg, batch);
   std::vector<float> delta_want(delta_got.size());
 

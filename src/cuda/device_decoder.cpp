@@ -1,6 +1,6 @@
 #include "cuda/device_decoder.hpp"
 
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 
 namespace swapffn::cuda {
 

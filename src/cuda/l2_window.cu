@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "swapffn/error.hpp"
 
 namespace swapffn::cuda {

@@ -19,7 +19,7 @@
 
 #include "cuda/backends.hpp"
 #include "cuda/fused/fused_config.hpp"
-#include "cuda/gpu_engine.hpp"
+#include "cuda/common/gpu_engine.hpp"
 #include "cuda/l2_window.hpp"
 #include "cuda/kernels/core_film.hpp"
 #include "cuda/kernels/rmsnorm.hpp"
@@ -27,7 +27,7 @@
 #include "cuda/kernels/folded_event_router.hpp"
 #include "cuda/kernels/random_fill.hpp"
 #include "cuda/kernels/router_select_swap.hpp"
-#include "cuda/unfused/batch_invariant_gemm.hpp"
+#include "cuda/common/batch_invariant_gemm.hpp"
 #include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "swapffn/device.hpp"

@@ -7,10 +7,10 @@
 
 #include <cooperative_groups.h>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/collapse.hpp"
 #include "cuda/kernels/row_reduce.cuh"
-#include "cuda/launch.hpp"
+#include "cuda/runtime/launch.hpp"
 
 namespace swapffn::cuda {
 

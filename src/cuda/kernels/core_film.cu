@@ -1,4 +1,4 @@
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/core_film.hpp"
 #include "cuda/kernels/row_reduce.cuh"
 

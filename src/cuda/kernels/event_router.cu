@@ -9,9 +9,9 @@
 #include <cute/arch/mma_sm80.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/event_router_row.cuh"
-#include "cuda/launch.hpp"
+#include "cuda/runtime/launch.hpp"
 
 namespace swapffn::cuda {
 namespace {

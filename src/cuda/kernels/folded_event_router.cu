@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/event_router_row.cuh"
-#include "cuda/launch.hpp"
+#include "cuda/runtime/launch.hpp"
 
 namespace swapffn::cuda {
 namespace {

@@ -1,7 +1,7 @@
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/rmsnorm.hpp"
 #include "cuda/kernels/row_reduce.cuh"
-#include "cuda/launch.hpp"
+#include "cuda/runtime/launch.hpp"
 
 namespace swapffn::cuda {
 

@@ -1,4 +1,4 @@
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/router_select_swap.hpp"
 #include "cuda/kernels/router_decision.cuh"
 #include "cuda/kernels/row_reduce.cuh"

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <atomic>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/sm90_bf16_gemm.cuh"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
-#include "cuda/tma.hpp"
+#include "cuda/runtime/tma.hpp"
 
 namespace swapffn::cuda {
 namespace {

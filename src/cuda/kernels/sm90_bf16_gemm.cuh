@@ -46,7 +46,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "cuda/kernels/sm90_gemm_launch.hpp"
-#include "cuda/launch.hpp"
+#include "cuda/runtime/launch.hpp"
 
 namespace swapffn::cuda::sm90 {
 

@@ -6,10 +6,10 @@
 // order (deterministic, and the same for every batch size and tile width: batch invariance).
 #include <algorithm>
 
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/sm90_bf16_gemm.cuh"
 #include "cuda/kernels/sm90_gemm_launch.hpp"
-#include "cuda/tma.hpp"
+#include "cuda/runtime/tma.hpp"
 
 namespace swapffn::cuda {
 namespace {

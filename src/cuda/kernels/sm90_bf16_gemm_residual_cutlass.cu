@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
-#include "cuda/launch.hpp"
+#include "cuda/runtime/launch.hpp"
 #include "swapffn/error.hpp"
 
 namespace swapffn::cuda {

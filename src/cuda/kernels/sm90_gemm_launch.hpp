@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.hpp"
-#include "cuda/launch.hpp"
+#include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/launch.hpp"
 #include "swapffn/bf16.hpp"
 
 namespace swapffn::cuda {

@@ -1,4 +1,4 @@
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/step_io.hpp"
 
 namespace swapffn::cuda {

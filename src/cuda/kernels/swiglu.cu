@@ -1,4 +1,4 @@
-#include "cuda/cuda_check.hpp"
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/swiglu.hpp"
 
 namespace swapffn::cuda {

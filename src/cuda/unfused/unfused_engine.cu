@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "cuda/backends.hpp"
-#include "cuda/cuda_check.hpp"
-#include "cuda/device_buffer.hpp"
-#include "cuda/gpu_engine.hpp"
+#include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/device_buffer.hpp"
+#include "cuda/common/gpu_engine.hpp"
 #include "cuda/kernels/core_film.hpp"
 #include "cuda/kernels/rmsnorm.hpp"
 #include "cuda/kernels/router_select_swap.hpp"
 #include "cuda/kernels/step_io.hpp"
 #include "cuda/kernels/swiglu.hpp"
-#include "cuda/unfused/batch_invariant_gemm.hpp"
+#include "cuda/common/batch_invariant_gemm.hpp"
 #include "swapffn/error.hpp"
 
 namespace swapffn::cuda {

@@ -1,0 +1,91 @@
+// BatchInvariantGemm: out[rows, n] = X[rows, k] . W[n, k]^T (+ out when accumulating) through cuBLASLt,
+// bf16 operands, fp32 accumulation, output fp32 or bf16 (row-major throughout, W in nn.Linear layout).
+//
+// Why pinned: cuBLAS picks its kernel (tile, split-K) per problem size, so the same row could be
+// summed in a different order when the batch (the row count) changes, breaking bitwise batch
+// invariance. The anchor algorithm is therefore chosen once per (n, k) from the heuristic at a
+// fixed reference row count, with split-K excluded; set_rows() verifies that it supports the new
+// row count and refuses it otherwise.
+// But an algorithm that is best at the reference rows can be poor at other row counts (the 64 x 64
+// tiles picked at 512 rows ran the down GEMM at 8192 rows in 188 us against 90 us for the best
+// algorithm there). So set_rows() also takes the heuristic's split-K-free algorithms at the new
+// row count, keeps those that reproduce the anchor's bits (each runs on one probe of random operands
+// per row count, and a random accumulator when accumulating; every output must match the anchor's
+// single run on it bitwise) and times them with the anchor, running the fastest. Without split-K
+// every output is one chain of tensor-core k-steps in k order, so algorithms that differ in tiles,
+// stages or clusters normally agree; any that does not is left out.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cuda/common/cublaslt_handles.hpp"
+#include "cuda/runtime/cuda_check.hpp"
+
+namespace swapffn::cuda {
+
+// "algo=<id> tile=<id> stages=<id> splitk=<n> ..." of a cuBLASLt algorithm, for logs and reports.
+std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo);
+
+class BatchInvariantGemm {
+ public:
+  // out_type: CUDA_R_32F or CUDA_R_16BF. accumulate: out += X.W^T (beta = 1) instead of out = X.W^T.
+  BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k, cudaDataType_t out_type, bool accumulate,
+                     int64_t reference_rows, size_t workspace_bytes);
+  BatchInvariantGemm(const BatchInvariantGemm&) = delete;
+  BatchInvariantGemm& operator=(const BatchInvariantGemm&) = delete;
+
+  // Prepares the layouts for `rows` rows and makes it the row count of run() without one (host-only
+  // work; call outside graph capture). Row counts prepared earlier stay available to run(rows, ...).
+  void set_rows(int64_t rows);
+  // Enqueues the product on stream. w: [n, k] bf16, x: [rows, k] bf16, out: [rows, n].
+  void run(const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const;
+  // The same for a row count given to set_rows() before (row chunks of one batch; same algorithm, so
+  // every row's bits are those of a whole-batch run).
+  void run(int64_t rows, const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const;
+
+  // "algo=<id> tile=<id> stages=<id> ..." of the anchor, or of the algorithm used at `rows` rows
+  // (given to set_rows before), for logs and benchmark reports.
+  std::string describe() const;
+  std::string describe(int64_t rows) const;
+  int64_t rows() const { return rows_; }
+
+ private:
+  // cuBLASLt handles own themselves, so none leaks when a check between creation and use throws
+  // (the constructor's included).
+  using Layout = cublaslt::Layout;
+  using MatmulDesc = cublaslt::MatmulDesc;
+  struct RowLayouts {
+    int64_t rows;
+    Layout x, out;
+    cublasLtMatmulAlgo_t algo;  // the anchor, or an algorithm that reproduced its bits
+  };
+  // Random operands at min(rows, 1024) rows and the anchor's outputs on them (defined in the .cpp).
+  struct Probe;
+  // The x and out layouts at `rows` rows (algo left unset).
+  RowLayouts make_row_layouts(int64_t rows) const;
+  // The split-K-free algorithms the heuristic offers for these layouts (fitting the workspace),
+  // best first; heuristic_best() takes the first.
+  std::vector<cublasLtMatmulAlgo_t> heuristic_candidates(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const;
+  bool heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out, cublasLtMatmulAlgo_t& algo) const;
+  // The fastest of `algos` at `rows` rows on random operands (median of 5 runs each).
+  const cublasLtMatmulAlgo_t& fastest(const std::vector<cublasLtMatmulAlgo_t>& algos, int64_t rows,
+                                      cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const;
+  // Whether `candidate` gives bitwise the anchor's outputs on the probe.
+  bool same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, const Probe& probe) const;
+  const RowLayouts& layouts_of(int64_t rows) const;
+
+  cublasLtHandle_t lt_;
+  int64_t n_, k_, rows_ = -1;
+  cudaDataType_t out_type_;
+  float beta_;
+  size_t workspace_bytes_;
+  MatmulDesc op_;
+  Layout w_layout_;
+  std::vector<RowLayouts> row_layouts_;  // every row count prepared so far
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+}  // namespace swapffn::cuda

@@ -1,0 +1,183 @@
+#include "cuda/common/gpu_engine.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cuda/kernels/collapse.hpp"
+#include "swapffn/error.hpp"
+
+namespace swapffn::cuda {
+
+std::vector<float> widen_bf16(const std::vector<bf16>& v) {
+  std::vector<float> out(v.size());
+  std::transform(v.begin(), v.end(), out.begin(), bf16_to_float);
+  return out;
+}
+
+GpuEngine::GpuEngine(const Weights& w, const EngineOptions& opt) : cfg_(w.cfg), opt_(opt) {
+  cfg_.validate();
+  w.validate();
+  router_w_.upload(w.router_w);
+  basis_.upload(w.collapse_basis);
+  decoder_.upload(w.collapse_decoder);
+  router_norm_.upload(widen_bf16(w.router_norm));
+  norm_w_.upload(widen_bf16(w.norm_w));
+  swap_w_.upload(widen_bf16(w.router_swap_w));
+  swap_b_.upload(widen_bf16(w.router_swap_b));
+  bank_w_.upload(widen_bf16(w.bank_w));
+  bank_b_.upload(widen_bf16(w.bank_b));
+  const CoreTables tables = CoreTables::compute(w);
+  scale_.upload(tables.scale);
+  shift_.upload(tables.shift);
+  alpha_.upload(tables.alpha);
+  io_.resize(1);
+}
+
+GpuEngine::~GpuEngine() {
+  cudaStreamSynchronize(stream_);  // nothing in flight when the L2 window gives its lines back
+  drop_graph();
+}
+
+void GpuEngine::drop_graph() { graph_.reset(); }
+
+void GpuEngine::ensure_batch(int64_t batch) {
+  if (batch == batch_) return;
+  const int64_t D = cfg_.d_model, C = cfg_.core_count, M = batch * C;
+  SWAPFFN_REQUIRE(M < (int64_t{1} << 31), name() + ": batch " + std::to_string(batch) + " x " + std::to_string(C) +
+                                              " cores exceeds one launch grid");
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  drop_graph();
+  batch_ = 0;
+  const auto m = static_cast<size_t>(M);
+  h_.resize(m * D);
+  ram_.resize(m * 4 * D);
+  map_.resize(m);
+  partial_.resize(static_cast<size_t>(batch * collapse_chunks(C) * cfg_.collapse_k * D));
+  pooled_.resize(static_cast<size_t>(batch * cfg_.collapse_k * D));
+  zc_.resize(static_cast<size_t>(batch * cfg_.collapse_r));
+  allocate_batch(batch);
+  batch_ = batch;
+}
+
+void GpuEngine::set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot) {
+  launch_set_step_io(io_.get(), StepIO{x, delta, gate, slot}, stream_);
+}
+
+void GpuEngine::enqueue_collapse_and_advance() {
+  const int64_t B = batch_, C = cfg_.core_count, D = cfg_.d_model;
+  const CollapseArgs args{h_.get(), alpha_.get(), as_nv(basis_.get()), as_nv(decoder_.get()),
+                          partial_.get(), pooled_.get(), zc_.get(), io_.get(),
+                          B, C, D, cfg_.collapse_k, cfg_.collapse_r, cfg_.collapse_silu};
+  launch_collapse_and_advance(args, B * D, cfg_.n_events * B * C, stream_);
+}
+
+void GpuEngine::run_tokens(int64_t tokens) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (graph_) {
+      graph_->launch(stream_);
+      continue;
+    }
+    // The first step after (re)allocation runs eagerly; with graphs on, the capture follows it: by
+    // then every library handle and kernel module is loaded, so the capture records launches only.
+    enqueue_step(nullptr);
+    if (opt_.graph) capture_graph();
+  }
+}
+
+void GpuEngine::capture_graph() {
+  // The graph's kernel nodes get the L2 window at capture (eager steps take it from their streams).
+  graph_ = std::make_unique<CapturedGraph>(
+      stream_, [this] { enqueue_step(nullptr); },
+      [this](cudaGraph_t g) {
+        if (l2_window_) l2_window_->apply(g);
+      });
+}
+
+void GpuEngine::upload_state(const State& s) {
+  s.check_matches(cfg_, s.batch);
+  s.validate();
+  ensure_batch(s.batch);
+  if (s.batch == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(ram_.get(), s.ram.data(), s.ram.size() * sizeof(bf16), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(map_.get(), s.stream_map.data(), s.stream_map.size(), cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void GpuEngine::download_state(State& s) {
+  SWAPFFN_REQUIRE(s.batch == batch_, "download_state: the state holds " + std::to_string(s.batch) +
+                                         " sequences, the device " + std::to_string(batch_));
+  std::vector<bf16> ram(s.ram.size());
+  std::vector<uint8_t> map(s.stream_map.size());
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(ram.data(), ram_.get(), ram.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(map.data(), map_.get(), map.size(), cudaMemcpyDeviceToHost));
+  s.ram.swap(ram);
+  s.stream_map.swap(map);
+}
+
+void GpuEngine::decode_device(const float* x, float* delta, int64_t tokens) {
+  SWAPFFN_REQUIRE(batch_ > 0, "decode_device before upload_state");
+  SWAPFFN_REQUIRE(tokens >= 0, "negative token count");
+  if (tokens == 0) return;
+  set_io(x, delta, nullptr, nullptr);
+  run_tokens(tokens);
+}
+
+void GpuEngine::step_device_timed(const float* x, float* delta, PhaseTimer& timer) {
+  SWAPFFN_REQUIRE(batch_ > 0, "step_device_timed before upload_state");
+  set_io(x, delta, nullptr, nullptr);
+  enqueue_step(&timer);
+}
+
+void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State& state, Trace* traces) {
+  SWAPFFN_REQUIRE(tokens >= 0, "negative token count");
+  state.check_matches(cfg_, state.batch);
+  state.validate();
+  const int64_t B = state.batch, D = cfg_.d_model, E = cfg_.n_events, M = B * cfg_.core_count;
+  check_finite(x, tokens * B * D, "x");
+  if (tokens == 0 || B == 0) {
+    for (int64_t t = 0; traces && t < tokens; ++t) traces[t].resize(E, B, cfg_.core_count);
+    return;
+  }
+  upload_state(state);
+  const auto n_io = static_cast<size_t>(tokens * B * D);
+  x_dev_.reserve(n_io);
+  delta_dev_.reserve(n_io);
+  CUDA_CHECK(cudaMemcpyAsync(x_dev_.get(), x, n_io * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  const auto n_trace = static_cast<size_t>(tokens * E * M);
+  if (traces) {
+    gate_dev_.reserve(n_trace);
+    slot_dev_.reserve(n_trace);
+  }
+  set_io(x_dev_.get(), delta_dev_.get(), traces ? gate_dev_.get() : nullptr, traces ? slot_dev_.get() : nullptr);
+  run_tokens(tokens);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+
+  std::vector<float> out(n_io);
+  CUDA_CHECK(cudaMemcpy(out.data(), delta_dev_.get(), n_io * sizeof(float), cudaMemcpyDeviceToHost));
+  std::vector<Trace> got(traces ? static_cast<size_t>(tokens) : 0);
+  for (size_t t = 0; t < got.size(); ++t) {
+    got[t].resize(E, B, cfg_.core_count);
+    const size_t off = t * static_cast<size_t>(E * M), n = static_cast<size_t>(E * M);
+    CUDA_CHECK(cudaMemcpy(got[t].gate.data(), gate_dev_.get() + off, n, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(got[t].slot.data(), slot_dev_.get() + off, n, cudaMemcpyDeviceToHost));
+  }
+  download_state(state);
+  std::memcpy(delta, out.data(), n_io * sizeof(float));
+  for (size_t t = 0; t < got.size(); ++t) traces[t] = std::move(got[t]);
+}
+
+void GpuEngine::step(const float* x, float* delta, State& state, const StepOptions& opt) {
+  SWAPFFN_REQUIRE(opt.follow == nullptr, "backend '" + name() +
+                                             "' does not follow traces: check it by letting the reference follow "
+                                             "the trace it records");
+  host_decode(x, delta, 1, state, opt.record);
+}
+
+void GpuEngine::decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record) {
+  std::vector<Trace> traces(record ? static_cast<size_t>(std::max<int64_t>(tokens, 0)) : 0);
+  host_decode(x, delta, tokens, state, record ? traces.data() : nullptr);
+  if (record) *record = std::move(traces);
+}
+
+}  // namespace swapffn::cuda

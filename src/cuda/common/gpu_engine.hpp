@@ -1,0 +1,130 @@
+// GpuEngine: the plumbing every GPU backend shares, so a backend is only its token step.
+// It owns the stream, the parameters every step needs (router vectors, per-core tables, collapse
+// weights), the device state (ram, stream maps, fp32 h), the device-resident StepIO through which a
+// captured CUDA graph finds x, delta and the trace of the current token, graph capture and replay,
+// and the host Engine / DeviceDecoder entry points (validation before any change, state round trips).
+// A backend derives, allocates its own per-batch buffers in allocate_batch() and enqueues one token
+// step in enqueue_step(), ending with enqueue_collapse_and_advance().
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/common/captured_graph.hpp"
+#include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/device_buffer.hpp"
+#include "cuda/device_decoder.hpp"
+#include "cuda/kernels/step_io.hpp"
+#include "cuda/l2_window.hpp"
+#include "swapffn/engine.hpp"
+
+namespace swapffn::cuda {
+
+struct OwnedStream {
+  cudaStream_t s = nullptr;
+  OwnedStream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~OwnedStream() {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+};
+
+struct OwnedTimingEvents {  // a start and a stop event around a timed stretch of a stream
+  cudaEvent_t start = nullptr, stop = nullptr;
+  OwnedTimingEvents() {
+    CUDA_CHECK(cudaEventCreate(&start));
+    if (const cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+      cudaEventDestroy(start);  // the destructor does not run when the constructor throws
+      CUDA_CHECK(e);
+    }
+  }
+  ~OwnedTimingEvents() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  OwnedTimingEvents(const OwnedTimingEvents&) = delete;
+  OwnedTimingEvents& operator=(const OwnedTimingEvents&) = delete;
+  float elapsed_ms() const {  // waits for `stop`
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms;
+  }
+};
+
+struct OwnedEvent {  // for ordering streams, not timing
+  cudaEvent_t e = nullptr;
+  OwnedEvent() { CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
+  ~OwnedEvent() { cudaEventDestroy(e); }
+  OwnedEvent(const OwnedEvent&) = delete;
+  OwnedEvent& operator=(const OwnedEvent&) = delete;
+};
+
+struct OwnedLtHandle {
+  cublasLtHandle_t h = nullptr;
+  OwnedLtHandle() { CUBLAS_CHECK(cublasLtCreate(&h)); }
+  ~OwnedLtHandle() { cublasLtDestroy(h); }
+  OwnedLtHandle(const OwnedLtHandle&) = delete;
+  OwnedLtHandle& operator=(const OwnedLtHandle&) = delete;
+};
+
+std::vector<float> widen_bf16(const std::vector<bf16>& v);
+inline __nv_bfloat16* as_nv(bf16* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+inline const __nv_bfloat16* as_nv(const bf16* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
+
+class GpuEngine : public Engine, public DeviceDecoder {
+ public:
+  GpuEngine(const Weights& w, const EngineOptions& opt);
+  ~GpuEngine() override;
+
+  const Config& config() const override { return cfg_; }
+  void step(const float* x, float* delta, State& state, const StepOptions& opt) override;
+  void decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record) override;
+
+  cudaStream_t stream() const override { return stream_; }
+  void upload_state(const State& s) override;
+  void download_state(State& s) override;
+  void decode_device(const float* x, float* delta, int64_t tokens) override;
+  void step_device_timed(const float* x, float* delta, PhaseTimer& timer) override;
+
+ protected:
+  // Sizes the backend's own buffers for M = batch * C rows (the common ones are already sized).
+  virtual void allocate_batch(int64_t batch) = 0;
+  // Enqueues one token step on stream_ (no host synchronisation), marking phases when timer is set.
+  virtual void enqueue_step(PhaseTimer* timer) = 0;
+  // The collapse into io->delta and the advance of the StepIO to the next token: every step's end.
+  void enqueue_collapse_and_advance();
+
+  Config cfg_;
+  EngineOptions opt_;
+  OwnedStream owned_stream_;
+  cudaStream_t stream_ = owned_stream_.s;
+
+  DeviceBuffer<bf16> router_w_, basis_, decoder_;
+  DeviceBuffer<float> router_norm_, norm_w_, swap_w_, swap_b_, bank_w_, bank_b_, scale_, shift_, alpha_;
+
+  int64_t batch_ = 0;
+  DeviceBuffer<float> h_, partial_, pooled_, zc_;
+  DeviceBuffer<bf16> ram_;
+  DeviceBuffer<uint8_t> map_;
+  DeviceBuffer<StepIO> io_;
+  // When set, every kernel of the step (graph or eager on stream_) keeps this range in L2.
+  std::unique_ptr<L2Window> l2_window_;
+
+ private:
+  void host_decode(const float* x, float* delta, int64_t tokens, State& state, Trace* traces);
+  void ensure_batch(int64_t batch);
+  void set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot);
+  void run_tokens(int64_t tokens);
+  void capture_graph();
+  void drop_graph();
+
+  DeviceBuffer<float> x_dev_, delta_dev_;
+  DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
+  std::unique_ptr<CapturedGraph> graph_;
+};
+
+}  // namespace swapffn::cuda
