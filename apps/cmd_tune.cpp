@@ -26,7 +26,7 @@
 #include "bench/ffn_gemm_timing.hpp"
 #include "cuda/fused/fused_config.hpp"
 #include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
-#include "cuda/kernels/sm90_gemm_launch.hpp"
+#include "cuda/kernels/sm90_bf16_dual_gemm_swiglu.hpp"
 #include "bench/nvml_telemetry.hpp"
 #include "swapffn/engine.hpp"
 #endif

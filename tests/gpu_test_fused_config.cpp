@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cuda/fused/fused_config.hpp"
-#include "cuda/kernels/sm90_gemm_launch.hpp"
+#include "cuda/kernels/sm90_bf16_dual_gemm_swiglu.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/engine.hpp"
 #include "swapffn/error.hpp"

@@ -13,7 +13,7 @@
 #include "gpu_backend_test_util.hpp"
 #include "cuda/runtime/device_buffer.hpp"
 #include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
-#include "cuda/kernels/sm90_gemm_launch.hpp"
+#include "cuda/kernels/sm90_bf16_dual_gemm_swiglu.hpp"
 #include "swapffn/bf16.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"

@@ -3,10 +3,10 @@
 // optional following of a given trace (SPEC section 5).
 #pragma once
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "swapffn/fused_options.hpp"
 #include "swapffn/state.hpp"
 #include "swapffn/weights.hpp"
 
@@ -53,26 +53,10 @@ class Engine {
 };
 
 struct EngineOptions {
-  int threads = 0;        // CPU threads for the reference (0 = hardware concurrency)
-  bool graph = true;      // GPU backends: capture a token step in a CUDA graph
-  // fused backend: tuning cache written by `swapffn tune` ("" = $SWAPFFN_TUNE_FILE, else defaults)
-  std::string tune_file;
-  // fused backend: explicit kernels "up=<variant>,down=<variant>|cublas,router=folded|event|cublas", each
-  // part optional (overrides the cache; variant names as `swapffn tune` prints them, e.g.
-  // bn256_st4_sk1_mc1)
-  std::string kernel_config;
-  // fused backend, timing diagnostics only (`swapffn bench --leave-out`): kinds of kernels left out
-  // of every token step, '+'-separated: film, router, dual, down, rmsnorm, collapse. The outputs
-  // are then wrong; the step's time less the whole step's is what those kernels cost inside it.
-  std::string leave_out;
+  int threads = 0;     // CPU threads for the reference (0 = hardware concurrency)
+  bool graph = true;   // GPU backends: capture a token step in a CUDA graph
+  FusedOptions fused;  // fused backend: pinned or tuned kernel choices (refused by the others)
 };
-
-// Names of the backends compiled into this build ("reference", and "unfused"/"fused" with CUDA).
-std::vector<std::string> backend_names();
-// Creates a backend by name; throws naming the backend when it is unknown or cannot run cfg, and
-// when a backend other than fused is given a kernel config or a tuning cache.
-std::unique_ptr<Engine> make_engine(const std::string& backend, const Weights& w,
-                                    const EngineOptions& opt = {});
 
 // Throws naming the first non-finite element (index) of x[n].
 void check_finite(const float* x, int64_t n, const char* what);

@@ -10,12 +10,9 @@
 #include "bench/cublas_ffn_gemms.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/device_buffer.hpp"
-#include "cuda/device_decoder.hpp"
 #include "cuda/common/gpu_engine.hpp"
 
 namespace swapffn::cuda {
-
-static_assert(kPhaseCount == 4, "PhaseBreakdown holds one entry per phase");
 
 namespace {
 
@@ -78,10 +75,10 @@ DecodeTiming time_runs(Run&& run, cudaStream_t stream, int steps, int warmup, in
   return timing_of(per_step);
 }
 
-DeviceDecoder& decoder_of(Engine& e) {
-  DeviceDecoder* d = device_decoder_of(e);
-  SWAPFFN_REQUIRE(d != nullptr, "backend '" + e.name() + "' does not run on the device");
-  return *d;
+GpuEngine& gpu_engine(Engine& e) {
+  GpuEngine* g = gpu_engine_of(e);
+  SWAPFFN_REQUIRE(g != nullptr, "backend '" + e.name() + "' does not run on the device");
+  return *g;
 }
 
 std::vector<DeviceBuffer<float>> random_inputs(int count, size_t n, uint64_t seed) {
@@ -151,14 +148,14 @@ double measure_bf16_gemm_tflops(int n, int warmup, int repeats, double min_ms, c
 DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
                                 int rotations, uint64_t seed, const TimedWindow& window) {
   SWAPFFN_REQUIRE(tokens > 0 && repeats > 0 && warmup >= 0 && rotations > 0, "bench: bad token/repeat counts");
-  DeviceDecoder& dec = decoder_of(engine);
+  GpuEngine& dec = gpu_engine(engine);
   dec.upload_state(initial);
   const size_t n = static_cast<size_t>(tokens) * initial.batch * engine.config().d_model;
   std::vector<DeviceBuffer<float>> xs = random_inputs(rotations, n, seed);
   DeviceBuffer<float> delta(n);
   int next = 0;
   const auto run = [&] {
-    dec.decode_device(xs[static_cast<size_t>(next)].get(), delta.get(), tokens);
+    dec.enqueue_decode(xs[static_cast<size_t>(next)].get(), delta.get(), tokens);
     next = (next + 1) % rotations;
   };
   return time_runs(run, dec.stream(), tokens, warmup, repeats, window);
@@ -175,34 +172,6 @@ DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, 
     for (int t = 0; t < tokens; ++t) step.launch(stream.s);
   };
   return time_runs(run, stream.s, tokens, warmup, repeats, window);
-}
-
-PhaseBreakdown time_device_phases(Engine& engine, const State& initial, int steps, uint64_t seed,
-                                  const TimedWindow& window) {
-  SWAPFFN_REQUIRE(steps > 0, "bench: breakdown needs at least one step");
-  DeviceDecoder& dec = decoder_of(engine);
-  dec.upload_state(initial);
-  const size_t n = static_cast<size_t>(steps + 1) * initial.batch * engine.config().d_model;
-  std::vector<DeviceBuffer<float>> xs = random_inputs(1, n, seed);
-  DeviceBuffer<float> delta(n);
-  const size_t stride = n / static_cast<size_t>(steps + 1);
-  PhaseTimer timer(dec.stream());
-  std::array<double, kPhaseCount> ms{};
-  dec.step_device_timed(xs[0].get(), delta.get(), timer);  // warm-up, not counted
-  timer.collect(ms);
-  ms.fill(0.0);
-  if (window.begin) window.begin();
-  for (int s = 1; s <= steps; ++s) {
-    dec.step_device_timed(xs[0].get() + s * stride, delta.get() + s * stride, timer);
-    timer.collect(ms);
-  }
-  if (window.end) window.end();
-  PhaseBreakdown out;
-  for (int p = 0; p < kPhaseCount; ++p) {
-    out.names[static_cast<size_t>(p)] = phase_name(static_cast<Phase>(p));
-    out.ms_per_step[static_cast<size_t>(p)] = ms[static_cast<size_t>(p)] / steps;
-  }
-  return out;
 }
 
 }  // namespace swapffn::cuda

@@ -1,8 +1,7 @@
 // Device-side timing for `swapffn bench`: the dense bf16 GEMM rate of this GPU (the floor's
-// denominator) and the per-token-step time of any backend that implements DeviceDecoder.
+// denominator) and the per-token-step time of any GPU backend (GpuEngine's device entry points).
 // Host-only types in this header, so the CLI compiles the same way with and without CUDA.
 #pragma once
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -28,7 +27,7 @@ struct DecodeTiming {
   double median_ms_per_step = 0, min_ms_per_step = 0, max_ms_per_step = 0;
 };
 
-// Times engine (which must implement DeviceDecoder) decoding from `initial`: `rotations` device
+// Times engine (a GPU backend) decoding from `initial`: `rotations` device
 // input buffers [tokens, B, D] of random x are used in turn, the state carries over between runs;
 // `warmup` untimed runs, then `repeats` runs of `tokens` steps each timed with CUDA events.
 DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
@@ -39,15 +38,5 @@ DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens
 // time_device_decode times a backend. `algorithms`, when given, receives cuBLASLt's picks.
 DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
                                    const TimedWindow& window = {}, std::string* algorithms = nullptr);
-
-// Milliseconds per eager token step spent in each phase (router+swap, FFN GEMMs, elementwise,
-// collapse), averaged over `steps` steps after one warm-up step; names in phase order. `window`
-// spans the counted steps.
-struct PhaseBreakdown {
-  std::array<const char*, 4> names{};
-  std::array<double, 4> ms_per_step{};
-};
-PhaseBreakdown time_device_phases(Engine& engine, const State& initial, int steps, uint64_t seed,
-                                  const TimedWindow& window = {});
 
 }  // namespace swapffn::cuda

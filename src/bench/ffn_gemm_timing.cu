@@ -1,17 +1,15 @@
 #include "bench/ffn_gemm_timing.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <vector>
 
-#include "cuda/common/captured_graph.hpp"
 #include "bench/cublas_ffn_gemms.hpp"
-#include "cuda/runtime/device_buffer.hpp"
-#include "cuda/common/gpu_engine.hpp"
 #include "cuda/common/batch_invariant_gemm.hpp"
+#include "cuda/common/captured_graph.hpp"
+#include "cuda/common/gpu_engine.hpp"
 #include "cuda/kernels/random_fill.hpp"
-#include "cuda/kernels/sm90_bf16_gemm_residual_cutlass.hpp"
+#include "cuda/kernels/sm90_bf16_dual_gemm_swiglu.hpp"
+#include "cuda/runtime/device_buffer.hpp"
 
 namespace swapffn::cuda {
 namespace {
@@ -50,8 +48,7 @@ void cublas_nt(cublasHandle_t h, const __nv_bfloat16* a, const __nv_bfloat16* b,
 }  // namespace
 
 std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<int>& ms, int repeats,
-                                       int reference_rows, const std::vector<GemmVariant>& up) {
-  SWAPFFN_REQUIRE(up.size() == ms.size(), "time_ffn_gemms: one dual GEMM variant per row count");
+                                       int reference_rows) {
   const int max_m = *std::max_element(ms.begin(), ms.end());
   const OwnedStream owned_stream;
   const cudaStream_t stream = owned_stream.s;
@@ -62,7 +59,7 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
 
   DeviceBuffer<__nv_bfloat16> a(size_t(max_m) * d_model), w13(size_t(2) * d_ff * d_model), w2(size_t(d_model) * d_ff),
       u(size_t(max_m) * d_ff), scratch(size_t(max_m) * 2 * d_ff);
-  DeviceBuffer<float> h(size_t(max_m) * d_model), h_ours(size_t(max_m) * d_model), h_theirs(size_t(max_m) * d_model);
+  DeviceBuffer<float> h(size_t(max_m) * d_model);
   fill_random_bf16(a.get(), int64_t(a.size()), 1, 1.f, stream);
   fill_random_bf16(w13.get(), int64_t(w13.size()), 2, 0.03f, stream);
   fill_random_bf16(w2.get(), int64_t(w2.size()), 3, 0.015f, stream);
@@ -74,55 +71,19 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
   DeviceBuffer<uint8_t> workspace(kWorkspace);
   BatchInvariantGemm pinned(lt.h, d_model, d_ff, CUDA_R_32F, true, reference_rows, kWorkspace);
   std::vector<GemmTiming> out;
-  for (size_t mi = 0; mi < ms.size(); ++mi) {
-    const int m = ms[mi];
+  for (const int m : ms) {
     const double f1 = 2.0 * m * 2.0 * d_ff * d_model, f2 = 2.0 * m * d_model * d_ff;
-    for (const auto& v : dual_gemm_variants()) {
-      DualGemmSwigluArgs args{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
-      const double us = median_us([&] { launch_dual_gemm_swiglu(args, v, stream, true); }, repeats, stream);
-      out.push_back({"dual_swiglu", m, 2 * d_ff, d_model, v.name(), us, f1 / us * 1e-6});
-    }
-    pinned.set_rows(m);
-    // Whether each variant sums like cuBLAS's batch-invariant down GEMM: both from the same random h;
-    // the cuBLAS result depends only on m, so it is computed once here.
-    const size_t hn = size_t(m) * d_model;
-    fill_random_f32(h_theirs.get(), int64_t(hn), 8, 1.f, stream);
-    pinned.run(m, w2.get(), u.get(), h_theirs.get(), workspace.get(), stream);
-    std::vector<float> pinned_h(hn), variant_h(hn);
-    CUDA_CHECK(cudaMemcpyAsync(pinned_h.data(), h_theirs.get(), hn * 4, cudaMemcpyDeviceToHost, stream));
-    const auto same_bits = [&](auto&& launch_into) {
-      fill_random_f32(h_ours.get(), int64_t(hn), 8, 1.f, stream);
-      launch_into(h_ours.get());
-      CUDA_CHECK(cudaMemcpyAsync(variant_h.data(), h_ours.get(), hn * 4, cudaMemcpyDeviceToHost, stream));
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      return std::string(std::memcmp(variant_h.data(), pinned_h.data(), hn * 4) == 0 ? "bits = cuBLAS pinned"
-                                                                                     : "bits != cuBLAS pinned");
-    };
-    for (const auto& v : down_gemm_variants()) {
-      if (!down_variant_fits(v, d_model, d_ff)) continue;
-      GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
-      const double us = median_us([&] { launch_gemm_residual(args, v, stream, true); }, repeats, stream);
-      const std::string bits = same_bits([&](float* into) {
-        launch_gemm_residual({u.get(), w2.get(), into, m, d_model, d_ff, true}, v, stream, false);
-      });
-      out.push_back({"down_residual", m, d_model, d_ff, v.name(), us, f2 / us * 1e-6,
-                     bits + ", " + std::to_string(down_gemm_clusters_per_wave(v)) +
-                         (v.split_k * v.multicast > 1 ? " clusters" : " CTAs") + " per wave"});
-    }
-    for (const auto& name : cutlass_down_variants()) {
-      GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
-      const double us = median_us([&] { launch_cutlass_gemm_residual(args, name, stream, true); }, repeats, stream);
-      const std::string bits = same_bits([&](float* into) {
-        launch_cutlass_gemm_residual({u.get(), w2.get(), into, m, d_model, d_ff, true}, name, stream, false);
-      });
-      out.push_back({"down_cutlass", m, d_model, d_ff, name, us, f2 / us * 1e-6, bits});
+    const DualGemmSwigluArgs dual{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
+    for (const DualGemmTile tile : kDualGemmTiles) {
+      const double us = median_us([&] { launch_dual_gemm_swiglu(dual, tile, stream); }, repeats, stream);
+      out.push_back({"dual_swiglu", m, 2 * d_ff, d_model, to_string(tile), us, f1 / us * 1e-6});
     }
     const double us1 = median_us([&] { cublas_nt(handle, a.get(), w13.get(), scratch.get(), m, 2 * d_ff, d_model); },
                                  repeats, stream);
     out.push_back({"cublas_gate_up", m, 2 * d_ff, d_model, "-", us1, f1 / us1 * 1e-6});
     {
-      // The issue's anchor, as `bench`'s cublas-ffn-gemms row runs it (cuBLASLt's own pick with a
-      // workspace; cublasGemmEx above may pick another kernel): gate and up are two such GEMMs per step.
+      // The anchor, as `bench`'s cublas-ffn-gemms row runs it (cuBLASLt's own pick with a workspace;
+      // cublasGemmEx above may pick another kernel): gate and up are two such GEMMs per step.
       const CublasFfnGemms anchor(d_model, d_ff, 1, m, 9);
       using G = CublasFfnGemms::Gemm;
       const double us_gate = median_us([&] { anchor.enqueue_gemm(G::gate, stream); }, repeats, stream);
@@ -132,66 +93,10 @@ std::vector<GemmTiming> time_ffn_gemms(int d_model, int d_ff, const std::vector<
       out.push_back({"anchor_down", m, d_model, d_ff, "-", us_down, f2 / us_down * 1e-6,
                      "bf16 out: " + anchor.algorithm(G::down)});
     }
-    const double us2 = median_us([&] { cublas_nt(handle, u.get(), w2.get(), scratch.get(), m, d_model, d_ff); },
-                                 repeats, stream);
-    out.push_back({"cublas_down", m, d_model, d_ff, "-", us2, f2 / us2 * 1e-6});
+    pinned.set_rows(m);
     const double us3 = median_us([&] { pinned.run(m, w2.get(), u.get(), h.get(), workspace.get(), stream); }, repeats,
                                  stream);
     out.push_back({"cublas_down_pinned", m, d_model, d_ff, "-", us3, f2 / us3 * 1e-6, pinned.describe(m)});
-
-    // The two halves of the default variants (GemmFeed): the operand loads alone, the MMAs and epilogue
-    // alone. The note gives the operand bytes of all tiles and the rate at which each busy SM takes
-    // in its share.
-    const auto feed_rows = [&](const char* gemm, const GemmVariant& v, int n, int k, double flops, auto&& launch_feed) {
-      const int64_t tiles = int64_t(m + v.bm - 1) / v.bm * ((n + v.bn - 1) / v.bn);
-      const double bytes = double(tiles) * (v.bm + v.bn) * k * 2;
-      const int64_t busy = std::min<int64_t>(tiles, sm_count());
-      for (const auto feed : {GemmFeed::operands_only, GemmFeed::mma_only}) {
-        const double us = median_us([&] { launch_feed(feed); }, repeats, stream);
-        char note[128] = "";
-        if (feed == GemmFeed::operands_only)
-          std::snprintf(note, sizeof note, "%.1f MB of operands, %.1f GB/s per SM on %lld SMs", bytes * 1e-6,
-                        bytes / double(busy) / us * 1e-3, static_cast<long long>(busy));
-        out.push_back({std::string(gemm) + (feed == GemmFeed::operands_only ? "_operands_only" : "_mma_only"), m, n, k,
-                       v.name(), us, flops / us * 1e-6, note});
-      }
-    };
-    for (const auto& v : dual_gemm_feed_variants()) {
-      const DualGemmSwigluArgs args{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
-      feed_rows("dual", v, 2 * d_ff, d_model, f1, [&](GemmFeed feed) { launch_dual_gemm_swiglu_feed(args, v, feed, stream); });
-    }
-    for (const auto& v : down_gemm_feed_variants()) {
-      if (!down_variant_fits(v, d_model, d_ff)) continue;
-      const GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
-      feed_rows("down", v, d_model, d_ff, f2, [&](GemmFeed feed) { launch_gemm_residual_feed(args, v, feed, stream); });
-    }
-
-    const DualGemmSwigluArgs dual{a.get(), w13.get(), u.get(), m, 2 * d_ff, d_model};
-    const double dual_us = median_us([&] { launch_dual_gemm_swiglu(dual, up[mi], stream, true); }, repeats, stream);
-    const auto pair_row = [&](const std::string& label, double us) {
-      char note[96];
-      std::snprintf(note, sizeof note, "after %s (%.2f us alone): down %.2f us", up[mi].name().c_str(), dual_us,
-                    us - dual_us);
-      out.push_back({"pair_dual_down", m, d_model, d_ff, label, us, (f1 + f2) / us * 1e-6, note});
-    };
-    pair_row("cublas_pinned", median_us(
-                                  [&] {
-                                    launch_dual_gemm_swiglu(dual, up[mi], stream, true);
-                                    pinned.run(m, w2.get(), u.get(), h.get(), workspace.get(), stream);
-                                  },
-                                  repeats, stream));
-    for (const auto& v : down_gemm_variants()) {
-      if (v.split_k != 1 || !down_variant_fits(v, d_model, d_ff)) continue;
-      for (const bool pdl : {true, false}) {
-        GemmResidualArgs args{u.get(), w2.get(), h.get(), m, d_model, d_ff, true};
-        pair_row(v.name() + (pdl ? "" : " nopdl"), median_us(
-                                                      [&] {
-                                                        launch_dual_gemm_swiglu(dual, up[mi], stream, true);
-                                                        launch_gemm_residual(args, v, stream, pdl);
-                                                      },
-                                                      repeats, stream));
-      }
-    }
   }
   {
     const int n = 8192;

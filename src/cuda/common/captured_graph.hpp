@@ -1,11 +1,8 @@
 // CapturedGraph: what a callable enqueues on a stream, captured once into an instantiated CUDA graph
-// and replayed by launch(); `edit`, when given, changes the captured graph before it is instantiated
-// (the engines' L2 window). Timing a replay counts the GPU's time only: timing the same launches
+// and replayed by launch(). Timing a replay counts the GPU's time only: timing the same launches
 // issued from the host counts the host's issue time wherever it exceeds a kernel's (cuBLASLt's calls
 // at M = 512 took longer to issue than their kernels ran).
 #pragma once
-#include <functional>
-
 #include <cuda_runtime.h>
 
 #include "cuda/runtime/cuda_check.hpp"
@@ -15,7 +12,7 @@ namespace swapffn::cuda {
 class CapturedGraph {
  public:
   template <class Enqueue>
-  CapturedGraph(cudaStream_t stream, Enqueue&& enqueue, const std::function<void(cudaGraph_t)>& edit = {}) {
+  CapturedGraph(cudaStream_t stream, Enqueue&& enqueue) {
     cudaGraph_t g = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     try {
@@ -28,14 +25,6 @@ class CapturedGraph {
     const cudaError_t end = cudaStreamEndCapture(stream, &g);
     if (end != cudaSuccess && g) cudaGraphDestroy(g);
     CUDA_CHECK(end);
-    if (edit) {
-      try {
-        edit(g);
-      } catch (...) {
-        cudaGraphDestroy(g);
-        throw;
-      }
-    }
     const cudaError_t inst = cudaGraphInstantiate(&exec_, g, 0);
     cudaGraphDestroy(g);
     if (inst != cudaSuccess) exec_ = nullptr;

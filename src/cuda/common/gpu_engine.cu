@@ -34,7 +34,7 @@ GpuEngine::GpuEngine(const Weights& w, const EngineOptions& opt) : cfg_(w.cfg), 
 }
 
 GpuEngine::~GpuEngine() {
-  cudaStreamSynchronize(stream_);  // nothing in flight when the L2 window gives its lines back
+  cudaStreamSynchronize(stream_);
   drop_graph();
 }
 
@@ -79,18 +79,13 @@ void GpuEngine::run_tokens(int64_t tokens) {
     }
     // The first step after (re)allocation runs eagerly; with graphs on, the capture follows it: by
     // then every library handle and kernel module is loaded, so the capture records launches only.
-    enqueue_step(nullptr);
+    enqueue_step();
     if (opt_.graph) capture_graph();
   }
 }
 
 void GpuEngine::capture_graph() {
-  // The graph's kernel nodes get the L2 window at capture (eager steps take it from their streams).
-  graph_ = std::make_unique<CapturedGraph>(
-      stream_, [this] { enqueue_step(nullptr); },
-      [this](cudaGraph_t g) {
-        if (l2_window_) l2_window_->apply(g);
-      });
+  graph_ = std::make_unique<CapturedGraph>(stream_, [this] { enqueue_step(); });
 }
 
 void GpuEngine::upload_state(const State& s) {
@@ -115,18 +110,12 @@ void GpuEngine::download_state(State& s) {
   s.stream_map.swap(map);
 }
 
-void GpuEngine::decode_device(const float* x, float* delta, int64_t tokens) {
-  SWAPFFN_REQUIRE(batch_ > 0, "decode_device before upload_state");
+void GpuEngine::enqueue_decode(const float* x, float* delta, int64_t tokens) {
+  SWAPFFN_REQUIRE(batch_ > 0, "enqueue_decode before upload_state");
   SWAPFFN_REQUIRE(tokens >= 0, "negative token count");
   if (tokens == 0) return;
   set_io(x, delta, nullptr, nullptr);
   run_tokens(tokens);
-}
-
-void GpuEngine::step_device_timed(const float* x, float* delta, PhaseTimer& timer) {
-  SWAPFFN_REQUIRE(batch_ > 0, "step_device_timed before upload_state");
-  set_io(x, delta, nullptr, nullptr);
-  enqueue_step(&timer);
 }
 
 void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State& state, Trace* traces) {

@@ -2,7 +2,8 @@
 // It owns the stream, the parameters every step needs (router vectors, per-core tables, collapse
 // weights), the device state (ram, stream maps, fp32 h), the device-resident StepIO through which a
 // captured CUDA graph finds x, delta and the trace of the current token, graph capture and replay,
-// and the host Engine / DeviceDecoder entry points (validation before any change, state round trips).
+// the host Engine entry points (validation before any change, state round trips) and the
+// device-resident ones (state kept on the device, steps only enqueued) that the bench drives.
 // A backend derives, allocates its own per-batch buffers in allocate_batch() and enqueues one token
 // step in enqueue_step(), ending with enqueue_collapse_and_advance().
 #pragma once
@@ -14,9 +15,7 @@
 #include "cuda/common/captured_graph.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/device_buffer.hpp"
-#include "cuda/device_decoder.hpp"
 #include "cuda/kernels/step_io.hpp"
-#include "cuda/l2_window.hpp"
 #include "swapffn/engine.hpp"
 
 namespace swapffn::cuda {
@@ -75,7 +74,7 @@ std::vector<float> widen_bf16(const std::vector<bf16>& v);
 inline __nv_bfloat16* as_nv(bf16* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 inline const __nv_bfloat16* as_nv(const bf16* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
 
-class GpuEngine : public Engine, public DeviceDecoder {
+class GpuEngine : public Engine {
  public:
   GpuEngine(const Weights& w, const EngineOptions& opt);
   ~GpuEngine() override;
@@ -84,17 +83,21 @@ class GpuEngine : public Engine, public DeviceDecoder {
   void step(const float* x, float* delta, State& state, const StepOptions& opt) override;
   void decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record) override;
 
-  cudaStream_t stream() const override { return stream_; }
-  void upload_state(const State& s) override;
-  void download_state(State& s) override;
-  void decode_device(const float* x, float* delta, int64_t tokens) override;
-  void step_device_timed(const float* x, float* delta, PhaseTimer& timer) override;
+  // Device-resident decoding: the state stays on the device between calls; x and delta are device
+  // arrays [tokens, B, D] fp32 (x finite: the host paths check it, this one does not).
+  cudaStream_t stream() const { return stream_; }
+  // Validates s (as step() does), sizes the per-batch buffers and copies s to the device.
+  void upload_state(const State& s);
+  // Copies the device state back (synchronises the stream).
+  void download_state(State& s);
+  // Enqueues `tokens` steps for the uploaded batch (no host synchronisation).
+  void enqueue_decode(const float* x, float* delta, int64_t tokens);
 
  protected:
   // Sizes the backend's own buffers for M = batch * C rows (the common ones are already sized).
   virtual void allocate_batch(int64_t batch) = 0;
-  // Enqueues one token step on stream_ (no host synchronisation), marking phases when timer is set.
-  virtual void enqueue_step(PhaseTimer* timer) = 0;
+  // Enqueues one token step on stream_ (no host synchronisation).
+  virtual void enqueue_step() = 0;
   // The collapse into io->delta and the advance of the StepIO to the next token: every step's end.
   void enqueue_collapse_and_advance();
 
@@ -111,8 +114,6 @@ class GpuEngine : public Engine, public DeviceDecoder {
   DeviceBuffer<bf16> ram_;
   DeviceBuffer<uint8_t> map_;
   DeviceBuffer<StepIO> io_;
-  // When set, every kernel of the step (graph or eager on stream_) keeps this range in L2.
-  std::unique_ptr<L2Window> l2_window_;
 
  private:
   void host_decode(const float* x, float* delta, int64_t tokens, State& state, Trace* traces);
@@ -126,5 +127,8 @@ class GpuEngine : public Engine, public DeviceDecoder {
   DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
   std::unique_ptr<CapturedGraph> graph_;
 };
+
+// The engine's device-resident entry points, or nullptr when it runs on the host.
+inline GpuEngine* gpu_engine_of(Engine& e) { return dynamic_cast<GpuEngine*>(&e); }
 
 }  // namespace swapffn::cuda

@@ -8,21 +8,90 @@
 #include <utility>
 
 #include "cuda/runtime/cuda_check.hpp"
-#include "cuda/kernels/event_router_row.cuh"
+#include "cuda/kernels/router_decision.cuh"
+#include "cuda/kernels/row_reduce.cuh"
 #include "cuda/runtime/launch.hpp"
 
 namespace swapffn::cuda {
 namespace {
 
-using router::kMaxVec;
+constexpr int kMaxVec = 8;  // float4 per lane of one row held in registers: D <= 32 * 4 * 8
+static_assert(32 * 4 * kMaxVec == kFoldedRouterMaxDModel, "a warp holds a row of the largest D in registers");
 constexpr int kFolded = 5;  // f_s, f_0..f_3
 // Rows (warps) per CTA. The kernel holds no weights beyond its 24 KB of parameters, so the width
 // mostly sets how the rows spread over the SMs: at B = 1 (512 rows) 128 CTAs of 4 rows reach 128
-// SMs, where the MMA router's 8-row CTAs reach 64; at large B several CTAs fit on each SM and
-// overlap their loads.
+// SMs; at large B several CTAs fit on each SM and overlap their loads.
 constexpr int kWarps = 4;
 static_assert((kFolded + 1) * kMaxVec * 32 % (kWarps * 32) == 0,
               "the CTA's threads split the float4 of the folded vectors and the norm gain evenly");
+
+__device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+__device__ __forceinline__ float4 unpack_bf16x4(uint2 v) {
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&v.x);
+  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&v.y);
+  return make_float4(__low2float(lo), __high2float(lo), __low2float(hi), __high2float(hi));
+}
+__device__ __forceinline__ float sum_sq(const float4& v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
+
+// A warp's row in registers: element i of a lane is float4 index lane + 32 i, the order in which
+// the row's sum of squares has always been accumulated.
+__device__ __forceinline__ void load_row(const float* h, int64_t m, int D, int lane, float4 (&hv)[kMaxVec]) {
+  const float4* src = reinterpret_cast<const float4*>(h + size_t(m) * D);
+#pragma unroll
+  for (int i = 0; i < kMaxVec; ++i)
+    if (i < D / 128) hv[i] = src[lane + 32 * i];
+}
+
+// rsqrt(mean(h^2) + eps) of a warp's row (every lane gets it).
+__device__ __forceinline__ float row_rs(const float4 (&hv)[kMaxVec], int D, float eps) {
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxVec; ++i)
+    if (i < D / 128) ss += sum_sq(hv[i]);
+  return rsqrtf(warp_sum(ss) / float(D) + eps);
+}
+
+// Called by the warp that holds row m in hv (map: its stream map before the event; rs: row_rs of
+// that row, or a negative value when the caller has not kept it; trace: load_trace of a.io), after
+// the row's decision d: the trace entry, the exchange of h with the chosen bank, then the FFN
+// operand bf16(rms(h) * norm_gain) of the new h when a.norm_out is set (ngain: norm_gain,
+// anywhere). Without a swap h is unchanged, and so is its rs.
+__device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, RowDecision d, const float* ngain,
+                                          uint8_t map, float4 (&hv)[kMaxVec], float rs, int lane, TracePtrs trace) {
+  const int D = static_cast<int>(a.d_model), nvec = D / 128;
+  const int p = map_lane(map, d.slot);  // the physical bank of the chosen slot
+  if (lane == 0) apply_decision(d, map, a.stream_map, m, trace, a.event, a.total_rows);
+  if (d.gate) {
+    float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
+    uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
+    uint2 in[kMaxVec];
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) in[i] = bank[lane + 32 * i];
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) {
+        const float4 v = hv[i];
+        bank[lane + 32 * i] = pack_bf16x4(v.x, v.y, v.z, v.w);
+        hv[i] = unpack_bf16x4(in[i]);
+        hg[lane + 32 * i] = hv[i];
+      }
+  }
+  if (a.norm_out) {
+    if (d.gate || rs < 0.f) rs = row_rs(hv, D, a.eps);
+    const float4* ng4 = reinterpret_cast<const float4*>(ngain);
+    uint2* out = reinterpret_cast<uint2*>(a.norm_out + size_t(m) * D);
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+      if (i < nvec) {
+        const float4 v = hv[i], gg = ng4[lane + 32 * i];
+        out[lane + 32 * i] = pack_bf16x4(v.x * rs * gg.x, v.y * rs * gg.y, v.z * rs * gg.z, v.w * rs * gg.w);
+      }
+  }
+}
 
 // The core broadcast of row m, h = x[b] * scale[c] + shift[c] (m = b * cores + c), into the warp's
 // registers and h: the same fused multiply-add per element as core_film's kernel (the same bits).
@@ -84,7 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
     if (a.film_scale)
       film_row(a, m, D, lane, hv);
     else
-      router::load_row(a.h, m, D, lane, hv);
+      load_row(a.h, m, D, lane, hv);
   }
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
@@ -108,12 +177,12 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
         t[j] += v.x * w.x + v.y * w.y + v.z * w.z + v.w * w.w;
       }
     }
-  const float rs = router::row_rs(hv, D, a.eps);
+  const float rs = row_rs(hv, D, a.eps);
   const float s = rs * warp_sum(t[0]) + swap_b;
   float l[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) l[k] = rs * warp_sum(t[1 + k]) + bank_b[k];
-  router::apply_row(a, m, choose(s, l), reinterpret_cast<const float*>(ngain), map, hv, rs, lane, trace);
+  apply_row(a, m, choose(s, l), reinterpret_cast<const float*>(ngain), map, hv, rs, lane, trace);
 }
 
 }  // namespace
@@ -142,16 +211,16 @@ std::vector<float> fold_router(const std::vector<float>& router_norm, const std:
   return f;
 }
 
-void check_folded_event_router_shape(int64_t d_model) {
-  SWAPFFN_REQUIRE(d_model % 128 == 0 && d_model > 0 && d_model <= 128 * kMaxVec,
-                  "folded event router needs d_model % 128 == 0 and <= " + std::to_string(128 * kMaxVec) +
-                      " (a warp holds its row in registers), got " + std::to_string(d_model));
-}
-
 void launch_folded_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl) {
-  check_event_router_rows(a, "folded event router");
+  SWAPFFN_REQUIRE(a.row_begin >= 0 && a.rows >= 0 && a.row_begin + a.rows <= a.total_rows,
+                  "folded event router: rows [" + std::to_string(a.row_begin) + ", " + std::to_string(a.row_begin + a.rows) +
+                      ") are not within the " + std::to_string(a.total_rows) + " rows of the arrays");
+  SWAPFFN_REQUIRE((a.norm_out == nullptr) == (a.norm_gain == nullptr),
+                  "folded event router: the RMSNorm output and its gain must be given together");
   if (a.rows == 0) return;
-  check_folded_event_router_shape(a.d_model);
+  SWAPFFN_REQUIRE(folded_event_router_fits(a.d_model),
+                  "folded event router needs d_model % 128 == 0 and <= " + std::to_string(kFoldedRouterMaxDModel) +
+                      " (a warp holds its row in registers), got " + std::to_string(a.d_model));
   SWAPFFN_REQUIRE(a.router_fold != nullptr, "folded event router: router_fold (the folded router vectors) is not set");
   SWAPFFN_REQUIRE(a.io != nullptr, "folded event router: io (the step's StepIO) is not set");
   SWAPFFN_REQUIRE((a.film_scale == nullptr) == (a.film_shift == nullptr),

@@ -1,7 +1,6 @@
-// The per-row decision of an event (SPEC section 4), shared by the event heads (the one-kernel
-// event router and the decision/swap kernel after the cuBLASLt router GEMM compute every row's gate
-// and slot from z with the same operations in the same order; the folded router computes s and l
-// without z and then chooses with the same rule).
+// The per-row decision of an event (SPEC section 4), shared by the event heads: the decision/swap
+// kernel after the cuBLASLt router GEMM computes it from z; the folded router computes s and l
+// without z and then chooses with the same rule.
 #pragma once
 #include <cstdint>
 

@@ -8,7 +8,7 @@
 
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/sm90_bf16_gemm.cuh"
-#include "cuda/kernels/sm90_gemm_launch.hpp"
+#include "cuda/kernels/sm90_bf16_dual_gemm_swiglu.hpp"
 #include "cuda/runtime/tma.hpp"
 
 namespace swapffn::cuda {
@@ -92,10 +92,9 @@ struct SwigluEpilogue {
   }
 };
 
-template <int BN, int Stages, int Multicast, bool Persistent, int CtasPerSm = 1, int BM = 128,
-          GemmFeed Feed = GemmFeed::gemm>
-void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
-  using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast, Persistent, CtasPerSm, BM>;
+template <int BN, int Stages, int Multicast, bool Persistent>
+void launch(const DualGemmSwigluArgs& a, cudaStream_t stream) {
+  using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast, Persistent>;
   SWAPFFN_REQUIRE(a.n2 > 0 && a.n2 % 16 == 0,
                   "dual GEMM: 2*F = " + std::to_string(a.n2) + " is not a positive multiple of 16 (whole W1/W3 pairs)");
   SWAPFFN_REQUIRE(a.k > 0 && a.k % Tile::BK == 0, "dual GEMM: K = " + std::to_string(a.k) + " is not a positive multiple of 64");
@@ -106,7 +105,7 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
   const CUtensorMap tu_rem = kRem > 0 ? make_tma_3d_u8(a.u, uint64_t(a.n2), a.m, 1, uint64_t(a.n2), uint64_t(a.n2) * a.m,
                                                        kRem, 64, false)
                                       : CUtensorMap{};
-  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, SwigluEpilogue, Feed>;
+  auto kernel = sm90::sm90_bf16_gemm_kernel<Tile, SwigluEpilogue>;
   // M tiles rounded up to whole clusters: a CTA past the last row reads zeros and writes nothing.
   // The last N tile may be partial (2F not a multiple of BN): its missing weight rows read as zeros.
   const int m_tiles = (a.m + Tile::BM - 1) / Tile::BM, n_tiles = (a.n2 + BN - 1) / BN;
@@ -127,51 +126,20 @@ void launch(const DualGemmSwigluArgs& a, cudaStream_t stream, bool pdl) {
     const unsigned clusters = static_cast<unsigned>(std::min(m_units * n_tiles, resident));
     grid = Multicast > 1 ? dim3(1, clusters * Multicast, 1) : dim3(clusters);
   }
-  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(1, Multicast, 1), smem, stream, pdl, ta, tb,
+  launch_kernel_ex(kernel, grid, dim3(Tile::kThreads), dim3(1, Multicast, 1), smem, stream, /*pdl=*/true, ta, tb,
                    SwigluEpilogue::Params{tu, tu_rem}, a.m, a.k / Tile::BK, n_tiles, m_units * n_tiles);
 }
 
-// The compiled variants. Split-K is absent on purpose: the SwiGLU needs whole sums.
-// bn 256 x 4 stages: 192 KB of stages, each B tile feeds 128 rows x 128 outputs (the most reuse);
-// bn 128 x 6 stages: twice the tiles (fills the SMs better at B = 1), half the B reuse.
-// mc 2: two M tiles share each W13 tile through TMA multicast (half the weight traffic from L2).
-// _p: persistent (one CTA per SM walking the tiles; the next tile's loads overlap the epilogue);
-// mc2_p: both, a resident 2-CTA cluster walking pairs of M tiles that share each W13 tile.
-// bn 128 x 3 stages _o2: two CTAs per SM (96 KB of stages and 112 consumer registers each), so one
-// CTA's epilogue runs under the other's MMAs; costs 1.33x the operand bytes per MMA of bn 256.
-// bn 176 x 5 stages _p (as many stages as fit beside the staging): the width of one of cuBLAS's
-// fastest gate/up GEMMs at large M, 5% faster there than its 256-wide tiles; in our mainloop it is
-// 2-5% slower than bn 256 (M = 8192 and 32768; 144 and 192 were no better; docs/PERF.md, twentieth
-// session). Kept for tuning, and it is the variant whose staging has a remainder box and whose
-// last weight tile is partial (8192 = 46 x 176 + 96).
-// bm 256 x bn 192 x 3 stages mc2_p (each consumer warpgroup 128 rows, W13 multicast to a pair of M
-// tiles): 22% fewer operand bytes per MMA than 128 x 256. Three stages of 56 KB fill the shared
-// memory beside the staging; 2F = 8192 is 42.7 weight tiles (the last partial). Its loads alone run
-// M = 8192 in 111 us against 174, but the GEMM is 8-13% slower than bn 256 (H100, twenty-seventh
-// session: the MMA half is slower, M = 8192 rounds to 11 of 10.4 waves, and the clock still drops
-// under the loads). Kept for tuning; without multicast it was slower still (dropped).
+// The compiled tiles (fused_options.hpp; why each is a default: fused_config.cpp). Split-K is absent
+// on purpose: the SwiGLU needs whole sums. bn 256 x 4 stages: 192 KB of stages, each W13 tile feeds
+// 128 rows x 128 outputs (the most reuse).
 struct DualEntry {
-  GemmVariant v;
-  void (*fn)(const DualGemmSwigluArgs&, cudaStream_t, bool);
+  DualGemmTile tile;
+  void (*fn)(const DualGemmSwigluArgs&, cudaStream_t);
 };
-constexpr DualEntry kDualVariants[] = {{{256, 4, 1, 2}, launch<256, 4, 2, false>},
-                                       {{256, 4, 1, 1}, launch<256, 4, 1, false>},
-                                       {{256, 4, 1, 1, true}, launch<256, 4, 1, true>},
-                                       {{256, 4, 1, 2, true}, launch<256, 4, 2, true>},
-                                       {{128, 6, 1, 2}, launch<128, 6, 2, false>},
-                                       {{128, 3, 1, 1, false, 2}, launch<128, 3, 1, false, 2>},
-                                       {{176, 5, 1, 1, true}, launch<176, 5, 1, true>},
-                                       {{192, 3, 1, 2, true, 1, 256}, launch<192, 3, 2, true, 1, 256>}};
-
-// Diagnostic builds (GemmFeed): the B = 1 default and the persistent tiles without multicast (bm 256:
-// its loads and MMAs apart).
-// One place per variant for its name and its two builds, so that they agree.
-#define SWAPFFN_DUAL_FEED(BM, BN, ST, P)                                         \
-  {{BN, ST, 1, 1, P, 1, BM}, launch<BN, ST, 1, P, 1, BM, GemmFeed::operands_only>, \
-   launch<BN, ST, 1, P, 1, BM, GemmFeed::mma_only>}
-constexpr GemmFeedEntry<DualGemmSwigluArgs> kDualFeedVariants[] = {
-    SWAPFFN_DUAL_FEED(128, 256, 4, false), SWAPFFN_DUAL_FEED(128, 256, 4, true), SWAPFFN_DUAL_FEED(256, 192, 3, true)};
-#undef SWAPFFN_DUAL_FEED
+constexpr DualEntry kDualTiles[] = {{DualGemmTile::bn256, launch<256, 4, 1, false>},
+                                    {DualGemmTile::bn256_persistent, launch<256, 4, 1, true>},
+                                    {DualGemmTile::bn256_persistent_mc2, launch<256, 4, 2, true>}};
 
 }  // namespace
 
@@ -187,18 +155,10 @@ std::vector<bf16> interleave_w13(const std::vector<bf16>& w1, const std::vector<
   return out;
 }
 
-std::vector<GemmVariant> dual_gemm_variants() { return variants_of(kDualVariants); }
-
-void launch_dual_gemm_swiglu(const DualGemmSwigluArgs& a, const GemmVariant& v, cudaStream_t stream, bool pdl) {
-  for (const auto& e : kDualVariants)
-    if (e.v == v) return e.fn(a, stream, pdl);
-  SWAPFFN_FAIL("dual GEMM: no compiled variant " + v.name());
-}
-
-std::vector<GemmVariant> dual_gemm_feed_variants() { return variants_of(kDualFeedVariants); }
-
-void launch_dual_gemm_swiglu_feed(const DualGemmSwigluArgs& a, const GemmVariant& v, GemmFeed feed, cudaStream_t stream) {
-  launch_feed_of(kDualFeedVariants, a, v, feed, stream, "dual GEMM");
+void launch_dual_gemm_swiglu(const DualGemmSwigluArgs& a, DualGemmTile tile, cudaStream_t stream) {
+  for (const auto& e : kDualTiles)
+    if (e.tile == tile) return e.fn(a, stream);
+  SWAPFFN_FAIL(std::string("dual GEMM: no compiled tile ") + to_string(tile));
 }
 
 }  // namespace swapffn::cuda

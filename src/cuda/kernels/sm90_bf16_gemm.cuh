@@ -45,7 +45,6 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
-#include "cuda/kernels/sm90_gemm_launch.hpp"
 #include "cuda/runtime/launch.hpp"
 
 namespace swapffn::cuda::sm90 {
@@ -195,16 +194,12 @@ __device__ __forceinline__ AccCoord acc_coord(int thread_in_wg, int block8) {
 // split-K); stage is Epi::smem_bytes<BN>() of shared memory owned by this consumer warpgroup and
 // barrier a named-barrier id (1 or 2) for its 128 threads. Launchers pass
 // kernel_smem_bytes<Tile, Epi>() (below) as the dynamic shared memory.
-// kFeed (sm90_gemm_launch.hpp): the GEMM, or one of its two halves for `swapffn tune`'s diagnostics.
-template <class Tile, class Epi, GemmFeed kFeed = GemmFeed::gemm>
+template <class Tile, class Epi>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     sm90_bf16_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                           const __grid_constant__ typename Epi::Params params, int M, int k_tiles_per_split, int tiles_n,
                           int num_tiles) {
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK, S = Tile::Stages;
-  using Feed = GemmFeed;
-  static_assert(kFeed == Feed::gemm || Tile::kClusterSize == 1,
-                "the diagnostic feeds run without clusters (no split-K exchange, no multicast)");
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
 
@@ -252,7 +247,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
   }
   if (producer) {
     if constexpr (Tile::kCtasPerSm == 1) cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegs>();
-    if (threadIdx.x == Tile::kProducerThread && kFeed != Feed::mma_only) {
+    if (threadIdx.x == Tile::kProducerThread) {
       uint16_t mask_a = 0, mask_b = 0;
       for (int x = 0; x < Tile::ClusterN; ++x) mask_a |= uint16_t(1u << rank_of(x, cy, split));
       for (int y = 0; y < Tile::ClusterM; ++y) mask_b |= uint16_t(1u << rank_of(cx, y, split));
@@ -332,12 +327,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
     for (int it = 0; it < k_tiles_per_split; ++it, ++g) {
       const int s = g % S;
       const uint32_t phase = (g / S) & 1;
-      if constexpr (kFeed == Feed::operands_only) {
-        Barrier::wait(&full[s], phase);
-        release(s);
-        continue;
-      }
-      if constexpr (kFeed == Feed::gemm) Barrier::wait(&full[s], phase);
+      Barrier::wait(&full[s], phase);
       const uint8_t* a = smem_a + s * Tile::kStageBytesA + c * Tile::kConsumerRows * 128;
       const uint8_t* b = smem_b + s * Tile::kStageBytesB;
       fence_accumulators(acc);
@@ -354,13 +344,12 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kCtasPerSm)
       // Keep this k-step's MMAs in flight while the previous one's stage is handed back.
       cute::warpgroup_wait<1>();
       fence_accumulators(acc);
-      if (it > 0 && kFeed == Feed::gemm) release((g + S - 1) % S);
+      if (it > 0) release((g + S - 1) % S);
     }
-    if constexpr (kFeed == Feed::operands_only) continue;
     cute::warpgroup_wait<0>();
     fence_accumulators(acc);
     // The tile's last stage goes back too: the producer may already fill it for the next tile.
-    if constexpr (Tile::kPersistent && kFeed == Feed::gemm) release((g + S - 1) % S);
+    if constexpr (Tile::kPersistent) release((g + S - 1) % S);
 
     // 8-column accumulator blocks this CTA finishes: all, or its rank's share of a split-K tile.
     int j_begin = 0, j_end = BN / 8;

@@ -34,7 +34,7 @@ class UnfusedEngine final : public GpuEngine {
 
  protected:
   void allocate_batch(int64_t batch) override;
-  void enqueue_step(PhaseTimer* timer) override;
+  void enqueue_step() override;
 
  private:
   OwnedLtHandle owned_lt_;
@@ -73,15 +73,11 @@ void UnfusedEngine::allocate_batch(int64_t batch) {
   u_.resize(m * F);
 }
 
-void UnfusedEngine::enqueue_step(PhaseTimer* timer) {
-  const auto mark = [timer](Phase p) {
-    if (timer) timer->mark(p);
-  };
+void UnfusedEngine::enqueue_step() {
   const int64_t B = batch_, C = cfg_.core_count, M = B * C, D = cfg_.d_model, E = cfg_.n_events;
   const float eps = static_cast<float>(cfg_.norm_eps);
   void* ws = gemm_workspace_.get();
 
-  mark(Phase::elementwise);
   const auto norm_out = [this](const float* gain) { return gain ? as_nv(nrm_.get()) : nullptr; };
   const float* film_gain = E > 0 ? router_norm_.get() : nullptr;
   launch_core_film({io_.get(), scale_.get(), shift_.get(), h_.get(), B, C, D, film_gain, norm_out(film_gain), eps},
@@ -91,7 +87,6 @@ void UnfusedEngine::enqueue_step(PhaseTimer* timer) {
     // The norm each kernel leaves behind is the operand of the next GEMM: FFN (norm.weight),
     // the next event's router (router_norm), or none before the collapse.
     const float* after_ffn_gain = last_event ? nullptr : router_norm_.get();
-    mark(Phase::router_swap);
     router_gemm_->run(router_w_.get(), nrm_.get(), z_.get(), ws, stream_);
     const float* after_swap_gain = cfg_.k_ffn > 0 ? norm_w_.get() : after_ffn_gain;
     launch_router_select_swap({z_.get(), swap_w_.get(), swap_b_.get(), bank_w_.get(), bank_b_.get(), h_.get(),
@@ -99,22 +94,16 @@ void UnfusedEngine::enqueue_step(PhaseTimer* timer) {
                                cfg_.d_router, after_swap_gain, norm_out(after_swap_gain), eps},
                               stream_);
     for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
-      mark(Phase::ffn_gemm);
       up_gemm_->run(w13_.get(), nrm_.get(), gu_.get(), ws, stream_);
-      mark(Phase::elementwise);
       launch_swiglu(as_nv(gu_.get()), as_nv(u_.get()), M, cfg_.d_ff, stream_);
-      mark(Phase::ffn_gemm);
       down_gemm_->run(w2_.get(), u_.get(), h_.get(), ws, stream_);
       const float* gain = i + 1 < cfg_.k_ffn ? norm_w_.get() : after_ffn_gain;
       if (gain) {
-        mark(Phase::elementwise);
         launch_rmsnorm_bf16(h_.get(), gain, as_nv(nrm_.get()), M, D, eps, stream_);
       }
     }
   }
-  mark(Phase::collapse);
   enqueue_collapse_and_advance();
-  if (timer) timer->stop();
 }
 
 }  // namespace
