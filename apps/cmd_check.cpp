@@ -4,6 +4,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "swapffn/backends.hpp"
 #include "swapffn/check.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/weights.hpp"
@@ -18,13 +19,14 @@ struct CheckArgs {
   double tau = -1;
   int threads = 0;
   bool no_graph = false;
-  std::string tune_file;
+  FusedFlags fused;
 };
 }  // namespace
 
 void add_check_command(CLI::App& app) {
   auto a = std::make_shared<CheckArgs>();
-  auto* cmd = app.add_subcommand("check", "check a backend against the reference (exit 1 on disagreement)");
+  auto* cmd = add_command(app, "check", "check a backend against the reference following its decisions (exit 1 on disagreement)",
+                          "swapffn check --model m.safetensors --backend fused --batch 3 --tokens 4");
   cmd->add_option("--model", a->model, "model file (safetensors)")->required();
   cmd->add_option("--backend", a->backend, "backend to check")->required();
   cmd->add_option("--batch", a->batch, "sequences per step")->capture_default_str();
@@ -35,15 +37,13 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--tau", a->tau, "decision margin tolerance (overrides the preset's)");
   cmd->add_option("--threads", a->threads, "CPU threads of the reference (0 = all)")->capture_default_str();
   cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
-  cmd->add_option("--tune", a->tune_file,
-                  "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE, else the "
-                  "built-in choices)");
+  a->fused.add_to(cmd);
   cmd->callback([a] {
     const Weights w = Weights::load(a->model);
     EngineOptions eo;
     eo.threads = a->threads;
     eo.graph = !a->no_graph;
-    eo.tune_file = a->tune_file;
+    eo.fused = a->fused.resolve(w.cfg, a->backend);
     auto engine = make_engine(a->backend, w, eo);
     Tolerance tol = Tolerance::preset(
         !a->tolerance.empty() ? a->tolerance : (a->backend == "reference" ? "fp32" : "bf16"));

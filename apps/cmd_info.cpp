@@ -7,14 +7,14 @@
 #include "commands.hpp"
 #include "swapffn_commit.hpp"
 #include "swapffn/device.hpp"
-#include "swapffn/engine.hpp"
+#include "swapffn/backends.hpp"
 #include "swapffn/error.hpp"
 
 namespace swapffn::cli {
 
 void add_info_command(CLI::App& app) {
   auto has_gpu = std::make_shared<bool>(false);
-  auto* cmd = app.add_subcommand("info", "version, build options and the GPU found");
+  auto* cmd = add_command(app, "info", "version, build options, backends and the GPU found", "swapffn info");
   cmd->add_flag("--has-gpu", *has_gpu,
                 "exit 0 only when a Hopper GPU is present and the CUDA backends are built");
   cmd->callback([has_gpu] {

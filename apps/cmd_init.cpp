@@ -20,7 +20,8 @@ struct InitArgs {
 
 void add_init_command(CLI::App& app) {
   auto a = std::make_shared<InitArgs>();
-  auto* cmd = app.add_subcommand("init", "write a model with random parameters (safetensors)");
+  auto* cmd = add_command(app, "init", "write a model with random parameters (safetensors)",
+                          "swapffn init --out m.safetensors --config default --seed 1");
   cmd->add_option("--out", a->out, "output model file")->required();
   cmd->add_option("--config", a->preset, "config preset: default or tiny")->capture_default_str();
   cmd->add_option("--seed", a->seed, "random seed of the parameters")->capture_default_str();

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "commands.hpp"
+#include "swapffn/backends.hpp"
 #include "swapffn/dump.hpp"
-#include "swapffn/engine.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/weights.hpp"
@@ -28,7 +28,7 @@ struct RunArgs {
   uint64_t seed = 1;
   int threads = 0;
   bool no_graph = false;
-  std::string kernel_config, tune_file;
+  FusedFlags fused;
 };
 
 // FNV-1a over raw bytes: a checksum that changes with any bit of the data.
@@ -54,8 +54,7 @@ void run(const RunArgs& a, bool batch_given) {
   EngineOptions eo;
   eo.threads = a.threads;
   eo.graph = !a.no_graph;
-  eo.kernel_config = a.kernel_config;
-  eo.tune_file = a.tune_file;
+  eo.fused = a.fused.resolve(cfg, a.backend);
   auto engine = make_engine(a.backend, w, eo);
 
   State st = a.state_in.empty() ? State::init(cfg, a.batch) : State::load(a.state_in);
@@ -129,7 +128,8 @@ void run(const RunArgs& a, bool batch_given) {
 
 void add_run_command(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
-  auto* cmd = app.add_subcommand("run", "decode tokens of random inputs with a backend");
+  auto* cmd = add_command(app, "run", "decode tokens of random inputs with a backend, print rate and checksums",
+                          "swapffn run --model m.safetensors --backend fused --batch 4 --tokens 64");
   cmd->add_option("--model", a->model, "model file (safetensors)")->required();
   cmd->add_option("--backend", a->backend, "backend")->capture_default_str();
   auto* batch = cmd->add_option("--batch", a->batch, "sequences per step (default 1, or the --state-in batch)");
@@ -140,11 +140,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--dump", a->dump, "write x, delta, decision trace and states here (safetensors)");
   cmd->add_option("--threads", a->threads, "CPU threads of the reference (0 = all)")->capture_default_str();
   cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
-  cmd->add_option("--kernel-config", a->kernel_config,
-                  "fused backend: kernel config override, e.g. 'router=event,router_grid=16,chunk=2048' (see swapffn bench)");
-  cmd->add_option("--tune", a->tune_file,
-                  "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE, else the "
-                  "built-in choices)");
+  a->fused.add_to(cmd);
   cmd->callback([a, batch] { run(*a, batch->count() > 0); });
 }
 

@@ -1,6 +1,11 @@
-// Each `swapffn` sub-command lives in its own cmd_<name>.cpp and registers itself on the app.
+// Each `swapffn` sub-command lives in its own cmd_<name>.cpp and registers itself on the app;
+// what several of them share (the fused backend's kernel choices, the help text) is here.
 #pragma once
+#include <string>
+
 #include <CLI/CLI.hpp>
+
+#include "swapffn/engine.hpp"
 
 namespace swapffn::cli {
 
@@ -11,5 +16,17 @@ void add_info_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tune_command(CLI::App& app);
 void add_nvfp4_command(CLI::App& app);
+
+// A sub-command whose --help says what it does in one line and shows one example.
+CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& what, const std::string& example);
+
+// --kernels and --tune of the fused backend, parsed once here into typed FusedOptions.
+struct FusedFlags {
+  std::string kernels, tune_file;
+  void add_to(CLI::App* cmd);
+  // The pinned choices and, for the fused backend with `cfg` on this process's GPU, the tuning
+  // cache's entries (--tune, else $SWAPFFN_TUNE_FILE); throws naming a bad choice or cache.
+  FusedOptions resolve(const Config& cfg, const std::string& backend) const;
+};
 
 }  // namespace swapffn::cli

@@ -1,0 +1,36 @@
+#include "commands.hpp"
+
+#include <cstdlib>
+
+#include "swapffn/device.hpp"
+
+namespace swapffn::cli {
+
+CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& what, const std::string& example) {
+  CLI::App* cmd = app.add_subcommand(name, what);
+  cmd->footer("Example:\n  " + example);
+  return cmd;
+}
+
+void FusedFlags::add_to(CLI::App* cmd) {
+  cmd->add_option("--kernels", kernels,
+                  "fused backend: pin kernel choices, e.g. 'up=bn256_st4_sk1_mc1_p,router=folded,groups=2'");
+  cmd->add_option("--tune", tune_file,
+                  "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE, else the "
+                  "built-in choices)");
+}
+
+FusedOptions FusedFlags::resolve(const Config& cfg, const std::string& backend) const {
+  FusedOptions o;
+  o.pinned = parse_fused_choice(kernels);
+  if (backend != "fused") {  // the registry refuses pinned choices for other backends
+    if (!tune_file.empty()) throw CLI::ValidationError("--tune", "applies to the fused backend only");
+    return o;
+  }
+  std::string file = tune_file;
+  if (const char* env = std::getenv("SWAPFFN_TUNE_FILE"); file.empty() && env) file = env;
+  if (!file.empty()) o.tuned = load_tuning(file, query_gpu().name, cfg.d_model, cfg.d_ff);
+  return o;
+}
+
+}  // namespace swapffn::cli
