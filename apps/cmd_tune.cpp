@@ -116,6 +116,7 @@ std::vector<const Point*> choose(const std::vector<Point>& points) {
     }
   }
   SWAPFFN_REQUIRE(!chosen.empty(), "tune: no kernel choice ran at every batch size");
+  std::printf("chosen: head %s\n", to_string(*chosen.front()->choice.router));
   return chosen;
 }
 

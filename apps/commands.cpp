@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "swapffn/device.hpp"
+#include "swapffn/error.hpp"
 
 namespace swapffn::cli {
 
@@ -24,7 +25,7 @@ FusedOptions FusedFlags::resolve(const Config& cfg, const std::string& backend) 
   FusedOptions o;
   o.pinned = parse_fused_choice(kernels);
   if (backend != "fused") {  // the registry refuses pinned choices for other backends
-    if (!tune_file.empty()) throw CLI::ValidationError("--tune", "applies to the fused backend only");
+    SWAPFFN_REQUIRE(tune_file.empty(), "--tune applies to the fused backend only, not '" + backend + "'");
     return o;
   }
   std::string file = tune_file;

@@ -1,7 +1,7 @@
 // Short builders for EngineOptions / StepOptions in tests (designated initialisers of these structs
 // trip -Wmissing-field-initializers).
 #pragma once
-#include "swapffn/engine.hpp"
+#include "swapffn/backends.hpp"
 
 namespace swapffn::testing {
 

@@ -1,6 +1,5 @@
-// Shared pieces of the event-router tests (gpu_test_event_router.cpp: the MMA router's grids;
-// gpu_test_folded_event_router.cpp: the folded router against the spec): one event's random inputs,
-// a run of one router over them with its outputs poisoned first, and bitwise comparison.
+// Pieces of the folded event router's tests (gpu_test_folded_event_router.cpp): one event's random
+// inputs, a run of the router over them with its outputs poisoned first, and bitwise comparison.
 #pragma once
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
@@ -13,7 +12,6 @@
 #include <vector>
 
 #include "cuda/runtime/device_buffer.hpp"
-#include "cuda/kernels/event_router.hpp"
 #include "cuda/kernels/folded_event_router.hpp"
 
 namespace swapffn::cuda::router_test {
@@ -119,8 +117,8 @@ inline void expect_same_outputs(const RouterOutputs& want, const RouterOutputs& 
 // `film`, the router does the core broadcast: h is poisoned instead of uploaded (in.h is unused).
 template <class Launch>
 RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, const FilmInputs* film = nullptr) {
-  DeviceBuffer<float> h, rgain, swap_w, swap_b, bank_w, bank_b, ngain, fold;
-  DeviceBuffer<__nv_bfloat16> router_w, ram, norm_out(static_cast<size_t>(in.rows * in.d));
+  DeviceBuffer<float> h, swap_b, bank_b, ngain, fold;
+  DeviceBuffer<__nv_bfloat16> ram, norm_out(static_cast<size_t>(in.rows * in.d));
   DeviceBuffer<uint8_t> map, gate(static_cast<size_t>(in.rows)), slot(static_cast<size_t>(in.rows));
   DeviceBuffer<float> x, scale, shift;
   if (film) {
@@ -132,11 +130,7 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, c
   } else {
     h.upload(in.h);
   }
-  rgain.upload(in.rgain);
-  router_w.upload(in.router_w);
-  swap_w.upload(in.swap_w);
   swap_b.upload(in.swap_b);
-  bank_w.upload(in.bank_w);
   bank_b.upload(in.bank_b);
   ngain.upload(in.ngain);
   ram.upload(in.ram);
@@ -147,10 +141,9 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, c
   CUDA_CHECK(cudaMemset(slot.get(), 0xEE, slot.size()));
   DeviceBuffer<StepIO> io;
   io.upload(std::vector<StepIO>{{film ? x.get() : nullptr, nullptr, gate.get(), slot.get()}});
-  launch(EventRouterArgs{.h = h.get(), .router_gain = rgain.get(), .router_w = router_w.get(), .swap_w = swap_w.get(),
-                         .swap_b = swap_b.get(), .bank_w = bank_w.get(), .bank_b = bank_b.get(), .ram = ram.get(),
+  launch(EventRouterArgs{.h = h.get(), .swap_b = swap_b.get(), .bank_b = bank_b.get(), .ram = ram.get(),
                          .stream_map = map.get(), .io = io.get(), .event = 0, .row_begin = 0, .rows = in.rows,
-                         .total_rows = in.rows, .d_model = in.d, .d_router = in.r,
+                         .total_rows = in.rows, .d_model = in.d,
                          .norm_gain = with_norm ? ngain.get() : nullptr, .norm_out = with_norm ? norm_out.get() : nullptr,
                          .eps = 1e-6f, .router_fold = fold.get(), .film_scale = film ? scale.get() : nullptr,
                          .film_shift = film ? shift.get() : nullptr, .cores = film ? film->cores : 0});

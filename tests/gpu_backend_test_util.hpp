@@ -1,4 +1,4 @@
-// Shared pieces of the GPU backend tests: the skip rule, cached random weights, a mid-decode state,
+// Shared pieces of the GPU backend tests: cached random weights, a mid-decode state,
 // a decode that poisons its output first, and bitwise comparison of whole runs.
 #pragma once
 #include <gtest/gtest.h>
@@ -11,15 +11,10 @@
 #include <vector>
 
 #include "swapffn/device.hpp"
-#include "swapffn/engine.hpp"
+#include "swapffn/backends.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/state.hpp"
 #include "swapffn/weights.hpp"
-
-#define SKIP_WITHOUT_HOPPER()                                                                         \
-  do {                                                                                                \
-    if (!::swapffn::query_gpu().is_hopper()) GTEST_SKIP() << "needs a Hopper GPU: " << ::swapffn::query_gpu().why_absent; \
-  } while (0)
 
 namespace swapffn::gpu_test {
 

@@ -22,7 +22,6 @@ namespace swapffn::cuda {
 namespace {
 
 TEST(BatchInvariantGemm, RowBitsDoNotDependOnTheRowCountOrTheAlgorithmChosenForIt) {
-  SKIP_WITHOUT_HOPPER();
   constexpr int64_t n = 1024, k = 4096, reference = 512, big = 8192;
   constexpr size_t ws_bytes = size_t{32} << 20;
   OwnedLtHandle lt;

@@ -55,7 +55,6 @@ int64_t count_mismatches(const std::vector<float>& got, const std::vector<float>
 }
 
 TEST(CublasFfnGemms, OneStepComputesTheThreeProductsOfAnFfnStepOnTheModelsWeights) {
-  SKIP_WITHOUT_HOPPER();
   const Weights& w = weights_of("tiny");
   const Config& cfg = w.cfg;
   const int64_t rows = 2 * cfg.core_count, d = cfg.d_model, f = cfg.d_ff;
@@ -89,7 +88,6 @@ TEST(CublasFfnGemms, OneStepComputesTheThreeProductsOfAnFfnStepOnTheModelsWeight
 
 // One GEMM alone (what `tune --gemms-only` times): only its own output is written.
 TEST(CublasFfnGemms, OneGemmAloneWritesOnlyItsOutput) {
-  SKIP_WITHOUT_HOPPER();
   const Weights& w = weights_of("tiny");
   const int64_t rows = 40, d = w.cfg.d_model, f = w.cfg.d_ff;
   const CublasFfnGemms g(w, rows, 3);
@@ -119,7 +117,6 @@ TEST(CublasFfnGemms, OneGemmAloneWritesOnlyItsOutput) {
 }
 
 TEST(CublasFfnGemms, RefusesAnEmptyRowCountAndMisshapenWeights) {
-  SKIP_WITHOUT_HOPPER();
   try {
     CublasFfnGemms g(weights_of("tiny"), 0, 1);
     FAIL() << "0 rows accepted";
@@ -137,7 +134,6 @@ TEST(CublasFfnGemms, RefusesAnEmptyRowCountAndMisshapenWeights) {
 }
 
 TEST(CublasFfnGemms, TimingRunsAGraphOfTokenSteps) {
-  SKIP_WITHOUT_HOPPER();
   const Weights& w = weights_of("tiny");
   int windows = 0;
   std::string algorithms;

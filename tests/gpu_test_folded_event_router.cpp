@@ -97,7 +97,6 @@ RouterOutputs run_folded(const RouterInputs& in, bool with_norm, int64_t split =
 }
 
 TEST(FoldedEventRouter, FollowsTheSpecOnRandomRows) {
-  SKIP_WITHOUT_HOPPER();
   struct Shape {
     int64_t rows, d, r;
     bool norm;
@@ -179,7 +178,6 @@ TEST(FoldedEventRouter, FollowsTheSpecOnRandomRows) {
 }
 
 TEST(FoldedEventRouter, RowSplitsAndRepeatsGiveTheSameBits) {
-  SKIP_WITHOUT_HOPPER();
   for (const auto& [rows, D, R] : {std::tuple<int64_t, int64_t, int64_t>{512, 1024, 64}, {333, 256, 32}}) {
     const RouterInputs in = RouterInputs::random(rows, D, R, 77 + static_cast<uint32_t>(rows));
     const RouterOutputs one = run_folded(in, true);
@@ -192,7 +190,6 @@ TEST(FoldedEventRouter, RowSplitsAndRepeatsGiveTheSameBits) {
 }
 
 TEST(FoldedEventRouter, CoreBroadcastInTheHeadGivesTheFilmKernelsBits) {
-  SKIP_WITHOUT_HOPPER();
   struct Shape {
     int64_t batch, cores, d, r;
   };
@@ -234,11 +231,10 @@ TEST(FoldedEventRouter, CoreBroadcastInTheHeadGivesTheFilmKernelsBits) {
 TEST(FoldedEventRouter, RefusesBadArgumentsNamingThem) {
   alignas(16) static float storage[1024];
   auto* bf = reinterpret_cast<__nv_bfloat16*>(storage);
-  const EventRouterArgs ok{.h = storage, .router_gain = nullptr, .router_w = nullptr, .swap_w = nullptr,
-                           .swap_b = storage, .bank_w = nullptr, .bank_b = storage, .ram = bf, .stream_map = nullptr,
+  const EventRouterArgs ok{.h = storage, .swap_b = storage, .bank_b = storage, .ram = bf, .stream_map = nullptr,
                            .io = reinterpret_cast<const StepIO*>(storage), .event = 0, .row_begin = 0, .rows = 8,
-                           .total_rows = 8, .d_model = 128,
-                           .d_router = 16, .norm_gain = storage, .norm_out = bf, .eps = 1e-6f, .router_fold = storage};
+                           .total_rows = 8, .d_model = 128, .norm_gain = storage, .norm_out = bf, .eps = 1e-6f,
+                           .router_fold = storage};
   struct Case {
     const char* needle;
     void (*edit)(EventRouterArgs&);

@@ -14,6 +14,7 @@
 #include "gpu_backend_test_util.hpp"
 #include "swapffn/check.hpp"
 #include "swapffn/device.hpp"
+#include "swapffn/backends.hpp"
 #include "swapffn/engine.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/random.hpp"
@@ -45,7 +46,6 @@ struct CheckCase {
 class UnfusedCheck : public ::testing::TestWithParam<CheckCase> {};
 
 TEST_P(UnfusedCheck, AgreesWithReferenceWithinBf16Tolerance) {
-  SKIP_WITHOUT_HOPPER();
   const auto [preset, batch, tokens] = GetParam();
   const Weights& w = weights_of(preset);
   auto e = unfused(w, true);
@@ -70,7 +70,6 @@ INSTANTIATE_TEST_SUITE_P(Presets, UnfusedCheck,
 // Sizes that are not multiples of anything, residual and collapse silu off, and the degenerate
 // event/FFN counts: the backend must run them (cuBLASLt takes any shape) and agree.
 TEST(Unfused, OddConfigsAgreeWithReference) {
-  SKIP_WITHOUT_HOPPER();
   std::vector<std::vector<std::string>> variants = {
       {"d_model=96", "d_ff=200", "core_count=7", "n_events=2", "k_ffn=1", "d_router=6", "collapse_k=3",
        "collapse_r=10", "core_embed_dim=4", "ffn_residual=false", "collapse_silu=false"},
@@ -99,7 +98,6 @@ TEST(Unfused, OddConfigsAgreeWithReference) {
 // ---- bitwise determinism ----
 
 TEST(Unfused, GraphAndEagerAreBitwiseIdentical) {
-  SKIP_WITHOUT_HOPPER();
   for (const char* preset : {"tiny", "default"}) {
     const Weights& w = weights_of(preset);
     const int64_t B = 2, T = 4;
@@ -117,7 +115,6 @@ TEST(Unfused, GraphAndEagerAreBitwiseIdentical) {
 }
 
 TEST(Unfused, RunsAreBitwiseIdenticalAcrossCallsAndEngines) {
-  SKIP_WITHOUT_HOPPER();
   const Weights& w = weights_of("default");
   const int64_t B = 3, T = 3;
   const State s0 = random_state(w.cfg, B, 4);
@@ -130,7 +127,6 @@ TEST(Unfused, RunsAreBitwiseIdenticalAcrossCallsAndEngines) {
 }
 
 TEST(Unfused, DecodeEqualsRepeatedSteps) {
-  SKIP_WITHOUT_HOPPER();
   const Weights& w = weights_of("tiny");
   const int64_t B = 3, T = 4, D = w.cfg.d_model;
   const State s0 = random_state(w.cfg, B, 5);
@@ -189,7 +185,6 @@ void expect_alone_equals_in_batch(const Weights& w, int64_t B, const std::vector
 
 // A sequence's bits must not depend on its batch-mates or on B (the GEMM algorithm is pinned).
 TEST(Unfused, SequenceIsBitwiseIdenticalAloneAndInBatchOfFive) {
-  SKIP_WITHOUT_HOPPER();
   for (const char* preset : {"tiny", "default"}) {
     SCOPED_TRACE(preset);
     expect_alone_equals_in_batch(weights_of(preset), 5, {2});
@@ -202,7 +197,6 @@ TEST(Unfused, SequenceIsBitwiseIdenticalAloneAndInBatchOfFive) {
 // 2 per sequence), so each block runs several items of each phase, and the sequences at the
 // ends and the middle must still come out as they do alone.
 TEST(Unfused, CollapseOfABatchWiderThanOneWaveMatchesEachSequenceAlone) {
-  SKIP_WITHOUT_HOPPER();
   const Weights& w = weights_of("tiny");
   ASSERT_EQ(w.cfg.d_model, 128) << "the item counts above assume the tiny preset";
   ASSERT_EQ(w.cfg.core_count, 40) << "the item counts above assume the tiny preset";
@@ -212,7 +206,6 @@ TEST(Unfused, CollapseOfABatchWiderThanOneWaveMatchesEachSequenceAlone) {
 
 // The trace has the right shape and holds real decisions (both gate values occur).
 TEST(Unfused, TraceIsRecorded) {
-  SKIP_WITHOUT_HOPPER();
   const Weights& w = weights_of("tiny");
   const int64_t B = 2, T = 2;
   const State s0 = random_state(w.cfg, B, 8);
@@ -238,7 +231,6 @@ TEST(Unfused, TraceIsRecorded) {
 // ---- bad input: an error, and the state bitwise unchanged ----
 
 TEST(Unfused, RefusesBadInputAndLeavesStateUnchanged) {
-  SKIP_WITHOUT_HOPPER();
   const Weights& w = weights_of("tiny");
   const Config& cfg = w.cfg;
   const int64_t B = 2, D = cfg.d_model;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine_test_options.hpp"
+#include "swapffn/backends.hpp"
 #include "swapffn/check.hpp"
 #include "swapffn/error.hpp"
 

@@ -8,6 +8,7 @@
 
 #include "naive_swapffn.hpp"
 #include "engine_test_options.hpp"
+#include "swapffn/backends.hpp"
 #include "swapffn/engine.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/random.hpp"

@@ -13,6 +13,7 @@
 #include <initializer_list>
 
 #include "engine_test_options.hpp"
+#include "swapffn/backends.hpp"
 #include "swapffn/engine.hpp"
 
 namespace swapffn {

@@ -1,0 +1,156 @@
+// The `swapffn` command line on a Hopper GPU, run as a separate process: tune, bench with its
+// anchor and matched floors, and the NVFP4 bench.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_test_util.hpp"
+
+namespace swapffn {
+namespace {
+
+using testing::Cli;
+using testing::line_with;
+using testing::Result;
+
+// `tune` writes a cache that run, check and bench take with --tune; a cache that is not one is refused
+// with its name and the reason.
+TEST_F(Cli, TuneWritesACacheThatTheFusedBackendRuns) {
+  const std::string m = path("tiny.safetensors"), cache = path("tune.json");
+  ASSERT_EQ(cli("init --config tiny --seed 2 --out " + m).code, 0);
+  Result r = cli("tune --model " + m + " --batches 1,2 --tokens 1 --repeats 1 --out " + cache);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("chosen: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("anchor_gate "), std::string::npos) << r.out;  // the anchor's GEMMs beside ours
+  EXPECT_NE(r.out.find("anchor_down "), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(cache));
+  EXPECT_EQ(j["d_model"].get<int64_t>(), 128);
+  EXPECT_EQ(j["d_ff"].get<int64_t>(), 384);
+  ASSERT_EQ(j["entries"].size(), 2u) << j.dump();
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& e = j["entries"][i];
+    EXPECT_EQ(e["batch"].get<int64_t>(), int64_t(i + 1)) << e;
+    EXPECT_GT(e["ms_per_step"].get<double>(), 0.0) << e;
+    EXPECT_TRUE(e.contains("sm_clock_mhz")) << e;  // 0 where NVML is unavailable
+    // One summation order for every batch size (batch invariance): the same router at both.
+    EXPECT_EQ(e["router"], j["entries"][0]["router"]) << j.dump();
+  }
+  r = cli("check --model " + m + " --backend fused --batch 2 --tokens 2 --tune " + cache);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+
+  const std::string broken = path("broken.json");
+  std::ofstream(broken) << "{";
+  expect_error("run --model " + m + " --backend fused --tune " + broken, "tuning cache " + broken + " is not valid JSON");
+  expect_error("run --model " + m + " --backend fused --tune " + path("missing.json"),
+               "cannot open tuning cache " + path("missing.json"));
+  expect_error("bench --config tiny --backends fused --batches 1 --tune " + broken,
+               "tuning cache " + broken + " is not valid JSON");
+}
+
+// `nvfp4 bench --no-search` times each shape's default config alone: one candidate line per shape
+// on stderr, the best config reported is the default, and the result still matches cuBLAS.
+TEST_F(Cli, Nvfp4BenchWithoutSearchTimesTheDefaultAlone) {
+  const std::string json = path("bench.json");
+  const Result r = cli("nvfp4 bench --op dual --shape 256x512x512 --shape 128x384x768 --no-search --reps 3 --json " + json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  size_t candidates = 0;
+  for (size_t at = r.err.find("candidate"); at != std::string::npos; at = r.err.find("candidate", at + 1)) ++candidates;
+  EXPECT_EQ(candidates, 2u) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_NE(j["method"].get<std::string>().find("--no-search"), std::string::npos) << j["method"];
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (const auto& row : j["results"]) {
+    EXPECT_EQ(row["best_config"], row["default_config"]) << row;
+    EXPECT_EQ(row["us"], row["default_us"]) << row;
+    EXPECT_EQ(row["mismatches_vs_cublas"], 0) << row;
+  }
+}
+
+// On a GPU the points run batch by batch (the anchor, then every backend at one batch size
+// back to back); "% floor" is against the floor measured at the start, and each row also has its own
+// matched floor and its ratio to the anchor.
+TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
+  const std::string json = path("bench.json");
+  const Result r = cli("bench --config tiny --backends unfused,fused --batches 1,2 --tokens 2 --warmup 1 --repeats 3 "
+                       "--cooldown 0.1 --json " + json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  // At each batch size the anchor (cuBLAS's FFN GEMMs alone) first, then the backends.
+  ASSERT_EQ(j["rows"].size(), 6u) << j.dump();
+  const char* order[6][2] = {{"cublas-ffn-gemms", "1"}, {"unfused", "1"}, {"fused", "1"},
+                             {"cublas-ffn-gemms", "2"}, {"unfused", "2"}, {"fused", "2"}};
+  for (size_t i = 0; i < 6; ++i) {
+    const auto& row = j["rows"][i];
+    EXPECT_EQ(row["backend"], order[i][0]) << row;
+    EXPECT_EQ(row["batch"], std::stoll(order[i][1])) << row;
+    const double matched = row["matched_floor_tflops"].get<double>(), tflops = row["tflops"].get<double>();
+    const double peak = j["peak_tflops"].get<double>();
+    EXPECT_GT(matched, 0.0) << row;
+    EXPECT_GT(peak, 0.0);
+    EXPECT_NEAR(row["pct_of_floor"].get<double>(), 100 * tflops / peak, 1e-9 * (1 + tflops)) << row;
+    EXPECT_NEAR(row["pct_of_matched_floor"].get<double>(), 100 * tflops / matched, 1e-9 * (1 + tflops)) << row;
+    EXPECT_GE(row["spread"].get<double>(), 0.0) << row;
+    // NVML telemetry over the point and over its matched floor; "per clock" rescales % matched by the
+    // floor's clock over the point's.
+    const auto& tp = row["telemetry"];
+    const auto& tf = row["matched_floor_telemetry"];
+    ASSERT_TRUE(tp.is_object() && tf.is_object()) << row;
+    EXPECT_GE(tp["samples"].get<int>(), 1) << row;
+    EXPECT_GT(tp["sm_clock_mhz_median"].get<double>(), 0.0) << row;
+    EXPECT_GT(tf["sm_clock_mhz_median"].get<double>(), 0.0) << row;
+    EXPECT_NEAR(row["pct_of_matched_floor_per_clock"].get<double>(),
+                row["pct_of_matched_floor"].get<double>() * tf["sm_clock_mhz_median"].get<double>() /
+                    tp["sm_clock_mhz_median"].get<double>(),
+                1e-9 * (1 + tflops))
+        << row;
+    // "vs GEMMs": the anchor's time at this batch size over the row's.
+    const double anchor_ms = j["rows"][i - i % 3]["ms_per_step"].get<double>();
+    EXPECT_NEAR(row["speedup_vs_gemms_alone"].get<double>(), anchor_ms / row["ms_per_step"].get<double>(), 1e-9) << row;
+  }
+  // The anchor's rate counts the FFN's GEMM FLOPs only: tiny has E = 3, k_ffn = 2, so 18 GEMMs per step
+  // of 2 * C * D * F * 3 FLOPs per FFN step and sequence (C = 40, D = 128, F = 384).
+  const double ffn_flops = 3 * 2 * 3 * 2.0 * 40 * 128 * 384;
+  EXPECT_NEAR(j["rows"][0]["tflops"].get<double>(), ffn_flops / (j["rows"][0]["ms_per_step"].get<double>() * 1e-3) / 1e12,
+              1e-9);
+  EXPECT_EQ(j["gemms_alone"]["gemms_per_step"].get<int>(), 18) << j["gemms_alone"];
+  for (const char* b : {"1", "2"})
+    EXPECT_NE(j["gemms_alone"]["algorithms"][b].get<std::string>().find("gate/up algo="), std::string::npos)
+        << j["gemms_alone"];
+  EXPECT_NE(r.out.find("cublas-ffn-gemms: cuBLAS's FFN GEMMs alone"), std::string::npos) << r.out;
+  EXPECT_NE(line_with(r.out, "backend              B").find("vs GEMMs"), std::string::npos) << r.out;
+  EXPECT_GT(j["floor_telemetry"]["samples"].get<int>(), 0) << j["floor_telemetry"];
+  EXPECT_EQ(j["telemetry_period_ms"].get<double>(), 5.0);
+  EXPECT_FALSE(j.contains("telemetry_unavailable")) << j["telemetry_unavailable"];
+  EXPECT_FALSE(j.contains("power_unavailable")) << j["power_unavailable"];  // an H100/H200 reads its power
+  EXPECT_NE(r.out.find("GPU telemetry over each timed part"), std::string::npos) << r.out;
+  EXPECT_GT(j["rows"][2]["speedup_vs_unfused"].get<double>(), 0.0);  // against the unfused row of its batch
+}
+
+// Without NVML the bench still times every point, says why it has no telemetry, and writes none.
+TEST_F(Cli, BenchWithoutNvmlSaysWhyAndStillTimes) {
+  const std::string json = path("bench.json");
+  ASSERT_EQ(setenv("SWAPFFN_NVML_LIBRARY", "libswapffn-no-such-nvml.so", 1), 0);
+  const Result r = cli("bench --config tiny --backends fused --batches 1 --tokens 1 --warmup 0 --repeats 1 "
+                       "--cooldown 0 --json " + json);
+  unsetenv("SWAPFFN_NVML_LIBRARY");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("GPU telemetry: unavailable: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("libswapffn-no-such-nvml.so"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("GPU telemetry over"), std::string::npos) << r.out;  // no table of readings
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_NE(j["telemetry_unavailable"].get<std::string>().find("libswapffn-no-such-nvml.so"), std::string::npos);
+  EXPECT_TRUE(j["floor_telemetry"].is_null());
+  ASSERT_EQ(j["rows"].size(), 2u);  // the anchor, then fused
+  for (const auto& row : j["rows"]) {
+    EXPECT_GT(row["ms_per_step"].get<double>(), 0.0) << row;
+    EXPECT_TRUE(row["telemetry"].is_null()) << row;
+    EXPECT_EQ(row["pct_of_matched_floor_per_clock"].get<double>(), 0.0) << row;
+  }
+}
+
+}  // namespace
+}  // namespace swapffn
