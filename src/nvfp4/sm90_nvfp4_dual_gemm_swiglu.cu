@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 void launch_dual_gemm_swiglu(const GemmArgs& args, Tile tile, cudaStream_t stream) {
   TmaOperands maps{};
-  prepare_tma_tile(args, 2, tile, Tile::m128_n64_ws, maps, stream);
+  prepare_tma_tile(args, 2, tile, Tile::m128_n64_wgmma, maps, stream);
   if (args.stream_k > 0) {
     dispatch_dual_tile(tile, [&](auto cfg, auto path) {
       using Cfg = decltype(cfg);
