@@ -297,7 +297,7 @@ std::vector<GemvConfig> gemv_candidates(const GemvProblem& p, int sm_count) {
     for (int s : {1, 2, 4, 8})
       if (s <= p.k / 128) add_unique(v, GemvConfig{w, s});
   if (gemv_tma_supported(p))
-    for (const auto [stages, step_k] : {std::pair{2, 1024}, std::pair{2, 2048}, std::pair{4, 2048}})
+    for (const auto& [stages, step_k] : {std::pair{2, 1024}, std::pair{2, 2048}, std::pair{4, 2048}})
       for (int s : {1, 2})
         if (s <= p.k / step_k) add_unique(v, GemvConfig{8, s, GemvLoad::tma, stages, step_k});
   return v;
