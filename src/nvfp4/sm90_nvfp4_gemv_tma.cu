@@ -7,8 +7,8 @@
 // bytes of e2m1 data, viewed as 8-byte elements so that a box row can be up to 1 KB, and 32 rows x
 // step_k / 16 bytes of plain scales; evict-first, `a` is read once), which costs no registers, and
 // the consumer warps run the int8 dot products on conflict-free shared loads. Wider steps ask DRAM
-// for longer runs of each row (256 bytes per row and request in the first version reached the same
-// ~2 TB/s as the register loads).
+// for longer runs of each row (256 bytes per row and request reached only the register loads'
+// ~2 TB/s).
 //
 // b is the same for every row: the consumers convert the CTA's K range of it to int8 (and its
 // scales to fp32 / 4) once, into shared memory, while the ring's first steps are in flight.
