@@ -100,8 +100,6 @@ void run_gemv(int64_t m, int64_t k, int64_t l, ScaleLayout layout, const GemvCon
   EXPECT_EQ(exact_mismatches(c.get(), ref, what), 0) << what;
 }
 
-const GemvDecode kDecodes[] = {GemvDecode::int8, GemvDecode::mma};
-
 // Host-side choice; no GPU needed.
 TEST(Nvfp4Config, ChoosersRefuseANonPositiveSmCount) {
   const GemmProblem g{128, 4096, 7168, 1, {}, {}, nullptr};
@@ -150,43 +148,39 @@ TEST(Nvfp4Config, GroupedModelPicksTheTileWidthsOfTheIssueShapes) {
 }
 
 TEST_F(Nvfp4Gpu, GemvBitExact) {
-  for (ScaleLayout layout : kLayouts)
-    for (GemvDecode d : kDecodes) {
-      run_gemv(200, 1024, 3, layout, {4, 1, d}, 11);   // M not a multiple of 64
-      run_gemv(200, 1024, 3, layout, {4, 3, d}, 12);   // split-K
-      run_gemv(128, 64, 2, layout, {2, 1, d}, 13);     // smallest K: half a 128-chunk
-      run_gemv(77, 4096, 1, layout, {8, 4, d}, 14);
-      GemvProblem probe{1000, 4096, 2, {}, {}, nullptr};
-      probe.a.layout = layout;
-      GemvConfig chosen = choose_gemv_config(probe, sms_);
-      chosen.decode = d;
-      if (d == GemvDecode::mma) chosen.load = GemvLoad::registers;  // the TMA path decodes int8 only
-      run_gemv(1000, 4096, 2, layout, chosen, 15);
-    }
+  for (ScaleLayout layout : kLayouts) {
+    run_gemv(200, 1024, 3, layout, {4, 1}, 11);   // M not a multiple of 64
+    run_gemv(200, 1024, 3, layout, {4, 3}, 12);   // split-K
+    run_gemv(128, 64, 2, layout, {4, 1}, 13);     // smallest K: half a 128-chunk
+    run_gemv(77, 4096, 1, layout, {8, 4}, 14);
+    GemvProblem probe{1000, 4096, 2, {}, {}, nullptr};
+    probe.a.layout = layout;
+    GemvConfig chosen = choose_gemv_config(probe, sms_);
+    run_gemv(1000, 4096, 2, layout, chosen, 15);
+    chosen.load = GemvLoad::registers;
+    run_gemv(1000, 4096, 2, layout, chosen, 15);
+  }
 }
 
-// The TMA path: every built (warps, stages, step_k) variant, split-K, M not a multiple of 32, the
-// smallest K it takes (256: part of a step, the rest zero-filled) and a K ending mid-step.
-constexpr GemvConfig tma_cfg(int warps, int split, int stages, int step_k = 512) {
-  return {warps, split, GemvDecode::int8, GemvLoad::tma, stages, step_k};
-}
+// The TMA path: every built (stages, step_k) ring, split-K, M not a multiple of 32, the smallest K
+// it takes (256: part of a step, the rest zero-filled) and a K ending mid-step.
+constexpr GemvConfig tma_cfg(int split, int stages, int step_k) { return {8, split, GemvLoad::tma, stages, step_k}; }
 
 TEST_F(Nvfp4Gpu, GemvTmaBitExact) {
-  const int variants[][2] = {{4, 512}, {8, 512}, {2, 1024}, {4, 1024}, {2, 2048}, {4, 2048}};  // stages, step_k
+  const int variants[][2] = {{2, 1024}, {2, 2048}, {4, 2048}};  // stages, step_k
   for (ScaleLayout layout : kLayouts)
-    for (int w : {4, 8})
-      for (const auto& v : variants) {
-        run_gemv(200, 2048, 3, layout, tma_cfg(w, 1, v[0], v[1]), 41);
-        run_gemv(200, 8192, 2, layout, tma_cfg(w, 3, v[0], v[1]), 42);  // split-K, uneven steps
-        run_gemv(77, 768, 1, layout, tma_cfg(w, 1, v[0], v[1]), 44);    // K ends mid-step
-      }
-  run_gemv(128, 256, 2, ScaleLayout::blocked_128x4, tma_cfg(8, 1, 2, 2048), 43);  // blocked: 4 of 32 units
-  run_gemv(128, 256, 2, ScaleLayout::plain, tma_cfg(4, 1, 4), 43);           // smallest K
-  run_gemv(128, 256, 2, ScaleLayout::plain, tma_cfg(8, 1, 2, 2048), 43);     // ... most of the step zero-filled
-  run_gemv(33, 16384, 1, ScaleLayout::plain, tma_cfg(4, 1, 4), 45);          // 32 steps through 4 stages
-  run_gemv(33, 16384, 1, ScaleLayout::plain, tma_cfg(8, 1, 2, 1024), 45);    // 16 steps through 2 stages
-  run_gemv(200, 1024, 3, ScaleLayout::plain, tma_cfg(4, 2, 8), 46, nullptr, InputKind::gemm);  // every byte
-  run_gemv(200, 4096, 3, ScaleLayout::plain, tma_cfg(8, 1, 4, 2048), 46, nullptr, InputKind::gemm);
+    for (const auto& v : variants) {
+      run_gemv(200, 2048, 3, layout, tma_cfg(1, v[0], v[1]), 41);
+      run_gemv(200, 8192, 2, layout, tma_cfg(3, v[0], v[1]), 42);  // split-K, uneven steps
+      run_gemv(77, 768, 1, layout, tma_cfg(1, v[0], v[1]), 44);    // K ends mid-step
+    }
+  run_gemv(128, 256, 2, ScaleLayout::blocked_128x4, tma_cfg(1, 2, 2048), 43);  // blocked: 4 of 32 units
+  run_gemv(128, 256, 2, ScaleLayout::plain, tma_cfg(1, 2, 1024), 43);          // smallest K
+  run_gemv(128, 256, 2, ScaleLayout::plain, tma_cfg(1, 2, 2048), 43);          // ... most of the step zero-filled
+  run_gemv(33, 16384, 1, ScaleLayout::plain, tma_cfg(1, 4, 2048), 45);         // 8 steps through 4 stages
+  run_gemv(33, 16384, 1, ScaleLayout::plain, tma_cfg(1, 2, 1024), 45);         // 16 steps through 2 stages
+  run_gemv(200, 1024, 3, ScaleLayout::plain, tma_cfg(1, 2, 1024), 46, nullptr, InputKind::gemm);  // every byte
+  run_gemv(200, 4096, 3, ScaleLayout::plain, tma_cfg(1, 4, 2048), 46, nullptr, InputKind::gemm);
   // The default takes the TMA path where it can (K % 256 == 0, either scale layout), else registers.
   GemvProblem probe{1000, 4096, 2, {}, {}, nullptr};
   const GemvConfig chosen = choose_gemv_config(probe, sms_);
@@ -232,7 +226,7 @@ TEST_F(Nvfp4Gpu, GemvTmaNeedsSixteenByteAlignedScales) {
   EXPECT_EQ(exact_mismatches(c.get(), ref, "gemv, scales 4 bytes off"), 0);
   c.buf.fill(kPoison);
   try {
-    gemv(p, tma_cfg(4, 1, 8), {}, nullptr);
+    gemv(p, tma_cfg(1, 2, 1024), {}, nullptr);
     ADD_FAILURE() << "load=tma with 4-byte aligned scales was not refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("16-byte aligned"), std::string::npos) << e.what();
@@ -242,24 +236,23 @@ TEST_F(Nvfp4Gpu, GemvTmaNeedsSixteenByteAlignedScales) {
 
 // The GEMV inputs of the issue have a's high nibbles zero and only non-negative codes 0..3; the
 // GEMM inputs (every byte pattern: negative values, -0, the largest magnitudes, scales up to 3)
-// are just as exact in fp32, so they test both decodes on the whole e2m1 range.
+// are just as exact in fp32, so they test the decode on the whole e2m1 range.
 TEST_F(Nvfp4Gpu, GemvBitExactOnEveryBytePattern) {
-  for (ScaleLayout layout : kLayouts)
-    for (GemvDecode d : kDecodes) {
-      run_gemv(200, 1024, 3, layout, {4, 1, d}, 31, nullptr, InputKind::gemm);
-      run_gemv(77, 4096, 2, layout, {8, 4, d}, 32, nullptr, InputKind::gemm);
-    }
+  for (ScaleLayout layout : kLayouts) {
+    run_gemv(200, 1024, 3, layout, {4, 1}, 31, nullptr, InputKind::gemm);
+    run_gemv(77, 4096, 2, layout, {8, 4}, 32, nullptr, InputKind::gemm);
+  }
 }
 
 TEST_F(Nvfp4Gpu, GemvNanScalePropagates) {
-  for (GemvDecode d : kDecodes) {
+  {
     HostOperand a = make_operand(InputKind::gemv, 96, 512, 1, 21);
     a.scales[5 * (512 / 16) + 3] = 0x7F;  // row 5, block 3
-    run_gemv(96, 512, 1, ScaleLayout::plain, {4, 2, d}, 21, &a);
+    run_gemv(96, 512, 1, ScaleLayout::plain, {4, 2}, 21, &a);
   }
-  HostOperand a = make_operand(InputKind::gemv, 96, 1024, 1, 22);
-  a.scales[40 * (1024 / 16) + 37] = 0xFF;  // row 40, block 37 (the second step)
-  for (ScaleLayout layout : kLayouts) run_gemv(96, 1024, 1, layout, tma_cfg(4, 2, 4), 22, &a);
+  HostOperand a = make_operand(InputKind::gemv, 96, 4096, 1, 22);
+  a.scales[40 * (4096 / 16) + 165] = 0xFF;  // row 40, k 2640: the second split's first step
+  for (ScaleLayout layout : kLayouts) run_gemv(96, 4096, 1, layout, tma_cfg(2, 2, 1024), 22, &a);
 }
 
 // ---------------- GEMM ----------------
@@ -282,9 +275,7 @@ void run_gemm(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 }
 
 TEST_F(Nvfp4Gpu, GemmBitExact) {
-  const Tile tiles[] = {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
-                        Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_wst, Tile::m128_n128_wsta,
-                        Tile::m128_n128_wstc, Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs};
+  const Tile tiles[] = {Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_rs, Tile::m128_n64_rs};
   for (ScaleLayout layout : kLayouts)
     for (Tile t : tiles) {
       run_gemm(200, 136, 512, 2, layout, {t, 1}, 31);  // M, N not tile multiples
@@ -292,13 +283,11 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
       run_gemm(130, 131, 768, 1, layout, {t, 3}, 33);  // odd N (scalar stores), split-K 3
     }
   // The register-operand tile: three activation tiles, several weight tiles, K long enough for the
-  // stage ring to wrap many times, with and without split-K, two batches.
-  // 128x256rs: N = 520 and 384 end in a tile whose second 128-row block is past the operand (its
-  // blocked scales are not copied). 128x64rs (K split between the warpgroups, odd and even stages):
-  // odd tiles read the second half of a 128-row block's blocked scales; split 5 leaves CTAs with
-  // an odd number of stages.
+  // stage ring to wrap many times, with and without split-K, two batches. 128x64rs (K split between
+  // the warpgroups, odd and even stages): odd tiles read the second half of a 128-row block's
+  // blocked scales; split 5 leaves CTAs with an odd number of stages.
   for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs}) {
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs}) {
       run_gemm(300, 520, 4096, 2, layout, {t, 1}, 36);
       run_gemm(256, 384, 8192, 1, layout, {t, 5}, 37);
     }
@@ -325,50 +314,27 @@ TEST_F(Nvfp4Gpu, GemmBitExact) {
   run_gemm(128, 4096, 7168, 1, ScaleLayout::plain, split4_cfg, 30);
 }
 
-// Stream-K (a persistent grid dividing all tiles' stages evenly): CTA counts that leave several whole
-// tiles in the middle of a CTA's range (7), split every tile among several CTAs (the SM count:
-// 4-5 parts of 32 stages each), and exceed the stages (clamped: one stage per CTA, 4 parts per
-// tile); odd shapes, the smallest K, two batches, both scale layouts, both tiles.
-TEST_F(Nvfp4Gpu, GemmStreamKBitExact) {
-  for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs}) {
-      for (int ctas : {7, sms_}) run_gemm(300, 520, 4096, 2, layout, {t, 1, ctas}, 38);
-      run_gemm(130, 131, 1024, 1, layout, {t, 1, sms_}, 39);
-      run_gemm(130, 131, 256, 1, layout, {t, 1, 3}, 39);
-      run_gemm(128, 7168, 2048, 1, layout, {t, 1, sms_}, 40);
-    }
-}
-
 // One zeroed workspace serves every config in turn: a config with more output tiles must not find
 // the previous config's partials where it keeps its arrival counters.
 TEST_F(Nvfp4Gpu, SplitKWorkspaceIsSharedAcrossConfigs) {
   DeviceBuffer ws = make_workspace(size_t{64} << 20);
   run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wgmma, 4}, 91, nullptr, &ws);  // 4 tiles
-  run_gemm(128, 1024, 1024, 1, ScaleLayout::plain, {Tile::m128_n64, 3}, 92, nullptr, &ws);        // 16 tiles
-  run_gemm(256, 1024, 1024, 2, ScaleLayout::plain, {Tile::m128_n128, 2}, 93, nullptr, &ws);       // 32 tiles
+  run_gemm(64, 1024, 1024, 1, ScaleLayout::plain, {Tile::m64_n128, 3}, 92, nullptr, &ws);         // 8 tiles
+  run_gemm(256, 1024, 1024, 2, ScaleLayout::plain, {Tile::m128_n128_wgmma, 2}, 93, nullptr, &ws);  // 32 tiles
   run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wgmma, 4}, 94, nullptr, &ws);
-  run_gemm(256, 1024, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws, 4}, 95, nullptr, &ws);    // 16 tiles
-  run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wsr, 4}, 96, nullptr, &ws);
-  run_gemm(256, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws2, 3}, 97, nullptr, &ws);
-  run_gemm(256, 1024, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wst, 4}, 98, nullptr, &ws);
-  run_gemm(256, 1024, 2048, 2, ScaleLayout::plain, {Tile::m128_n128_wsta, 4}, 99, nullptr, &ws);  // + the fp16 A
+  run_gemm(256, 1024, 2048, 2, ScaleLayout::plain, {Tile::m128_n128_rs, 4}, 99, nullptr, &ws);  // + the fp16 A
   run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wgmma, 4}, 100, nullptr, &ws);
-  run_gemm(256, 1024, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_wsta, 1}, 101, nullptr, &ws);  // no split-K
-  run_gemm(256, 1024, 4096, 1, ScaleLayout::plain, {Tile::m128_n128_wstc, 3}, 103, nullptr, &ws);
-  run_gemm(256, 1024, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_ws, 4}, 102, nullptr, &ws);
-  run_gemm(256, 1024, 2048, 2, ScaleLayout::plain, {Tile::m128_n128_rs, 4}, 104, nullptr, &ws);  // fp16 A, other order
-  run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n128_wsta, 2}, 105, nullptr, &ws);
-  run_gemm(256, 1024, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 1, 5}, 106, nullptr, &ws);  // stream-K
+  run_gemm(256, 1024, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 1}, 101, nullptr, &ws);  // no split-K
+  run_gemm(256, 1024, 4096, 1, ScaleLayout::plain, {Tile::m128_n64_rs, 3}, 103, nullptr, &ws);
   run_gemm(256, 1024, 2048, 2, ScaleLayout::plain, {Tile::m128_n128_rs, 3}, 107, nullptr, &ws);
-  run_gemm(128, 2048, 1024, 1, ScaleLayout::plain, {Tile::m128_n256_rs, 1, 11}, 108, nullptr, &ws);
+  run_gemm(128, 512, 1024, 1, ScaleLayout::plain, {Tile::m128_n64_rs, 2}, 105, nullptr, &ws);
 }
 
-// The TMA tiles need 16-byte aligned scales, the API only 4-byte: with scales 4 bytes off they fall
-// back to the register-load tiles, with the same results.
+// The rs tiles need 16-byte aligned weight scales, the API only 4-byte: with scales 4 bytes off they
+// fall back to the wgmma tile, with the same results.
 TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
   const int64_t m = 130, n = 200, k = 512;
-  for (Tile tile : {Tile::m128_n128_wst, Tile::m128_n128_wsta, Tile::m128_n128_wstc, Tile::m128_n128_rs,
-                    Tile::m128_n256_rs, Tile::m128_n64_rs})
+  for (Tile tile : {Tile::m128_n128_rs, Tile::m128_n64_rs})
   for (ScaleLayout layout : kLayouts) {
     const HostOperand a = make_operand(InputKind::gemm, m, k, 1, 101), b = make_operand(InputKind::gemm, n, k, 1, 102);
     const auto ref = reference_gemm(a, b);
@@ -395,18 +361,15 @@ TEST_F(Nvfp4Gpu, TmaTilesAcceptFourByteAlignedScales) {
 TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
   HostOperand a = make_operand(InputKind::gemm, 64, 256, 1, 41);
   a.scales[9 * (256 / 16) + 15] = 0xFF;  // row 9, last block, negative-sign NaN
-  run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128, 2}, 41, &a);
-  run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_ws, 2}, 41, &a);
-  run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wst, 1}, 41, &a);
-  run_gemm(64, 72, 256, 1, ScaleLayout::plain, {Tile::m128_n128_wst, 1}, 41, &a);
-  run_gemm(64, 72, 256, 1, ScaleLayout::plain, {Tile::m128_n128_wsta, 1}, 41, &a);  // NaN through the fp16 copy
-  run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wsta, 1}, 41, &a);
-  // `wstc`: B's odd k-tiles are converted by the consumer warps; NaN scales there (k-tiles 1 and 3).
-  HostOperand b = make_operand(InputKind::gemm, 72, 512, 1, 43);
+  run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m64_n128, 2}, 41, &a);
+  run_gemm(64, 72, 256, 1, ScaleLayout::blocked_128x4, {Tile::m128_n128_wgmma, 2}, 41, &a);
+  run_gemm(64, 72, 256, 1, ScaleLayout::plain, {Tile::m128_n128_wgmma, 1}, 41, &a);
+  HostOperand b = make_operand(InputKind::gemm, 72, 512, 1, 43);  // NaN weight scales, odd k-tiles
   b.scales[5 * (512 / 16) + 5] = 0x7F;
   b.scales[70 * (512 / 16) + 14] = 0xFF;
   for (ScaleLayout layout : kLayouts)
-    run_gemm(64, 72, 512, 1, layout, {Tile::m128_n128_wstc, 1}, 42, nullptr, nullptr, &b);
+    for (Tile t : {Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_rs})
+      run_gemm(64, 72, 512, 1, layout, {t, 1}, 42, nullptr, nullptr, &b);
   // `rs`: NaN weight scales in both 64-k halves of a stage, in rows of both consumer warpgroups and
   // both fragment rows (r, r + 8), and a NaN activation scale through the fragment-order fp16 copy.
   HostOperand w = make_operand(InputKind::gemm, 200, 512, 1, 44);
@@ -414,7 +377,7 @@ TEST_F(Nvfp4Gpu, GemmNanScalePropagates) {
   w.scales[75 * (512 / 16) + 13] = 0xFF;   // row 75 (r + 8 of warpgroup 1), stage 1, half 1
   w.scales[150 * (512 / 16) + 31] = 0x7F;  // second weight tile, last block
   for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs}) {
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs}) {
       run_gemm(64, 200, 512, 1, layout, {t, 1}, 45, nullptr, nullptr, &w);
       run_gemm(64, 72, 256, 1, layout, {t, 1}, 41, &a);
     }
@@ -449,9 +412,7 @@ void run_dual(int64_t m, int64_t n, int64_t k, int64_t l, ScaleLayout layout, co
 
 TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n64, Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n64_ws, Tile::m128_n64_wsr,
-                   Tile::m128_n64_ws2, Tile::m128_n64_wst, Tile::m128_n64_wsta, Tile::m128_n64_wstc,
-                   Tile::m128_n128_rs, Tile::m128_n64_rs}) {
+    for (Tile t : {Tile::m64_n64, Tile::m128_n64_wgmma, Tile::m128_n128_rs, Tile::m128_n64_rs}) {
       run_dual(160, 200, 512, 2, layout, {t, 1}, 51);
       run_dual(64, 64, 256, 1, layout, {t, 1}, 52);
       run_dual(130, 96, 1024, 1, layout, {t, 4}, 53);
@@ -492,7 +453,7 @@ TEST_F(Nvfp4Gpu, DualGemmWithinTolerance) {
   const ScaleLayout mixed[2][3] = {{ScaleLayout::plain, ScaleLayout::blocked_128x4, ScaleLayout::plain},
                                    {ScaleLayout::blocked_128x4, ScaleLayout::plain, ScaleLayout::blocked_128x4}};
   for (const auto& ls : mixed)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs, Tile::m128_n64_wsta, Tile::m128_n64_ws}) {
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs, Tile::m128_n64_wgmma}) {
       run_dual(200, 264, 1024, 1, ScaleLayout::plain, {t, 1}, 57, nullptr, ls);
       run_dual(130, 136, 1536, 2, ScaleLayout::plain, {t, 3}, 58, nullptr, ls);
     }
@@ -526,7 +487,7 @@ TEST_F(Nvfp4Gpu, DualGemmNanScalePropagates) {
     a.scales[5 * kScales + 20] = 0xFF;     // activation row 5
   };
   for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs, Tile::m128_n64_wsta}) {
+    for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs, Tile::m128_n64_wgmma}) {
       run_dual(64, 200, 512, 1, layout, {t, 1}, 63, nullptr, nullptr, poison);
       run_dual(64, 200, 512, 1, layout, {t, 2}, 63, nullptr, nullptr, poison);  // through split-K
     }
@@ -534,31 +495,12 @@ TEST_F(Nvfp4Gpu, DualGemmNanScalePropagates) {
 
 TEST_F(Nvfp4Gpu, DualGemmSplitKIsDeterministic) {
   std::vector<uint16_t> first, second;
-  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64, 4}, 61, &first);
-  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64, 4}, 61, &second);
+  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m64_n64, 4}, 61, &first);
+  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m64_n64, 4}, 61, &second);
   EXPECT_EQ(first, second);
   run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_wgmma, 3}, 61, &first);
   run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_wgmma, 3}, 61, &second);
   EXPECT_EQ(first, second);
-  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_ws, 3}, 61, &first);
-  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_ws, 3}, 61, &second);
-  EXPECT_EQ(first, second);
-  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_wsr, 3}, 61, &first);
-  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_wsr, 3}, 61, &second);
-  EXPECT_EQ(first, second);
-  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_ws2, 3}, 61, &first);
-  run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n64_ws2, 3}, 61, &second);
-  EXPECT_EQ(first, second);
-  run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wst, 3}, 61, &first);
-  run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wst, 3}, 61, &second);
-  EXPECT_EQ(first, second);
-  std::vector<uint16_t> pre_a;  // A dequantized once gives the same values in the same order
-  run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wsta, 3}, 61, &pre_a);
-  EXPECT_EQ(first, pre_a);
-  run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wsta, 3}, 61, &second);
-  EXPECT_EQ(pre_a, second);
-  run_dual(256, 256, 2048, 1, ScaleLayout::blocked_128x4, {Tile::m128_n64_wstc, 3}, 61, &second);  // who converts
-  EXPECT_EQ(pre_a, second);                                                                         // changes nothing
   run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 3}, 61, &first);
   run_dual(256, 256, 2048, 1, ScaleLayout::plain, {Tile::m128_n128_rs, 3}, 61, &second);
   EXPECT_EQ(first, second);
@@ -605,8 +547,7 @@ void run_grouped(const std::vector<int64_t>& ms, const std::vector<int64_t>& ns,
 
 TEST_F(Nvfp4Gpu, GroupedGemmBitExact) {
   for (ScaleLayout layout : kLayouts)
-    for (Tile t : {Tile::m128_n128, Tile::m128_n64, Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_ws,
-                   Tile::m128_n128_wsr, Tile::m128_n128_ws2, Tile::m128_n128_rs, Tile::m128_n256_rs}) {
+    for (Tile t : {Tile::m64_n128, Tile::m128_n128_wgmma, Tile::m128_n128_rs, Tile::m128_n256_rs}) {
       run_grouped({40, 76, 168, 1}, {136, 136, 136, 136}, {512, 512, 512, 512}, {layout}, {t, 1}, 71);
       run_grouped({130, 64}, {64, 200}, {256, 768}, {layout}, {t, 1}, 72);  // per-group n and k
       // 9 groups: the parameter block of all 64 group slots (up to 8 launch with 8).
@@ -658,15 +599,15 @@ TEST_F(Nvfp4Gpu, GroupedGemmMixedWidths) {
   const std::vector<ScaleLayout> mixed{ScaleLayout::plain, ScaleLayout::blocked_128x4};
   const std::vector<int64_t> ms{72, 200, 128, 9}, ns{328, 256, 100, 600}, ks{2048, 1024, 3072, 256};
   for (int wide_n : {0, 1, 2, 3}) {
-    const TileConfig cfg{Tile::m128_n256_rs, 1, 0, Probe::none, wide_n};
+    const TileConfig cfg{Tile::m128_n256_rs, 1, 0, wide_n};
     std::vector<std::vector<uint16_t>> first, second;
     run_grouped(ms, ns, ks, mixed, cfg, 101 + wide_n, false, &first);
     run_grouped(ms, ns, ks, mixed, cfg, 101 + wide_n, false, &second);
     EXPECT_EQ(first, second) << describe(cfg);
   }
-  run_grouped({130, 9, 40}, {16384, 8192, 200}, {256, 1024, 512}, mixed, {Tile::m128_n256_rs, 1, 0, Probe::none, 20}, 105);
+  run_grouped({130, 9, 40}, {16384, 8192, 200}, {256, 1024, 512}, mixed, {Tile::m128_n256_rs, 1, 0, 20}, 105);
   const std::vector<int64_t> m9{40, 76, 168, 72, 164, 148, 196, 160, 33};
-  run_grouped(m9, std::vector<int64_t>(9, 400), std::vector<int64_t>(9, 512), mixed, {Tile::m128_n256_rs, 1, 0, Probe::none, 1}, 106);
+  run_grouped(m9, std::vector<int64_t>(9, 400), std::vector<int64_t>(9, 512), mixed, {Tile::m128_n256_rs, 1, 0, 1}, 106);
 
 }
 
@@ -685,136 +626,99 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
     }
   };
   GemmProblem bad_k{128, 128, 320, 1, da.view, da.view, c.buf.get()};
-  expect_error([&] { gemm(bad_k, {Tile::m128_n128, 1}, {}, nullptr); }, "K=320 is not a multiple of 256");
+  expect_error([&] { gemm(bad_k, {Tile::m128_n128_wgmma, 1}, {}, nullptr); }, "K=320 is not a multiple of 256");
   GemvProblem bad_gemv{128, 96, 1, da.view, da.view, c.buf.get()};
   expect_error([&] { gemv(bad_gemv, {4, 1}, {}, nullptr); }, "K=96 is not a multiple of 64");
   GemvProblem gemv_k320{128, 320, 1, da.view, da.view, c.buf.get()};
-  expect_error([&] { gemv(gemv_k320, tma_cfg(4, 1, 8), {}, nullptr); }, "load=tma needs K % 256 == 0");
+  expect_error([&] { gemv(gemv_k320, tma_cfg(1, 2, 1024), {}, nullptr); }, "load=tma needs K % 256 == 0");
   GemvProblem gemv_ok{128, 512, 1, da.view, da.view, c.buf.get()};
-  expect_error([&] { gemv(gemv_ok, {4, 1, GemvDecode::mma, GemvLoad::tma, 8}, {}, nullptr); }, "decode=int8 only");
-  expect_error([&] { gemv(gemv_ok, tma_cfg(4, 1, 6), {}, nullptr); }, "stages=6");
-  GemvProblem gemv_two_steps{128, 1024, 1, da.view, da.view, c.buf.get()};
-  expect_error([&] { gemv(gemv_two_steps, tma_cfg(4, 2, 8), {}, nullptr); }, "zeroed for split-K");
-  expect_error([&] { gemv(gemv_two_steps, tma_cfg(4, 3, 8), {}, nullptr); }, "split_k=3 must be in [1, min(64, 2");
+  expect_error([&] { gemv(gemv_ok, {2, 1}, {}, nullptr); }, "warps=2 (supported: 4, 8)");
+  expect_error([&] { gemv(gemv_ok, tma_cfg(1, 6, 1024), {}, nullptr); }, "stages=6");
+  expect_error([&] { gemv(gemv_ok, tma_cfg(1, 4, 1024), {}, nullptr); }, "load=tma is not built");
+  expect_error([&] { gemv(gemv_ok, {4, 1, GemvLoad::tma, 2, 1024}, {}, nullptr); }, "load=tma is not built");
+  GemvProblem gemv_two_steps{128, 2048, 1, da.view, da.view, c.buf.get()};
+  expect_error([&] { gemv(gemv_two_steps, tma_cfg(2, 2, 1024), {}, nullptr); }, "zeroed for split-K");
+  expect_error([&] { gemv(gemv_two_steps, tma_cfg(3, 2, 1024), {}, nullptr); }, "split_k=3 must be in [1, min(64, 2");
   // b's int8 copy of K = 2^21 at split_k = 1 (2.6 MB) exceeds any device's shared memory per CTA.
   GemvProblem gemv_long{1, int64_t{1} << 21, 1, da.view, da.view, c.buf.get()};
-  expect_error([&] { gemv(gemv_long, tma_cfg(4, 1, 8), {}, nullptr); }, "bytes of shared memory per CTA");
+  expect_error([&] { gemv(gemv_long, tma_cfg(1, 2, 1024), {}, nullptr); }, "bytes of shared memory per CTA");
   DualGemmProblem null_b2{128, 128, 512, 1, da.view, da.view, {}, c.buf.get()};
-  expect_error([&] { dual_gemm_swiglu(null_b2, {Tile::m128_n64, 1}, {}, nullptr); }, "operand b2 data pointer is null");
+  expect_error([&] { dual_gemm_swiglu(null_b2, {Tile::m128_n64_wgmma, 1}, {}, nullptr); }, "operand b2 data pointer is null");
   Operand misaligned = da.view;
   misaligned.data = static_cast<const uint8_t*>(da.view.data) + 8;
   GemmProblem mis{128, 128, 256, 1, misaligned, da.view, c.buf.get()};
-  expect_error([&] { gemm(mis, {Tile::m128_n128, 1}, {}, nullptr); }, "not 16-byte aligned");
+  expect_error([&] { gemm(mis, {Tile::m128_n128_wgmma, 1}, {}, nullptr); }, "not 16-byte aligned");
   GemmProblem ok{128, 128, 512, 1, da.view, da.view, c.buf.get()};
-  expect_error([&] { gemm(ok, {Tile::m128_n128, 2}, {}, nullptr); }, "zeroed for split-K");
-  expect_error([&] { gemm(ok, {Tile::m128_n128_wsta, 1}, {}, nullptr); }, "131072 for the fp16 copy of A");
+  expect_error([&] { gemm(ok, {Tile::m128_n128_wgmma, 2}, {}, nullptr); }, "zeroed for split-K");
+  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1}, {}, nullptr); }, "131072 for the fp16 copy of A");
   DualGemmProblem dual_ok{128, 128, 512, 1, da.view, da.view, da.view, c.buf.get()};
-  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n64_wsta, 1}, {}, nullptr); }, "for the fp16 copy of A");
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n64_rs, 1}, {}, nullptr); }, "for the fp16 copy of A");
   expect_error([&] { gemm(ok, {Tile::m64_n64, 1}, {}, nullptr); }, "tile 64x64 is not built");
+  expect_error([&] { gemm(ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
   GroupedGemmProblem grouped;
   grouped.groups.push_back(ok);
   grouped.groups.push_back(bad_k);
-  expect_error([&] { grouped_gemm(grouped, {Tile::m128_n128, 1}, {}, nullptr); }, "group 1");
+  expect_error([&] { grouped_gemm(grouped, {Tile::m128_n128_wgmma, 1}, {}, nullptr); }, "group 1");
   GroupedGemmProblem grouped_ok;
   grouped_ok.groups.push_back(ok);
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wst, 1}, {}, nullptr); }, "tile 128x128wst is not built");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wsta, 1}, {}, nullptr); }, "tile 128x128wsta is not built");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_wstc, 1}, {}, nullptr); }, "tile 128x128wstc is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1}, {}, nullptr); }, "131072 for the fp16 copy of A");
   expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs is not built");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n64_rs, 1}, {}, nullptr); }, "tile 128x64rs is not built");
   // The rs tile's k-tiles are 128 wide: K = 512 has 4, so split 5 is refused.
   expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 5}, {}, nullptr); }, "min(64, 4 k-tiles)");
-  // Stream-K: only on the tiles that have it, without split-K, a CTA count in range, a workspace,
+  // Stream-K: the dual GEMM's 128x128rs only, without split-K, a CTA count in range, a workspace,
   // and weight scales TMA can copy.
-  expect_error([&] { gemm(ok, {Tile::m128_n64_rs, 1, 132}, {}, nullptr); }, "stream_k is built for tile 128x128rs or 128x256rs only, not 128x64rs");
+  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, 132}, {}, nullptr); }, "stream_k=132 (the GEMM supports 0)");
   expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n64_rs, 1, 132}, {}, nullptr); }, "stream_k is built for tile 128x128rs only");
-  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 2, 132}, {}, nullptr); }, "stream-K replaces split-K");
-  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, -1}, {}, nullptr); }, "stream_k=-1 must be in [0, 4096]");
-  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, sms_ + 1}, {}, nullptr); }, "SMs (every CTA of a stream-K grid must be resident)");
-  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, 132}, {}, nullptr); }, "zeroed for split-K");
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n128_rs, 2, 132}, {}, nullptr); }, "stream-K replaces split-K");
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n128_rs, 1, -1}, {}, nullptr); }, "stream_k=-1 must be in [0, 4096]");
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n128_rs, 1, sms_ + 1}, {}, nullptr); }, "SMs (every CTA of a stream-K grid must be resident)");
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n128_rs, 1, 100}, {}, nullptr); }, "zeroed for split-K");
   expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 132}, {}, nullptr); }, "grouped GEMM supports 0");
   DeviceBuffer shifted;
-  GemmProblem off{128, 128, 512, 1, da.view, with_scales_4_bytes_off(da, shifted), c.buf.get()};
-  expect_error([&] { gemm(off, {Tile::m128_n128_rs, 1, 132}, {}, nullptr); }, "stream_k needs the weight scales 16-byte aligned");
-  // The data-path probes: rs tiles of the GEMM and dual GEMM only, the plain grid, TMA-copyable
-  // weight scales, whole 128-row tiles for the bulk activations.
-  expect_error([&] { gemm(ok, {Tile::m128_n128_wsta, 1, 0, Probe::stages}, {}, nullptr); }, "probe=stages runs only the rs tiles, not 128x128wsta");
-  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, 132, Probe::weights}, {}, nullptr); }, "probe=weights runs the plain grid (stream_k=0)");
-  expect_error([&] { gemm(off, {Tile::m128_n128_rs, 1, 0, Probe::activations}, {}, nullptr); }, "probe=activations needs the weight scales 16-byte aligned");
-  GemmProblem rows100{100, 128, 512, 1, da.view, da.view, c.buf.get()};
-  expect_error([&] { gemm(rows100, {Tile::m128_n128_rs, 1, 0, Probe::bulk_activations}, {}, nullptr); }, "probe=bulk_activations needs M a multiple of 128, not 100");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 0, Probe::bulk_activations}, {}, nullptr); }, "probe=bulk_activations is not built for the grouped GEMM");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128, 1, 0, Probe::ring}, {}, nullptr); }, "probe=ring runs only the rs tiles, not 128x128");
+  const Operand off_b = with_scales_4_bytes_off(da, shifted);
+  DualGemmProblem dual_off{128, 128, 512, 1, da.view, da.view, off_b, c.buf.get()};
+  expect_error([&] { dual_gemm_swiglu(dual_off, {Tile::m128_n128_rs, 1, 100}, {}, nullptr); }, "stream_k needs the weight scales 16-byte aligned");
+  GemmProblem off{128, 128, 512, 1, da.view, off_b, c.buf.get()};
   GroupedGemmProblem grouped_off;
   grouped_off.groups.push_back(ok);
   grouped_off.groups.push_back(off);
-  expect_error([&] { grouped_gemm(grouped_off, {Tile::m128_n128_rs, 1, 0, Probe::weight_ring}, {}, nullptr); }, "probe=weight_ring needs the weight scales 16-byte aligned");
   expect_error([&] { grouped_gemm(grouped_off, {Tile::m128_n256_rs, 1}, {}, nullptr); }, "tile 128x256rs, group 1, needs the weight scales 16-byte aligned (TMA copies)");
-  // wide_n: -1 or a count, on the grouped GEMM's 128x256rs grid only, and not with a probe.
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1, 0, Probe::none, -2}, {}, nullptr); }, "wide_n=-2 must be -1 (every tile wide) or a count");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 0, Probe::none, 1}, {}, nullptr); }, "wide_n=1 is for the grouped GEMM's tile 128x256rs only, not 128x128rs");
-  expect_error([&] { gemm(ok, {Tile::m128_n256_rs, 1, 0, Probe::none, 1}, {}, nullptr); }, "wide_n=1 is for the grouped GEMM's tile 128x256rs only");
-  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n128_rs, 1, 0, Probe::none, 0}, {}, nullptr); }, "wide_n=0 is for the grouped GEMM's tile 128x256rs only");
-  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1, 0, Probe::ring, 1}, {}, nullptr); }, "the probes run grids of one tile width");
+  // wide_n: -1 or a count, on the grouped GEMM's 128x256rs grid only.
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n256_rs, 1, 0, -2}, {}, nullptr); }, "wide_n=-2 must be -1 (every tile wide) or a count");
+  expect_error([&] { grouped_gemm(grouped_ok, {Tile::m128_n128_rs, 1, 0, 1}, {}, nullptr); }, "wide_n=1 is for the grouped GEMM's tile 128x256rs only, not 128x128rs");
+  expect_error([&] { gemm(ok, {Tile::m128_n128_rs, 1, 0, 1}, {}, nullptr); }, "wide_n=1 is for the grouped GEMM's tile 128x256rs only");
+  expect_error([&] { dual_gemm_swiglu(dual_ok, {Tile::m128_n128_rs, 1, 0, 0}, {}, nullptr); }, "wide_n=0 is for the grouped GEMM's tile 128x256rs only");
   // Nothing was launched: the output still holds the poison.
   for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555);
 }
 
-// The probes run every rs tile's copies (the consumers wait for each stage's bytes, so a copy that
-// never lands would hang the test rather than pass), over two batches, split-K, both scale layouts,
-// and never write c, which a dual GEMM then fills correctly from the same workspace.
-TEST_F(Nvfp4Gpu, ProbesRunTheCopiesAndLeaveTheOutput) {
-  const int64_t m = 256, n = 384, k = 1024, l = 2;
-  for (ScaleLayout layout : kLayouts) {
-    const HostOperand a = make_operand(InputKind::dual, m, k, l, 51), b1 = make_operand(InputKind::dual, n, k, l, 52),
-                      b2 = make_operand(InputKind::dual, n, k, l, 53);
-    const DeviceOperand da = upload(a, layout), d1 = upload(b1, layout), d2 = upload(b2, layout);
-    Out c(m * n * l);
-    GemmProblem gp{m, n, k, l, da.view, d1.view, c.buf.get()};
-    DualGemmProblem dp{m, n, k, l, da.view, d1.view, d2.view, c.buf.get()};
-    DeviceBuffer ws = make_workspace(size_t{16} << 20);
-    const Workspace w{ws.get(), ws.bytes()};
-    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::weight_ring, Probe::bulk_activations, Probe::ring,
-                     Probe::prepass, Probe::launch})
-      for (int split : {1, 3}) {
-        for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs, Tile::m128_n64_rs}) gemm(gp, {t, split, 0, pr}, w, nullptr);
-        for (Tile t : {Tile::m128_n128_rs, Tile::m128_n64_rs}) dual_gemm_swiglu(dp, {t, split, 0, pr}, w, nullptr);
-      }
-    for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555) << "a probe wrote c (" << to_string(layout) << ")";
-    dual_gemm_swiglu(dp, {Tile::m128_n128_rs, 3}, w, nullptr);
-    EXPECT_EQ(tolerance_mismatches(c.get(), reference_dual_gemm_swiglu(a, b1, b2), "dual GEMM after the probes"), 0);
-  }
-}
+// ---------------- every search candidate ----------------
 
-// The same for the grouped GEMM's rs grids (both tiles): groups of different m, n and K, in both
-// scale layouts, whose outputs stay untouched; the grouped GEMM then fills them bit-exactly from the same workspace.
-TEST_F(Nvfp4Gpu, GroupedProbesRunTheCopiesAndLeaveTheOutput) {
-  const std::vector<int64_t> ms{72, 200, 9}, ns{384, 256, 136}, ks{1024, 2048, 512};
-  std::vector<HostOperand> as, bs;
-  std::vector<DeviceOperand> das, dbs;
-  std::vector<Out> cs;
-  GroupedGemmProblem p;
-  for (size_t g = 0; g < ms.size(); ++g) {
-    const ScaleLayout layout = kLayouts[g % 2];
-    as.push_back(make_operand(InputKind::grouped, ms[g], ks[g], 1, 91 + 2 * g));
-    bs.push_back(make_operand(InputKind::grouped, ns[g], ks[g], 1, 92 + 2 * g));
-    das.push_back(upload(as.back(), layout));
-    dbs.push_back(upload(bs.back(), layout));
-    cs.emplace_back(ms[g] * ns[g]);
+// Every config that `swapffn nvfp4 bench` may pick (the *_candidates lists: the default first), on
+// odd shapes in both scale layouts, against the CPU reference: b of the GEMV padded to 128 rows
+// per batch, GEMM M and N not tile multiples, dual M and N not tile multiples, grouped m_i below,
+// at and above 128.
+TEST_F(Nvfp4Gpu, EveryCandidateMatchesTheReference) {
+  for (ScaleLayout layout : kLayouts) {
+    {
+      const GemvProblem p{520, 2048, 2, {}, {}, nullptr};
+      for (const GemvConfig& cfg : gemv_candidates(p, sms_)) run_gemv(520, 2048, 2, layout, cfg, 1);
+    }
+    {
+      const GemmProblem p{192, 328, 1024, 1, {}, {}, nullptr};
+      for (const TileConfig& cfg : gemm_candidates(p, sms_)) run_gemm(192, 328, 1024, 1, layout, cfg, 3);
+    }
+    {
+      const DualGemmProblem p{160, 192, 1024, 1, {}, {}, {}, nullptr};
+      for (const TileConfig& cfg : dual_candidates(p, sms_)) run_dual(160, 192, 1024, 1, layout, cfg, 5);
+    }
+    {
+      GroupedGemmProblem p;
+      for (int64_t m : {40, 76, 168}) p.groups.push_back(GemmProblem{m, 256, 512, 1, {}, {}, nullptr});
+      for (const TileConfig& cfg : grouped_candidates(p, sms_)) run_grouped({40, 76, 168}, {256, 256, 256}, {512, 512, 512}, {layout}, cfg, 11);
+    }
   }
-  for (size_t g = 0; g < ms.size(); ++g) p.groups.push_back(GemmProblem{ms[g], ns[g], ks[g], 1, das[g].view, dbs[g].view, cs[g].buf.get()});
-  DeviceBuffer ws = make_workspace(workspace_bytes(p, {Tile::m128_n128_rs, 1}));
-  const Workspace w{ws.get(), ws.bytes()};
-  for (Tile t : {Tile::m128_n128_rs, Tile::m128_n256_rs})
-    for (Probe pr : {Probe::stages, Probe::activations, Probe::weights, Probe::weight_ring, Probe::ring, Probe::prepass, Probe::launch})
-      grouped_gemm(p, {t, 1, 0, pr}, w, nullptr);
-  for (const Out& c : cs)
-    for (uint16_t v : c.get()) ASSERT_EQ(v, 0x5555) << "a grouped probe wrote c";
-  grouped_gemm(p, {Tile::m128_n128_rs, 1}, w, nullptr);
-  const auto ref = reference_grouped_gemm(as, bs);
-  for (size_t g = 0; g < ms.size(); ++g)
-    EXPECT_EQ(exact_mismatches(cs[g].get(), ref[g], "grouped group " + std::to_string(g) + " after the probes"), 0);
 }
 
 }  // namespace

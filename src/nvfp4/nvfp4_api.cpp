@@ -134,20 +134,21 @@ void check_split(const std::string& op, int split, int64_t ktiles) {
 }
 
 bool gemm_tile_ok(Tile t) {
-  return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma ||
-         t == Tile::m128_n128_ws || t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_wst ||
-         t == Tile::m128_n128_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n128_rs || t == Tile::m128_n256_rs ||
-         t == Tile::m128_n64_rs;
+  return t == Tile::m64_n128 || t == Tile::m128_n128_wgmma || t == Tile::m128_n128_rs || t == Tile::m128_n64_rs;
 }
 bool dual_tile_ok(Tile t) {
-  return t == Tile::m128_n64 || t == Tile::m64_n64 || t == Tile::m128_n64_wgmma || t == Tile::m128_n64_ws ||
-         t == Tile::m128_n64_wsr || t == Tile::m128_n64_ws2 || t == Tile::m128_n64_wst || t == Tile::m128_n64_wsta ||
-         t == Tile::m128_n64_wstc || t == Tile::m128_n128_rs || t == Tile::m128_n64_rs;
+  return t == Tile::m64_n64 || t == Tile::m128_n64_wgmma || t == Tile::m128_n128_rs || t == Tile::m128_n64_rs;
 }
+bool grouped_tile_ok(Tile t) {
+  return t == Tile::m64_n128 || t == Tile::m128_n128_wgmma || t == Tile::m128_n128_rs || t == Tile::m128_n256_rs;
+}
+constexpr const char* kGemmTiles = "64x128, 128x128wg, 128x128rs, 128x64rs";
+constexpr const char* kDualTiles = "64x64, 128x64wg, 128x128rs, 128x64rs";
+constexpr const char* kGroupedTiles = "64x128, 128x128wg, 128x128rs, 128x256rs";
 constexpr int kMaxStreamKCtas = 4096;
 
-// The rs grids without a fallback tile (stream-K, the probes, the grouped `128x256rs`) copy the
-// weight scales by TMA, which needs them 16-byte aligned; the API allows 4.
+// The rs grids without a fallback tile (stream-K, the grouped `128x256rs`) copy the weight scales
+// by TMA, which needs them 16-byte aligned; the API allows 4.
 void require_tma_scales(const std::string& what, std::initializer_list<const Operand*> weights) {
   for (const Operand* w : weights)
     SWAPFFN_REQUIRE(aligned(w->scales, 16), what + " needs the weight scales 16-byte aligned (TMA copies)");
@@ -173,30 +174,13 @@ void check_stream_k(const std::string& op, const TileConfig& c, bool tile_ok, co
   require_tma_scales(op + ": stream_k", weights);
 }
 
-// probe (diagnostics, TileConfig::probe): an rs tile's plain grid, with the weight scales 16-byte
-// aligned (the plain kernels fall back to another tile otherwise; the probe must time the rs
-// tile's copies or nothing), and for the bulk activations whole 128-row tiles (their flat blocks
-// must stay inside the fp16 copy of A; `m` < 0: the grouped GEMM, which has no such blocks).
-void check_probe(const std::string& op, const TileConfig& c, int64_t m, std::initializer_list<const Operand*> weights) {
-  if (c.probe == Probe::none) return;
-  const std::string what = op + ": probe=" + to_string(c.probe);
-  SWAPFFN_REQUIRE(cu::is_rs_tile(c.tile), what + " runs only the rs tiles, not " + to_string(c.tile));
-  SWAPFFN_REQUIRE(c.stream_k == 0, what + " runs the plain grid (stream_k=0), not stream_k=" + std::to_string(c.stream_k));
-  require_tma_scales(what, weights);
-  SWAPFFN_REQUIRE(c.probe != Probe::bulk_activations || m >= 0, what + " is not built for the grouped GEMM");
-  SWAPFFN_REQUIRE(c.probe != Probe::bulk_activations || m % 128 == 0,
-                  what + " needs M a multiple of 128, not " + std::to_string(m));
-}
-
-// wide_n (TileConfig): -1, or a column-tile count on the grouped GEMM's 128x256rs grid, whose
-// probes run one tile width.
+// wide_n (TileConfig): -1, or a column-tile count on the grouped GEMM's 128x256rs grid.
 void check_wide_n(const std::string& op, const TileConfig& c, bool grouped) {
   if (c.wide_n == -1) return;
   const std::string what = op + ": wide_n=" + std::to_string(c.wide_n);
   SWAPFFN_REQUIRE(c.wide_n >= 0, what + " must be -1 (every tile wide) or a count of wide column tiles >= 0");
   SWAPFFN_REQUIRE(grouped && c.tile == Tile::m128_n256_rs,
                   what + " is for the grouped GEMM's tile 128x256rs only, not " + to_string(c.tile));
-  SWAPFFN_REQUIRE(c.probe == Probe::none, what + " with probe=" + to_string(c.probe) + ": the probes run grids of one tile width (wide_n=-1)");
 }
 
 // K per k-tile of a tile kernel (split-K counts these): 128 for the register-operand tiles' stages.
@@ -205,12 +189,11 @@ int64_t tile_k(Tile t) { return cu::is_rs_tile(t) ? 128 : 64; }
 cu::SplitWorkspace gemv_ws(const GemvProblem& p, const GemvConfig& c) {
   return split_workspace("nvfp4 gemv", ceil_div(p.m, cu::kGemvRowsPerCta) * p.l, c.split_k, cu::kGemvRowsPerCta);
 }
-// The fp16 copy of A of the *_wsta tiles goes after the counter header even without split-K: a
+// The fp16 copy of A of the rs tiles goes after the counter header even without split-K: a
 // workspace shared by several configs must never have one config's fp16 A where a split-K config
-// keeps its counters (the first version put it at offset 0 for split_k = 1, and the bench's config
-// search, which shares one workspace, then found non-zero counters). Rounded up to 256 bytes.
+// keeps its counters. Rounded up to 256 bytes.
 void add_a16(cu::SplitWorkspace& w, Tile t, int64_t m, int64_t k, int64_t l) {
-  if (!cu::dequantizes_a_once(t)) return;
+  if (!cu::is_rs_tile(t)) return;
   w.counter_bytes = kMaxSplitTiles * sizeof(int);
   w.a16_bytes = (cu::predequant_a_bytes(m, k, l) + 255) / 256 * 256;
 }
@@ -233,11 +216,6 @@ cu::SplitWorkspace dual_ws(const DualGemmProblem& p, const TileConfig& c) {
   return dual_tile_ok(c.tile) ? tile_ws("nvfp4 dual_gemm_swiglu", c, true, p.m, p.n, p.k, p.l) : cu::SplitWorkspace{};
 }
 
-bool grouped_tile_ok(Tile t) {
-  return t == Tile::m128_n128 || t == Tile::m128_n64 || t == Tile::m64_n128 || t == Tile::m128_n128_wgmma ||
-         t == Tile::m128_n128_ws || t == Tile::m128_n128_wsr || t == Tile::m128_n128_ws2 || t == Tile::m128_n128_rs ||
-         t == Tile::m128_n256_rs;
-}
 // Bytes of group g's fp16 activations in the grouped workspace, rounded up to 256 (each group's
 // part stays 256-byte aligned for its tensor map).
 size_t group_a16_bytes(const GemmProblem& g) { return (cu::predequant_a_bytes(g.m, g.k, 1) + 255) / 256 * 256; }
@@ -319,16 +297,14 @@ bool gemv_tma_supported(const GemvProblem& p, std::string* why) {
 void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 gemv";
-  SWAPFFN_REQUIRE(c.warps == 2 || c.warps == 4 || c.warps == 8,
-                  op + ": config warps=" + std::to_string(c.warps) + " (supported: 2, 4, 8)");
+  SWAPFFN_REQUIRE(c.warps == 4 || c.warps == 8, op + ": config warps=" + std::to_string(c.warps) + " (supported: 4, 8)");
   const bool tma = c.load == GemvLoad::tma;
   if (tma) {
     std::string why;
     SWAPFFN_REQUIRE(gemv_tma_supported(p, &why), op + ": load=tma " + why + "; use load=registers");
-    SWAPFFN_REQUIRE(c.decode == GemvDecode::int8, op + ": load=tma implements decode=int8 only");
     SWAPFFN_REQUIRE(cu::gemv_tma_built(c.warps, c.stages, c.step_k),
                     op + ": load=tma is not built for " + describe(c) +
-                        " (warps 4 or 8; step_k 512 with stages 4 or 8, step_k 1024 or 2048 with stages 2 or 4)");
+                        " (warps 8 with stages x step_k 2 x 1024, 2 x 2048 or 4 x 2048)");
     check_split(op, c.split_k, ceil_div(p.k, c.step_k));
     int device = 0, smem_max = 0;
     CUDA_CHECK(cudaGetDevice(&device));
@@ -351,49 +327,42 @@ void gemv(const GemvProblem& p, const GemvConfig& c, Workspace ws, Stream stream
   a.split_k = c.split_k;
   attach(op, gemv_ws(p, c), ws, a);
   if (tma) cu::launch_gemv_tma(a, c.warps, c.stages, c.step_k, stream);
-  else cu::launch_gemv(a, c.warps, c.decode == GemvDecode::int8, stream);
+  else cu::launch_gemv(a, c.warps, stream);
 }
 
 void gemm(const GemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 gemm";
-  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128wst, 128x128wsta, 128x128wstc, 128x128rs, 128x256rs, 128x64rs)");
+  SWAPFFN_REQUIRE(gemm_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (" + kGemmTiles + ")");
   check_split(op, c.split_k, p.k / tile_k(c.tile));
-  check_stream_k(op, c, c.tile == Tile::m128_n128_rs || c.tile == Tile::m128_n256_rs, "128x128rs or 128x256rs", {&p.b});
-  check_probe(op, c, p.m, {&p.b});
+  SWAPFFN_REQUIRE(c.stream_k == 0, op + ": stream_k=" + std::to_string(c.stream_k) + " (the GEMM supports 0)");
   check_wide_n(op, c, false);
   cu::GemmArgs a = gemm_args(p, c);
   a.b[0] = cu::operand_args(p.b, p.n, p.k);
   attach(op, gemm_ws(p, c), ws, a);
-  if (c.probe != Probe::none) cu::launch_rs_probe(a, c.tile, 1, c.probe, stream);
-  else cu::launch_gemm(a, c.tile, stream);
+  cu::launch_gemm(a, c.tile, stream);
 }
 
 void dual_gemm_swiglu(const DualGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 dual_gemm_swiglu";
-  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (128x64, 64x64, 128x64wg, 128x64ws, 128x64wsr, 128x64ws2, 128x64wst, 128x64wsta, 128x64wstc, 128x128rs, 128x64rs)");
+  SWAPFFN_REQUIRE(dual_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (" + kDualTiles + ")");
   check_split(op, c.split_k, p.k / tile_k(c.tile));
   check_stream_k(op, c, c.tile == Tile::m128_n128_rs, "128x128rs", {&p.b1, &p.b2});
-  check_probe(op, c, p.m, {&p.b1, &p.b2});
   check_wide_n(op, c, false);
   cu::GemmArgs a = gemm_args(p, c);
   a.b[0] = cu::operand_args(p.b1, p.n, p.k);
   a.b[1] = cu::operand_args(p.b2, p.n, p.k);
   attach(op, dual_ws(p, c), ws, a);
-  if (c.probe != Probe::none) cu::launch_rs_probe(a, c.tile, 2, c.probe, stream);
-  else cu::launch_dual_gemm_swiglu(a, c.tile, stream);
+  cu::launch_dual_gemm_swiglu(a, c.tile, stream);
 }
 
 void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws, Stream stream) {
   validate(p);
   const std::string op = "nvfp4 grouped_gemm";
-  // The other TMA tiles need tensor maps per operand and no grouped kernel carries them.
-  SWAPFFN_REQUIRE(grouped_tile_ok(c.tile),
-                  op + ": tile " + to_string(c.tile) + " is not built (128x128, 128x64, 64x128, 128x128wg, 128x128ws, 128x128wsr, 128x128ws2, 128x128rs, 128x256rs)");
+  SWAPFFN_REQUIRE(grouped_tile_ok(c.tile), op + ": tile " + to_string(c.tile) + " is not built (" + kGroupedTiles + ")");
   SWAPFFN_REQUIRE(c.split_k == 1, op + ": split_k=" + std::to_string(c.split_k) + " (grouped GEMM supports 1)");
   SWAPFFN_REQUIRE(c.stream_k == 0, op + ": stream_k=" + std::to_string(c.stream_k) + " (grouped GEMM supports 0)");
-  for (const GemmProblem& q : p.groups) check_probe(op, c, -1, {&q.b});
   check_wide_n(op, c, true);
   // 128x128rs falls back to 128x128wg (the same tiling) where TMA cannot copy a group's scales;
   // 128x256rs has no tile of its own shape to fall back to.
@@ -437,8 +406,7 @@ void grouped_gemm(const GroupedGemmProblem& p, const TileConfig& c, Workspace ws
     a.g[i].a16 = wa.a16 + off;
     off += group_a16_bytes(p.groups[i]);
   }
-  if (c.probe != Probe::none) cu::launch_grouped_rs_probe(a, c.tile, c.probe, stream);
-  else cu::launch_grouped_gemm(a, c.tile, stream);
+  cu::launch_grouped_gemm(a, c.tile, stream);
 }
 
 }  // namespace swapffn::nvfp4

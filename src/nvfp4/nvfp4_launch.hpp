@@ -25,7 +25,7 @@ OperandArgs operand_args(const swapffn::nvfp4::Operand& op, int64_t rows, int64_
 // GEMV rows per CTA (two m16 tiles of one warp; see sm90_nvfp4_gemv.cu).
 inline constexpr int kGemvRowsPerCta = 32;
 
-// GEMV load=tma (sm90_nvfp4_gemv_tma.cu): a ring stage holds step_k (512, 1024 or 2048) k of the
+// GEMV load=tma (sm90_nvfp4_gemv_tma.cu): a ring stage holds step_k (1024 or 2048) k of the
 // CTA's 32 rows; the shared memory a CTA needs: `stages` stages of 32 rows x step_k / 2 data bytes
 // plus scales (plain: 32 rows x step_k / 16 bytes; blocked: the row block's step_k / 64 units of
 // 512 bytes), b of its K range as int8 plus fp32 block scales (1.25 bytes per k), the ring's
@@ -56,48 +56,36 @@ struct GemmArgs {
   int stream_k = 0;  // CTAs of a stream-K grid (nvfp4_stream_k.cuh); 0: one CTA per tile and split
   float* partials = nullptr;
   int* counters = nullptr;
-  uint8_t* a16 = nullptr;  // `*_wsta` tiles: the workspace's fp16 copy of A (nvfp4_predequant_a.cu)
+  uint8_t* a16 = nullptr;  // rs tiles: the workspace's fp16 copy of A (nvfp4_predequant_a.cu)
 };
 
-// Tensor maps of the TMA tiles (`*_wst`), per operand (a, then b[0], b[1]): raw bytes as 3-D byte
-// tensors (K/2, rows, L) read in 128-byte x tile-rows boxes with the 128-byte swizzle, and plain
-// scales as (K/16, rows, L) read in 16-byte x tile-rows boxes. Blocked scales need no map: a tile's
-// 4 k-tiles of them are 2048 contiguous bytes, copied with one bulk copy.
+// Tensor maps of the rs tiles, per operand (a, then b[0], b[1]): data[0] is A's fp16 copy; the
+// weights' raw bytes as 3-D byte tensors (K/2, rows, L) and plain scales as (K/16, rows, L).
+// Blocked scales need no map: they are copied with bulk copies.
 struct TmaOperands {
   CUtensorMap data[3];
   CUtensorMap scales[3];
 };
 struct NoTma {};
 
-// The operands' tensor maps for a TMA tile with `nb` B operands and tile_m x tile_n boxes, or false
-// (maps untouched) when an operand's scales are not 16-byte aligned, which TMA and bulk copies need
-// but the API does not require: the launcher then runs the register-load tile instead.
-bool make_tma_operands(const GemmArgs& args, int nb, int tile_m, int tile_n, TmaOperands& out);
-
-// The tiles whose workspace holds an fp16 copy of A, written by the pre-pass (nvfp4_predequant_a.cu).
-inline bool dequantizes_a_once(swapffn::nvfp4::Tile t) {
-  using swapffn::nvfp4::Tile;
-  return t == Tile::m128_n128_wsta || t == Tile::m128_n64_wsta || t == Tile::m128_n128_wstc || t == Tile::m128_n64_wstc ||
-         t == Tile::m128_n128_rs || t == Tile::m128_n256_rs || t == Tile::m128_n64_rs;
-}
+// The register-operand tiles: A dequantized once into the workspace, weights converted into
+// wgmma's register operand (nvfp4_rs_mainloop.cuh).
 inline bool is_rs_tile(swapffn::nvfp4::Tile t) {
   using swapffn::nvfp4::Tile;
   return t == Tile::m128_n128_rs || t == Tile::m128_n256_rs || t == Tile::m128_n64_rs;
 }
 
-// The TMA tiles' launch preparation: for `*_wst` / `*_wsta` / `*_rs` tiles, the operands' tensor
-// maps with boxes of the tile's B rows (and for the tiles that dequantize A once, A's fp16 map and
-// the pre-pass into args.a16); `tile` becomes `fallback` when scales the tile copies by TMA are
+// The rs tiles' launch preparation: the operands' tensor maps with boxes of the tile's weight rows,
+// A's fp16 map and the pre-pass into args.a16; `tile` becomes `fallback` when the weight scales are
 // only 4-byte aligned (TMA needs 16); nothing is done for other tiles.
 void prepare_tma_tile(const GemmArgs& args, int nb, swapffn::nvfp4::Tile& tile, swapffn::nvfp4::Tile fallback,
                       TmaOperands& maps, cudaStream_t stream);
 
-// `*_wsta` and `*_rs` tiles: bytes of the fp16 copy of A, the pre-pass that writes it to args.a16
-// (stream ordered before the GEMM) in the k order the tile reads (nvfp4_predequant_a.cu), and its
-// tensor map (tile_m rows x 128 bytes, 128-byte swizzle).
-enum class A16Order { stage, fragment };
+// rs tiles: bytes of the fp16 copy of A, the pre-pass that writes it to args.a16 (stream ordered
+// before the GEMM, in the k order the tile reads: nvfp4_predequant_a.cu), and its tensor map
+// (tile_m rows x 128 bytes, 128-byte swizzle).
 size_t predequant_a_bytes(int64_t m, int64_t k, int64_t l);
-void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stream);
+void launch_predequant_a(const GemmArgs& args, cudaStream_t stream);
 CUtensorMap make_tma_a16(uint8_t* a16, int64_t m, int64_t k, int64_t l, int tile_m);
 
 // A group's CTAs. The grids of one tile width: [tile_begin, tile_begin + tiles), tiles_m m tiles of
@@ -146,7 +134,7 @@ static_assert(sizeof(GroupedArgs) + sizeof(GroupedRsMapsOf<swapffn::nvfp4::kMaxG
 
 // Launches copy their kernel parameters, and at 64 group slots the rs grid's are 32 KB: launching
 // that grid alone measured 5.9-7.3 us against 3.5-3.8 for the GEMM's 1 KB, and 4.0-4.4 with 8
-// slots (docs/NVFP4.md, thirty-second and thirty-fourth steps). So every grouped grid and the rs
+// slots. So every grouped grid and the rs
 // pre-pass launch with a block of kFewGroups slots when the groups fit (4 KB with the rs maps),
 // else with all kMaxGroups.
 inline constexpr int kFewGroups = 8;
@@ -180,7 +168,7 @@ template <int G>
 void launch_predequant_a_grouped(const GroupedArgsOf<G>& args, cudaStream_t stream);
 
 // Workspace split into per-tile arrival counters, fp32 partials, then the fp16 copy of A of the
-// `*_wsta` tiles (each part 256-byte aligned).
+// rs tiles (each part 256-byte aligned).
 struct SplitWorkspace {
   size_t counter_bytes = 0, partial_bytes = 0, a16_bytes = 0;
   size_t total() const { return counter_bytes + partial_bytes + a16_bytes; }
@@ -191,7 +179,7 @@ int tile_threads(swapffn::nvfp4::Tile tile, bool dual);
 // fp32 accumulators per thread.
 int tile_acc_per_thread(swapffn::nvfp4::Tile tile, bool dual);
 
-void launch_gemv(const GemvArgs& args, int warps, bool int8_decode, cudaStream_t stream);
+void launch_gemv(const GemvArgs& args, int warps, cudaStream_t stream);
 // K % 256 == 0 and 16-byte aligned `a` scales, either layout; shared memory checked by the API,
 // which also asks gemv_tma_built whether the (warps, stages, step_k) variant is instantiated.
 bool gemv_tma_built(int warps, int stages, int step_k);
@@ -199,12 +187,5 @@ void launch_gemv_tma(const GemvArgs& args, int warps, int stages, int step_k, cu
 void launch_gemm(const GemmArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
 void launch_dual_gemm_swiglu(const GemmArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
 void launch_grouped_gemm(const GroupedArgs& args, swapffn::nvfp4::Tile tile, cudaStream_t stream);
-// TileConfig::probe (sm90_nvfp4_rs_probe.cu): the data path alone of rs tile `tile`'s plain grid, of
-// the GEMM (nb = 1) or the dual GEMM (nb = 2); the API has checked that the tile and probe apply.
-void launch_rs_probe(const GemmArgs& args, swapffn::nvfp4::Tile tile, int nb, swapffn::nvfp4::Probe probe,
-                     cudaStream_t stream);
-// The same for the grouped GEMM's rs grid (the API has checked the tile, the probe and the scales).
-void launch_grouped_rs_probe(const GroupedArgs& args, swapffn::nvfp4::Tile tile, swapffn::nvfp4::Probe probe,
-                             cudaStream_t stream);
 
 }  // namespace swapffn::cuda::nvfp4

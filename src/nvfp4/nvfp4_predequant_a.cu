@@ -1,19 +1,14 @@
-// Dequantize the A operand of an NVFP4 GEMM / dual GEMM once, to fp16, for the `*_wsta` tiles.
+// Dequantize the A operand (the activations) of an NVFP4 GEMM / dual GEMM / grouped GEMM once, to
+// fp16, for the register-operand (`*_rs`) tiles.
 //
-// Why it exists: in the warp-specialised tiles every CTA of an M block converts the same A tile
-// (at M = 128 and N = 7168 the whole of A is converted 56 times), and A is half of each CTA's
-// dequant rows, while the dequant warps' instruction stream is what limits those tiles
-// (docs/NVFP4.md). Converting A once here halves the per-CTA dequant work; the GEMM's TMA then
-// copies each k-tile's A box straight into the fp16 stage.
+// Why it exists: every CTA of an M block would otherwise convert the same A tile (at M = 128 and
+// N = 7168 the whole of A 56 times); converted once here, the tiles copy A by TMA straight into
+// their stages and convert only the weights.
 //
 // Output layout: [L][M][K] fp16, each 64-wide k block's 128 bytes in a permuted k order (the values
-// are exact, nvfp4_dequant.cuh):
-// - A16Order::stage (`*_wsta`, `*_wstc`): the stage's order (raw 16-byte chunk q of the k-tile,
-//   elements 32q..32q+31, lands in 16-byte fp16 chunks q, q+2, q+4, q+6; nvfp4_tile_mainloop.cuh),
-//   so a 128-byte-swizzled TMA box of it is byte-for-byte what the dequant warps would have written;
-// - A16Order::fragment (`*_rs`, nvfp4_rs_mainloop.cuh; the grouped GEMM's pre-pass writes each
-//   group's activations in this order into the group's part of the workspace): the order in which the weights' register
-//   fragments hold k. Raw chunk t (0..3) of a 128-k step, elements 32t..32t+31, feeds the 64-k blocks
+// are exact, nvfp4_dequant.cuh): the order in which the weights' register fragments hold k
+// (nvfp4_rs_mainloop.cuh; the grouped pre-pass writes each group's activations into the group's
+// part of the workspace). Raw chunk t (0..3) of a 128-k step, elements 32t..32t+31, feeds the 64-k blocks
 //   h = 0, 1 with its words (2h, 2h + 1); dequant8's pair s of word 2h + u sits at k16 step s,
 //   columns 8u + 2t, 8u + 2t + 1 of block h (bytes 32 s + 16 u + 4 t), exactly where the wgmma finds
 //   the weight thread t's fragment pair of the same k.
@@ -34,14 +29,14 @@ namespace swapffn::cuda::nvfp4 {
 namespace {
 
 constexpr int kThreads = 256;
-// Fragment order: a warp stages its output in shared memory, 8 groups of 4 chunks (one 128-k step
+// A warp stages its output in shared memory, 8 groups of 4 chunks (one 128-k step
 // of one row: 256 contiguous output bytes), each group padded to 272 bytes so that the 32 lanes'
 // scattered 4-byte writes fall in 32 different banks; then each lane stores 64 contiguous bytes.
 constexpr int kGroupPitch = 272;
 constexpr int kWarpStaging = 8 * kGroupPitch;
 
 // Chunk i (16 raw bytes: 32 elements, two scales) of an (m, k, l) operand, into `out` ([l][m][k]
-// fp16 in kOrder's k order), for i < total. Called by all 32 lanes of a warp for 32 consecutive
+// fp16 in fragment order), for i < total. Called by all 32 lanes of a warp for 32 consecutive
 // chunks (i = a multiple of 32 + lane), with the warp's kWarpStaging bytes of shared memory.
 // Consecutive lanes take consecutive chunks: a warp reads 512 contiguous bytes of a row and writes
 // 2 KB of fp16. K % 256 == 0, so every 4-lane group is one whole 128-k step of one row, and
@@ -52,8 +47,7 @@ constexpr int kWarpStaging = 8 * kGroupPitch;
 // Why the staging: in fragment order each of a chunk's 16 result words lands 4 bytes from the
 // neighbouring chunk's, so direct stores were 16 scattered 4-byte stores per lane, each warp
 // store touching 8 half-written sectors. Staged, the 4 lanes of a group store its 256 bytes as
-// 4 x 64 contiguous bytes, whole 32-byte sectors (docs/NVFP4.md, twenty-ninth and thirtieth steps).
-template <A16Order kOrder>
+// 4 x 64 contiguous bytes, whole 32-byte sectors.
 __device__ __forceinline__ void predequant_chunk(const OperandArgs& a, uint32_t m, uint32_t k, uint32_t i, uint32_t total,
                                                  uint8_t* out, uint8_t* staging) {
   const bool valid = i < total;
@@ -71,14 +65,7 @@ __device__ __forceinline__ void predequant_chunk(const OperandArgs& a, uint32_t 
     dequant32(raw, two_scales, h);
   }
   uint8_t* const row_out = out + static_cast<int64_t>(row) * k * 2;
-  if constexpr (kOrder == A16Order::stage) {
-    if (!valid) return;
-    const uint32_t kt = chunk / 2, q = chunk % 2;
-    uint8_t* const tile = row_out + kt * 128;
-#pragma unroll
-    for (int c = 0; c < 4; ++c)
-      *reinterpret_cast<uint4*>(tile + (q + 2 * c) * 16) = make_uint4(h[4 * c], h[4 * c + 1], h[4 * c + 2], h[4 * c + 3]);
-  } else {
+  {
     const int lane = threadIdx.x & 31, t = lane & 3;  // t == chunk % 4
     uint8_t* group = staging + (lane >> 2) * kGroupPitch;
     __syncwarp();  // the previous chunks' reads of the staging buffer are done
@@ -98,20 +85,15 @@ __device__ __forceinline__ void predequant_chunk(const OperandArgs& a, uint32_t 
 }
 
 // Chunks [0, total) of an operand, warp by warp (a warp's chunks are consecutive).
-template <A16Order kOrder>
 __device__ __forceinline__ void predequant_all(const OperandArgs& a, uint32_t m, uint32_t k, uint32_t total, uint8_t* out,
                                                unsigned blocks, unsigned block) {
-  uint8_t* warp_staging = nullptr;  // stage order stores straight from registers
-  if constexpr (kOrder == A16Order::fragment) {
-    __shared__ __align__(16) uint8_t staging[kThreads / 32][kWarpStaging];
-    warp_staging = staging[threadIdx.x >> 5];
-  }
+  __shared__ __align__(16) uint8_t staging[kThreads / 32][kWarpStaging];
+  uint8_t* warp_staging = staging[threadIdx.x >> 5];
   const uint32_t lane = threadIdx.x & 31;
   for (uint32_t base = block * kThreads + (threadIdx.x & ~31u); base < total; base += blocks * kThreads)
-    predequant_chunk<kOrder>(a, m, k, base + lane, total, out, warp_staging);
+    predequant_chunk(a, m, k, base + lane, total, out, warp_staging);
 }
 
-template <A16Order kOrder>
 __global__ void __launch_bounds__(kThreads) predequant_a_kernel(const OperandArgs a, int64_t m, int64_t k, int64_t l,
                                                                 uint8_t* out) {
   // The GEMM that reads `out` is launched as a programmatic dependent: its CTAs may start their
@@ -119,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) predequant_a_kernel(const OperandArg
   // so in practice as this grid's blocks leave), and wait (griddepcontrol.wait) before their first
   // copy of A.
   pdl_launch_dependents();
-  predequant_all<kOrder>(a, static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(l * m * (k / 32)), out,
+  predequant_all(a, static_cast<uint32_t>(m), static_cast<uint32_t>(k), static_cast<uint32_t>(l * m * (k / 32)), out,
                          gridDim.x, blockIdx.x);
 }
 
@@ -128,7 +110,7 @@ template <int G>
 __global__ void __launch_bounds__(kThreads) predequant_a_grouped_kernel(const __grid_constant__ GroupedArgsOf<G> args) {
   pdl_launch_dependents();
   const GroupArgs& g = args.g[blockIdx.y];
-  predequant_all<A16Order::fragment>(g.a, static_cast<uint32_t>(g.m), static_cast<uint32_t>(g.k), static_cast<uint32_t>(static_cast<int64_t>(g.m) * (g.k / 32)),
+  predequant_all(g.a, static_cast<uint32_t>(g.m), static_cast<uint32_t>(g.k), static_cast<uint32_t>(static_cast<int64_t>(g.m) * (g.k / 32)),
                                      g.a16, gridDim.x, blockIdx.x);
 }
 
@@ -146,14 +128,11 @@ void check_chunk_count(int64_t chunks) {
 
 }  // namespace
 
-void launch_predequant_a(const GemmArgs& args, A16Order order, cudaStream_t stream) {
+void launch_predequant_a(const GemmArgs& args, cudaStream_t stream) {
   const int64_t threads = args.l * args.m * (args.k / 32);
   check_chunk_count(threads);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + kThreads - 1) / kThreads, 4096));
-  if (order == A16Order::stage)
-    predequant_a_kernel<A16Order::stage><<<blocks, kThreads, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
-  else
-    predequant_a_kernel<A16Order::fragment><<<blocks, kThreads, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
+  predequant_a_kernel<<<blocks, kThreads, 0, stream>>>(args.a, args.m, args.k, args.l, args.a16);
   SWAPFFN_CHECK_LAUNCH();
 }
 

@@ -1,10 +1,9 @@
 // Register-operand mainloop for the NVFP4 GEMM and dual GEMM (the `*_rs` tiles): the weights are
 // converted by the warps that multiply them, straight into wgmma's register fragment.
 //
-// Why: the other tiles convert B into an fp16 tile in shared memory that the wgmma then read back,
-// so every 64-k tile costs ~84 KB of shared-memory traffic (converted B and A written and read,
-// plus the raw ring) against 512 tensor cycles, and two barrier hand-offs between warp roles; the
-// profiles put the k-tile at ~2x its MMA time (docs/NVFP4.md). Hopper's wgmma may take A from
+// Why: tiles that convert B into an fp16 tile in shared memory for the wgmma to read back spend
+// ~84 KB of shared-memory traffic per 64-k tile against 512 tensor cycles, and two barrier
+// hand-offs between warp roles (~2x the k-tile's MMA time, docs/NVFP4.md). Hopper's wgmma may take A from
 // registers, so the operands are swapped, as in mixed-input GEMMs: the tile computes C^T = B A^T
 // with the weight rows (problem N) as wgmma's M dimension, in registers, and the activations
 // (problem M; dequantized once by the pre-pass, nvfp4_predequant_a.cu, A16Order::fragment) as the
@@ -28,8 +27,8 @@
 // converted while the unit before it is queued on the tensor pipe, once the unit before that has
 // completed (wgmma.wait_group 1), and its registers are pinned until then. A stage is released
 // (one arrival per warp that consumes it) once all its units' wgmma have completed; its raw bytes were
-// read into registers a unit earlier. (A third buffer gained nothing: docs/NVFP4.md, fifteenth
-// step; with two slabs it also makes ptxas serialise the wgmma, C7512.)
+// read into registers a unit earlier. (A third buffer gained nothing; with two slabs it also makes
+// ptxas serialise the wgmma, C7512.)
 #pragma once
 #include <cuda_fp16.h>
 
@@ -45,16 +44,6 @@
 #include "cuda/runtime/launch.hpp"
 
 namespace swapffn::cuda::nvfp4 {
-
-// A stage's copies, as bits: the GEMM kernels issue kCopyAll; the data-path probes
-// (TileConfig::probe, sm90_nvfp4_rs_probe.cu) issue a subset, or the activations as one contiguous
-// bulk copy instead of two swizzled boxes of 128-byte rows.
-enum StageCopies : unsigned {
-  kCopyActBoxes = 1u,
-  kCopyWeights = 2u,  // the weight rows and their scales
-  kCopyActBulk = 4u,
-  kCopyAll = kCopyActBoxes | kCopyWeights
-};
 
 // BM activation rows (problem M: wgmma's N); BN weight rows per weight operand (problem N), NB
 // weight operands (1: GEMM; 2: dual GEMM, B1 and B2); BK = 128 k per stage (two 64-k halves).
@@ -161,25 +150,6 @@ struct RsMainloop {
     return true;
   }
 
-  // The data-path probe: the producer issues the `Copies` of stages [kt0, kt0 + count) through the
-  // same ring, and the consumers only wait for each of their stages and release it (no conversion,
-  // no MMA, no sums). With kCopyActBulk, src[0].data is this batch's fp16 activations, read as
-  // 32 KB blocks (m tile, stage) laid end to end: the bytes of a pre-swizzled layout, not their
-  // values. All threads must call it.
-  template <unsigned Copies, class Maps>
-  __device__ void run_probe(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count) const {
-    if (!start()) {
-      if (threadIdx.x == Cfg::kConsumerThreads) produce<Copies>(src, maps, batch, kt0, count, 0);
-      return;
-    }
-    const int lane = threadIdx.x & 31, wg = threadIdx.x >> 7;
-    constexpr int kW = Cfg::kWgStride;
-    for (int i = kW == 1 ? 0 : wg; i < count; i += kW) {
-      cutlass::arch::ClusterTransactionBarrier::wait(&full_[i % Cfg::kStages], (i / Cfg::kStages) & 1);
-      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty_[i % Cfg::kStages]);
-    }
-  }
-
   // Stream-K (nvfp4_stream_k.cuh): runs every segment of CTA `cta` of `sk` through one stage ring.
   // src_of(tile, src, batch) gives a tile's sources and batch. After each segment the consumer
   // threads call epilogue(segment, acc) with the segment's sums in acc, then acc is zeroed for
@@ -240,16 +210,15 @@ struct RsMainloop {
 
   // Copies stages [kt0, kt0 + count) into the ring, whose first `ring` stages were used before
   // (by earlier segments of a stream-K CTA); the first segment waits for the pre-pass.
-  template <unsigned Copies = kCopyAll, class Maps>
+  template <class Maps>
   __device__ void produce(const TileSrc (&src)[1 + Cfg::kNB], const Maps& maps, int batch, int kt0, int count,
                           int ring) const {
-    constexpr bool kAct = (Copies & (kCopyActBoxes | kCopyActBulk)) != 0, kWeights = (Copies & kCopyWeights) != 0;
     // Blocked scales: one bulk copy of the stage's two 512-byte units per 128-row block that
     // exists (a block past the operand's last row block is not in memory; its rows are never stored);
     // a 64-row tile copies its block's units whole and reads its half of them.
-    uint32_t bytes = (kAct ? Cfg::kActBytes : 0) + (kWeights ? Cfg::kWeightBytes : 0);
+    uint32_t bytes = Cfg::kActBytes + Cfg::kWeightBytes;
 #pragma unroll
-    for (int o = 0; o < Cfg::kNB && kWeights; ++o) {
+    for (int o = 0; o < Cfg::kNB; ++o) {
       const TileSrc& w = src[1 + o];
       if (w.rk_blocks == 0) bytes += Cfg::BN * 16;
 #pragma unroll
@@ -264,7 +233,7 @@ struct RsMainloop {
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full_[s], bytes);
 #pragma unroll
-      for (int o = 0; o < Cfg::kNB && kWeights; ++o) {
+      for (int o = 0; o < Cfg::kNB; ++o) {
         const TileSrc& w = src[1 + o];
         const int wrow0 = static_cast<int>(w.row0);
 #pragma unroll
@@ -289,14 +258,9 @@ struct RsMainloop {
     auto copy_activations = [&](int t) {
       const int s = (ring + t) % Cfg::kStages, kt = kt0 + t;
       uint8_t* st = stages_ + s * Cfg::kStageBytes;
-      if constexpr ((Copies & kCopyActBoxes) != 0) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          cute::SM90_TMA_LOAD_3D::copy(act_map(maps), &full_[s], 0, st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
-      } else if constexpr ((Copies & kCopyActBulk) != 0) {
-        const int64_t block = static_cast<int64_t>(arow0 / Cfg::BM) * (src[0].k / Cfg::BK) + kt;
-        cute::SM90_BULK_COPY_G2S::copy(src[0].data + block * Cfg::kActBytes, &full_[s], st, Cfg::kActBytes);
-      }
+      for (int h = 0; h < 2; ++h)
+        cute::SM90_TMA_LOAD_3D::copy(act_map(maps), &full_[s], 0, st + h * Cfg::BM * 128, (2 * kt + h) * 128, arow0, batch);
     };
     // The first stages' weights go out before waiting for the pre-pass that writes the activations
     // (this grid is its programmatic dependent).
@@ -390,7 +354,7 @@ struct RsMainloop {
     static_assert(kUnits % 2 == 0, "units alternate between the two fragment buffers across stages");
     // The unit of a stage at which the previous stage is released (any unit from 0 may: the wait
     // at unit 0 covers the previous stage). Unit 0 gives the producer the most lead: one-slab tiles
-    // 0-5% faster than at unit 1 (docs/NVFP4.md, twenty-fifth step); the two-slab dual tile measured
+    // 0-5% faster than at unit 1; the two-slab dual tile measured
     // 1% slower there, so it keeps unit 1.
     constexpr int kReleaseUnit = kS == 1 ? 0 : 1;
     // Warpgroup wg's stages: all of them, or every kWgStride-th from wg (the ring slots it uses

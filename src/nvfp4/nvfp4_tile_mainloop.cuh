@@ -333,7 +333,7 @@ __device__ __forceinline__ int acc_row(int mt, int i) { return mt * 16 + ((threa
 __device__ __forceinline__ int acc_col(int nt, int i) { return nt * 8 + (threadIdx.x & 3) * 2 + (i & 1); }
 
 // Barrier among threads [0, N) only (named barrier 1): the split-K reduction runs in the threads
-// that hold accumulators, which in the warp-specialised kernels are not all of the CTA's threads.
+// that hold accumulators, which in the rs kernels are not all of the CTA's threads.
 template <int N>
 __device__ __forceinline__ void acc_threads_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(N) : "memory");

@@ -1,17 +1,12 @@
 // The instantiated tile configurations of the NVFP4 tile kernels, and the dispatch from the
-// run-time Tile enum to them. Shared by the GEMM, dual GEMM and grouped GEMM kernel files.
-//
-// Why these: every warp owns a 64-row slab (four m16 tiles) so A fragments are reused across its
-// n8 tiles; 8-warp CTAs use 3 stages and 4-warp CTAs 4 stages so that two CTAs fit per SM (the
-// second CTA's MMAs cover the first one's barrier and dequant phases). Shared memory per CTA:
-// 2 fp16 tiles + raw stages, about 103 KB (256 rows) or 87 KB (192 rows).
+// run-time Tile enum to them. Shared by the GEMM, dual GEMM and grouped GEMM kernel files; which
+// config runs for which problem is decided in nvfp4_config.cpp.
 #pragma once
 #include <type_traits>
 
 #include "cuda/runtime/cuda_check.hpp"
 #include "nvfp4/nvfp4_rs_mainloop.cuh"
 #include "nvfp4/nvfp4_tile_mainloop.cuh"
-#include "nvfp4/nvfp4_ws_mainloop.cuh"
 #include "cuda/runtime/launch.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/nvfp4/nvfp4.hpp"
@@ -20,59 +15,29 @@ namespace swapffn::cuda::nvfp4 {
 
 using swapffn::nvfp4::Tile;
 
-// Single-B (GEMM, grouped) tiles: WarpsM, WarpsN, NT, NB=1, Stages, MinBlocks.
-using GemmM128N128 = TileCfg<2, 4, 4, 1, 3, 2>;
-using GemmM128N64 = TileCfg<2, 2, 4, 1, 4, 2>;
+// mma.sync tiles for small M (WarpsM, WarpsN, NT, NB, Stages, MinBlocks): 64 rows, 4 stages, two
+// CTAs per SM so that one CTA's MMAs cover the other's barrier and dequant phases.
 using GemmM64N128 = TileCfg<1, 4, 4, 1, 4, 2>;
-// Dual-B tiles: BN is per B operand; the two products share the A tile.
-using DualM128N64 = TileCfg<2, 4, 2, 2, 3, 2>;
-using DualM64N64 = TileCfg<1, 4, 2, 2, 4, 2>;
-
-static_assert(GemmM128N128::BM == 128 && GemmM128N128::BN == 128, "tile enum and config disagree");
-static_assert(GemmM128N64::BM == 128 && GemmM128N64::BN == 64, "tile enum and config disagree");
-static_assert(GemmM64N128::BM == 64 && GemmM64N128::BN == 128, "tile enum and config disagree");
-static_assert(DualM128N64::BM == 128 && DualM128N64::BN == 64, "tile enum and config disagree");
-static_assert(DualM64N64::BM == 64 && DualM64N64::BN == 64, "tile enum and config disagree");
-
-// wgmma tiles: the same producer (two warpgroups of 64 A rows), warpgroup MMAs.
+using DualM64N64 = TileCfg<1, 4, 2, 2, 4, 2>;  // BN per B operand; the two products share the A tile
+// wgmma tiles (shared-memory operands, no TMA): where the weight scales are only 4-byte aligned.
 using GemmM128N128Wg = TileCfg<2, 4, 4, 1, 3, 2>;
 using DualM128N64Wg = TileCfg<2, 4, 2, 2, 3, 2>;
+static_assert(GemmM64N128::BM == 64 && GemmM64N128::BN == 128, "tile enum and config disagree");
+static_assert(DualM64N64::BM == 64 && DualM64N64::BN == 64, "tile enum and config disagree");
+static_assert(GemmM128N128Wg::BM == 128 && GemmM128N128Wg::BN == 128, "tile enum and config disagree");
+static_assert(DualM128N64Wg::BM == 128 && DualM128N64Wg::BN == 64, "tile enum and config disagree");
 
-// Warp-specialised tiles (nvfp4_ws_mainloop.cuh): BN, NB, fp16 stages, k-tiles of raw loads in
-// flight per dequant thread. 6 stages of 32 KB use 192 KB of the 227 KB a CTA may have: with one
-// CTA per SM, shared memory has no other use, and a deeper ring absorbs the dequant warps' jitter.
-// 4 k-tiles in flight per thread keep 32 KB of loads outstanding per SM (2 x 16 B per k-tile).
-using GemmM128N128Ws = WsCfg<128, 1, 6, 4, false>;
-using DualM128N64Ws = WsCfg<64, 2, 6, 4, false>;
-// Two k-tiles per load step (8 lines per warp request), the same 4 k-tiles of loads in flight.
-using GemmM128N128Ws2 = WsCfg<128, 1, 6, 2, false, 2>;
-using DualM128N64Ws2 = WsCfg<64, 2, 6, 2, false, 2>;
-// Raw-ring variants: 4 fp16 stages (128 KB) + the 80 KB double-buffered raw ring.
-using GemmM128N128WsRing = WsCfg<128, 1, 4, 1, true>;
-using DualM128N64WsRing = WsCfg<64, 2, 4, 1, true>;
-// TMA variants: 4 fp16 stages (128 KB) + 2 TMA slots of 4 k-tiles (72 KB GEMM, 76 KB dual).
-using GemmM128N128WsTma = WsCfg<128, 1, 4, 1, false, 1, true>;
-using DualM128N64WsTma = WsCfg<64, 2, 4, 1, false, 1, true>;
-// TMA variants with A pre-dequantized (`*_wsta`): the raw ring holds only B (36-40 KB), which
-// leaves room for 5 fp16 stages (160 KB); a dequant thread then has one task per k-tile, so it
-// converts k-tiles in pairs (two independent chains, as the two tasks of `*_wst`).
-using GemmM128N128WsTmaA = WsCfg<128, 1, 5, 1, false, 1, true, true, 2>;
-using DualM128N64WsTmaA = WsCfg<64, 2, 5, 1, false, 1, true, true, 2>;
-// `*_wstc`: as `*_wsta`, the consumer warps converting the odd k-tiles of every round.
-using GemmM128N128WsTmaC = WsCfg<128, 1, 5, 1, false, 1, true, true, 2, true>;
-using DualM128N64WsTmaC = WsCfg<64, 2, 5, 1, false, 1, true, true, 2, true>;
 // Register-operand tiles (nvfp4_rs_mainloop.cuh): 4 stages of 128 k (activation boxes 32 KB,
 // weights 64 bytes and scales 16 per weight row: 42 KB for 128 rows, 52 KB for 256) keep 512 k of
-// weights in flight per SM. A fifth stage for 128 rows (210 KB) measured no gain (68.7 / 34.6 /
-// 22.3 us against 67-70 / 33.4-34.0 / 21.5-22.2 with 4; docs/NVFP4.md, sixteenth step). 256 weight rows
-// (two slabs per consumer warpgroup) halve the activation bytes each MMA needs from L2 and
-// shared memory; the dual GEMM's 128 rows of B1 and of B2 are the same two slabs.
+// weights in flight per SM; a fifth stage measured no gain. 256 weight rows (two slabs per
+// consumer warpgroup) halve the activation bytes each MMA needs from L2 and shared memory; the
+// dual GEMM's 128 rows of B1 and of B2 are the same two slabs.
 using GemmM128N128Rs = RsCfg<4, 128, 1>;
-using GemmM128N256Rs = RsCfg<4, 256, 1>;
+using GemmM128N256Rs = RsCfg<4, 256, 1>;  // the grouped GEMM's wide tile
 using DualM128N128Rs = RsCfg<4, 128, 2>;
 // GEMM `128x64rs`: 64 weight rows, the consumer warpgroups taking alternate stages (K split
-// between them), 6 stages of 37 KB so that each has three in flight: twice the tiles of
-// `128x128rs` for the short-K shapes whose 128-row tiles do not fill the SMs.
+// between them), 6 stages so that each has three in flight: twice the tiles of `128x128rs` for the
+// short-K shapes whose 128-row tiles do not fill the SMs.
 using GemmM128N64Rs = RsCfg<6, 64, 1, 2>;
 // 64 rows of B1 (consumer warpgroup 0) and of B2 (warpgroup 1): twice the dual tiles of
 // `128x128rs`, for the M = 256 shapes whose 128-row tiles would need split-K to fill the SMs.
@@ -81,18 +46,15 @@ static_assert(GemmM128N128Rs::BM == 128 && GemmM128N128Rs::BN == 128, "tile enum
 static_assert(GemmM128N256Rs::BM == 128 && GemmM128N256Rs::BN == 256, "tile enum and config disagree");
 static_assert(DualM128N128Rs::BM == 128 && DualM128N128Rs::BN == 128, "tile enum and config disagree");
 static_assert(DualM128N64Rs::BM == 128 && DualM128N64Rs::BN == 64, "tile enum and config disagree");
-static_assert(GemmM128N128Ws::BM == 128 && GemmM128N128Ws::BN == 128, "tile enum and config disagree");
-static_assert(DualM128N64Ws::BM == 128 && DualM128N64Ws::BN == 64, "tile enum and config disagree");
 
-// Which mainloop a tile runs: mma.sync, wgmma with the shared producer, warp-specialised, or
-// warp-specialised with TMA loads (whose kernels take the operands' tensor maps as a parameter).
-// rs: the register-operand tile (weights converted into wgmma's register fragment, operands swapped).
-enum class Path { mma_sync, wgmma, ws, wst, rs };
+// Which mainloop a tile runs: mma.sync or wgmma on fp16 tiles in shared memory, or rs (weights
+// converted into wgmma's register fragment, operands swapped; its kernels take tensor maps).
+enum class Path { mma_sync, wgmma, rs };
 template <Path P>
 using PathTag = std::integral_constant<Path, P>;
 
 // The accumulators of a tile's mainloop, and the mainloop itself. run_mainloop returns false in
-// threads that hold no accumulators (the warp-specialised tiles' dequant warps), which must leave.
+// threads that hold no accumulators (the rs tiles' producer warpgroup), which must leave.
 // (A trait, not std::conditional_t: that would instantiate every mainloop with every config.)
 template <class Cfg, Path P>
 struct AccOf {
@@ -103,14 +65,6 @@ struct AccOf<Cfg, Path::wgmma> {
   using type = typename TileMainloop<Cfg>::WgAcc;
 };
 template <class Cfg>
-struct AccOf<Cfg, Path::ws> {
-  using type = typename WsMainloop<Cfg>::Acc;
-};
-template <class Cfg>
-struct AccOf<Cfg, Path::wst> {
-  using type = typename WsMainloop<Cfg>::Acc;
-};
-template <class Cfg>
 struct AccOf<Cfg, Path::rs> {
   using type = typename RsMainloop<Cfg>::Acc;
 };
@@ -119,7 +73,7 @@ using Acc = typename AccOf<Cfg, P>::type;
 
 // The kernels' tensor-map parameter: the operands' maps for the TMA path, empty otherwise.
 template <Path P>
-using TmaParam = std::conditional_t<P == Path::wst || P == Path::rs, TmaOperands, NoTma>;
+using TmaParam = std::conditional_t<P == Path::rs, TmaOperands, NoTma>;
 
 // A grouped grid's CTA: its group (found by scanning the groups' first tile indices; G <= 64) and
 // its tile's first row and column (a group's m tiles of one n tile are adjacent in launch order).
@@ -172,10 +126,6 @@ __device__ __forceinline__ bool run_mainloop(uint8_t* smem, const TileSrc (&src)
                                              Acc<Cfg, P>& acc, const TmaParam<P>& tma, int batch) {
   if constexpr (P == Path::rs) {
     return RsMainloop<Cfg>(smem).run(src, tma, batch, kt0, count, acc);
-  } else if constexpr (P == Path::wst) {
-    return WsMainloop<Cfg>(smem).run_tma(src, tma, batch, kt0, count, acc);
-  } else if constexpr (P == Path::ws) {
-    return WsMainloop<Cfg>(smem).run(src, kt0, count, acc);
   } else if constexpr (P == Path::wgmma) {
     TileMainloop<Cfg>(smem).run_wgmma(src, kt0, count, acc);
     return true;
@@ -189,18 +139,9 @@ __device__ __forceinline__ bool run_mainloop(uint8_t* smem, const TileSrc (&src)
 template <class F>
 void dispatch_gemm_tile(Tile tile, F&& f) {
   switch (tile) {
-    case Tile::m128_n128: f(GemmM128N128{}, PathTag<Path::mma_sync>{}); return;
-    case Tile::m128_n64: f(GemmM128N64{}, PathTag<Path::mma_sync>{}); return;
     case Tile::m64_n128: f(GemmM64N128{}, PathTag<Path::mma_sync>{}); return;
     case Tile::m128_n128_wgmma: f(GemmM128N128Wg{}, PathTag<Path::wgmma>{}); return;
-    case Tile::m128_n128_ws: f(GemmM128N128Ws{}, PathTag<Path::ws>{}); return;
-    case Tile::m128_n128_wsr: f(GemmM128N128WsRing{}, PathTag<Path::ws>{}); return;
-    case Tile::m128_n128_ws2: f(GemmM128N128Ws2{}, PathTag<Path::ws>{}); return;
-    case Tile::m128_n128_wst: f(GemmM128N128WsTma{}, PathTag<Path::wst>{}); return;
-    case Tile::m128_n128_wsta: f(GemmM128N128WsTmaA{}, PathTag<Path::wst>{}); return;
-    case Tile::m128_n128_wstc: f(GemmM128N128WsTmaC{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n128_rs: f(GemmM128N128Rs{}, PathTag<Path::rs>{}); return;
-    case Tile::m128_n256_rs: f(GemmM128N256Rs{}, PathTag<Path::rs>{}); return;
     case Tile::m128_n64_rs: f(GemmM128N64Rs{}, PathTag<Path::rs>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
@@ -209,22 +150,15 @@ void dispatch_gemm_tile(Tile tile, F&& f) {
 template <class F>
 void dispatch_dual_tile(Tile tile, F&& f) {
   switch (tile) {
-    case Tile::m128_n64: f(DualM128N64{}, PathTag<Path::mma_sync>{}); return;
     case Tile::m64_n64: f(DualM64N64{}, PathTag<Path::mma_sync>{}); return;
     case Tile::m128_n64_wgmma: f(DualM128N64Wg{}, PathTag<Path::wgmma>{}); return;
-    case Tile::m128_n64_ws: f(DualM128N64Ws{}, PathTag<Path::ws>{}); return;
-    case Tile::m128_n64_wsr: f(DualM128N64WsRing{}, PathTag<Path::ws>{}); return;
-    case Tile::m128_n64_ws2: f(DualM128N64Ws2{}, PathTag<Path::ws>{}); return;
-    case Tile::m128_n64_wst: f(DualM128N64WsTma{}, PathTag<Path::wst>{}); return;
-    case Tile::m128_n64_wsta: f(DualM128N64WsTmaA{}, PathTag<Path::wst>{}); return;
-    case Tile::m128_n64_wstc: f(DualM128N64WsTmaC{}, PathTag<Path::wst>{}); return;
     case Tile::m128_n128_rs: f(DualM128N128Rs{}, PathTag<Path::rs>{}); return;
     case Tile::m128_n64_rs: f(DualM128N64Rs{}, PathTag<Path::rs>{}); return;
     default: SWAPFFN_FAIL(std::string("NVFP4 dual GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
   }
 }
 
-// The body of the stream-K GEMM and dual GEMM kernels (TileConfig::stream_k, nvfp4_stream_k.cuh)
+// The body of the stream-K dual GEMM kernel (TileConfig::stream_k, nvfp4_stream_k.cuh)
 // over an rs tile whose consumer warpgroups both take every stage: this CTA's segments through the
 // rs mainloop, each tile split among CTAs summed by the CTA of its first part, which calls
 // store(c, row0, col0, acc) for the finished tile (c: the tile's batch of the output).
@@ -268,15 +202,15 @@ void launch_stream_k(Kernel kernel, const GemmArgs& args, int threads, int smem_
 }
 
 // Tile launches (one CTA per output tile, batch x split-K along z) of the GEMM and dual GEMM
-// kernels: the TMA paths take the tensor maps and a programmatic edge from the A pre-pass where
-// the tile has one (kPreA); launch_kernel_ex opts in to the shared memory and checks the launch.
+// kernels: the rs tiles take the tensor maps and a programmatic edge from the A pre-pass;
+// launch_kernel_ex opts in to the shared memory and checks the launch.
 template <class Cfg, Path P, class Kernel>
 void launch_tiles(Kernel kernel, const GemmArgs& args, const TmaOperands& maps, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((args.m + Cfg::BM - 1) / Cfg::BM),
                   static_cast<unsigned>((args.n + Cfg::BN - 1) / Cfg::BN),
                   static_cast<unsigned>(args.l * args.split_k));
-  if constexpr (P == Path::wst || P == Path::rs) {
-    launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, Cfg::kPreA, args, maps);
+  if constexpr (P == Path::rs) {
+    launch_kernel_ex(kernel, grid, dim3(Cfg::kThreads), dim3(1, 1, 1), Cfg::kSmemAlloc, stream, true, args, maps);
   } else {
     allow_dynamic_smem(kernel, Cfg::kSmemAlloc);
     kernel<<<grid, Cfg::kThreads, Cfg::kSmemAlloc, stream>>>(args, {});

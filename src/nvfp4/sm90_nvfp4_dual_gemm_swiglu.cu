@@ -77,8 +77,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
                     [&](int mt, int nt, int i) { return swiglu(acc[0][mt][nt][i], acc[1][mt][nt][i]); });
 }
 
-// Stream-K (TileConfig::stream_k, nvfp4_stream_k.cuh) over the `128x128rs` dual tile: as the
-// GEMM's stream-K kernel, with both products' partial sums reduced before the SwiGLU.
+// Stream-K (TileConfig::stream_k, nvfp4_stream_k.cuh) over the `128x128rs` dual tile: one CTA per
+// SM walks its range of the tiles' stages; a tile split across CTAs is summed in CTA order by the
+// CTA of its first part (both products' partial sums, before the SwiGLU), which stores it.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     nvfp4_dual_gemm_swiglu_stream_k_kernel(const GemmArgs args, const __grid_constant__ TmaOperands tma) {
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 void launch_dual_gemm_swiglu(const GemmArgs& args, Tile tile, cudaStream_t stream) {
   TmaOperands maps{};
-  prepare_tma_tile(args, 2, tile, Tile::m128_n64_ws, maps, stream);
+  prepare_tma_tile(args, 2, tile, Tile::m128_n64_wgmma, maps, stream);
   if (args.stream_k > 0) {
     dispatch_dual_tile(tile, [&](auto cfg, auto path) {
       using Cfg = decltype(cfg);

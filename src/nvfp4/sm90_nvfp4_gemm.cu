@@ -1,8 +1,9 @@
 // NVFP4 block-scaled GEMM on Hopper: c[m, n, l] = fp16(sum_k a[m,k,l] b[n,k,l]) with e2m1 data and
 // e4m3 scales per 16 k.
 //
-// Why it exists: Hopper tensor cores have no FP4 mode; this kernel dequantizes both operands
-// exactly into fp16 tiles (nvfp4_tile_mainloop.cuh) and multiplies them on the fp16 tensor cores,
+// Why it exists: Hopper tensor cores have no FP4 mode; the kernel dequantizes both operands exactly
+// into fp16 (A once by a pre-pass, B in the MMA warps' registers: nvfp4_rs_mainloop.cuh; or both
+// into shared-memory tiles: nvfp4_tile_mainloop.cuh) and multiplies them on the fp16 tensor cores,
 // so results equal the FP4 reference bit for bit wherever fp32 sums are exact. The issue's shapes
 // have M = 128 and large N, K: few output tiles, so split-K (fixed-order reduction) fills the SMs.
 #include <cuda_fp16.h>
@@ -74,37 +75,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 }
 
-// Stream-K (TileConfig::stream_k, nvfp4_stream_k.cuh) over the rs tiles that keep both consumer
-// warpgroups on every stage: one CTA per SM walks its range of the tiles' stages; a tile split
-// across CTAs is summed in CTA order by the CTA of its first part, which stores it
-// (run_stream_k_tiles).
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    nvfp4_gemm_stream_k_kernel(const GemmArgs args, const __grid_constant__ TmaOperands tma) {
-  extern __shared__ __align__(128) uint8_t smem[];
-  run_stream_k_tiles<Cfg>(smem, args, tma, [&](__half* c, int64_t row0, int64_t col0, const auto& acc) {
-#pragma unroll
-    for (int j = 0; j < Cfg::kSlabs; ++j)
-      store_slab_rs(c, args.m, args.n, row0, slab_col_rs<Cfg>(col0, j), [&](int r) { return acc[j][r]; });
-  });
-}
-
 }  // namespace
-
-bool make_tma_operands(const GemmArgs& args, int nb, int tile_m, int tile_n, TmaOperands& out) {
-  for (int o = 0; o <= nb; ++o)
-    if (reinterpret_cast<uintptr_t>((o == 0 ? args.a : args.b[o - 1]).scales) % 16 != 0) return false;
-  for (int o = 0; o <= nb; ++o) {
-    const OperandArgs& op = o == 0 ? args.a : args.b[o - 1];
-    const uint64_t rows = o == 0 ? args.m : args.n;
-    const uint32_t box_rows = o == 0 ? tile_m : tile_n;
-    const uint64_t l = args.l, k = args.k;
-    out.data[o] = make_tma_3d_u8(op.data, k / 2, rows, l, k / 2, op.data_batch, 128, box_rows, true);
-    if (op.rk_blocks == 0)
-      out.scales[o] = make_tma_3d_u8(op.scales, k / 16, rows, l, k / 16, op.scale_batch, 16, box_rows, false);
-  }
-  return true;
-}
 
 int tile_threads(Tile tile, bool dual) {
   int t = 0;
@@ -121,48 +92,28 @@ int tile_acc_per_thread(Tile tile, bool dual) {
 }
 
 void prepare_tma_tile(const GemmArgs& args, int nb, Tile& tile, Tile fallback, TmaOperands& maps, cudaStream_t stream) {
-  const bool pre_a = dequantizes_a_once(tile), rs = is_rs_tile(tile);
-  if (tile != Tile::m128_n128_wst && tile != Tile::m128_n64_wst && !pre_a) return;
+  if (!is_rs_tile(tile)) return;
   const uint32_t rows = static_cast<uint32_t>(swapffn::nvfp4::tile_n(tile));  // B rows per box
-  if (rs) {
-    // The weights' raw rows in unswizzled 64-byte (128-k) boxes of the tile's weight rows; plain
-    // scales in 16-byte boxes (two stages' worth) (nvfp4_rs_mainloop.cuh).
-    for (int o = 1; o <= nb; ++o)
-      if (reinterpret_cast<uintptr_t>(args.b[o - 1].scales) % 16 != 0) {
-        tile = fallback;
-        return;
-      }
-    for (int o = 1; o <= nb; ++o) {
-      const OperandArgs& b = args.b[o - 1];
-      maps.data[o] = make_tma_3d_u8(b.data, args.k / 2, args.n, args.l, args.k / 2, b.data_batch, 64, rows, false);
-      if (b.rk_blocks == 0)
-        maps.scales[o] = make_tma_3d_u8(b.scales, args.k / 16, args.n, args.l, args.k / 16, b.scale_batch, 16, rows, false);
+  for (int o = 1; o <= nb; ++o)
+    if (reinterpret_cast<uintptr_t>(args.b[o - 1].scales) % 16 != 0) {
+      tile = fallback;
+      return;
     }
-  } else if (!make_tma_operands(args, nb, 128, static_cast<int>(rows), maps)) {
-    tile = fallback;
-    return;
+  // The weights' raw rows in unswizzled 64-byte (128-k) boxes of the tile's weight rows; plain
+  // scales in 16-byte boxes (two stages' worth) (nvfp4_rs_mainloop.cuh).
+  for (int o = 1; o <= nb; ++o) {
+    const OperandArgs& b = args.b[o - 1];
+    maps.data[o] = make_tma_3d_u8(b.data, args.k / 2, args.n, args.l, args.k / 2, b.data_batch, 64, rows, false);
+    if (b.rk_blocks == 0)
+      maps.scales[o] = make_tma_3d_u8(b.scales, args.k / 16, args.n, args.l, args.k / 16, b.scale_batch, 16, rows, false);
   }
-  if (pre_a) {
-    maps.data[0] = make_tma_a16(args.a16, args.m, args.k, args.l, 128);  // encoded (and refused, if it must be) before anything launches
-    launch_predequant_a(args, rs ? A16Order::fragment : A16Order::stage, stream);
-  }
+  maps.data[0] = make_tma_a16(args.a16, args.m, args.k, args.l, 128);  // encoded (and refused, if it must be) before anything launches
+  launch_predequant_a(args, stream);
 }
 
 void launch_gemm(const GemmArgs& args, Tile tile, cudaStream_t stream) {
   TmaOperands maps{};
-  prepare_tma_tile(args, 1, tile, Tile::m128_n128_ws, maps, stream);
-  if (args.stream_k > 0) {
-    dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
-      using Cfg = decltype(cfg);
-      if constexpr (decltype(path)::value == Path::rs && wg_stride<Cfg>() == 1) {
-        launch_stream_k(nvfp4_gemm_stream_k_kernel<Cfg>, args, Cfg::kThreads, Cfg::kSmemAlloc,
-                        stream_k_iters(args, Cfg::BM, Cfg::BN, Cfg::BK), maps, stream);
-      } else {
-        SWAPFFN_FAIL(std::string("NVFP4 GEMM: stream_k is not built for tile ") + swapffn::nvfp4::to_string(tile));
-      }
-    });
-    return;
-  }
+  prepare_tma_tile(args, 1, tile, Tile::m128_n128_wgmma, maps, stream);
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
     constexpr Path P = decltype(path)::value;

@@ -4,14 +4,10 @@
 // scale bytes), so the kernel is built around the loads: every lane issues 16-byte streaming loads
 // (ld.global.cs: evict-first, `a` is never re-read) for four rows at once and prefetches the next
 // k-chunk before decoding the current one, and split-K over CTAs fills all SMs when M * L is small.
-// With the fp16 decode the kernel was bound by its instruction stream (docs/NVFP4.md: ~5.5 issued
-// instructions per element of `a`), so the decode per element is what the two decodes differ in;
-// both are exact per 16-element block with fp32 accumulation:
-// - int8 (default): twice an e2m1 value is an integer in [-12, 12]; PRMT byte-table look-ups turn
-//   the nibbles into int8 and DP4A sums a block's 16 products exactly in int32; the block's sum
-//   is scaled once by sfa * sfb / 4 (one FFMA). Estimated ~2.3 instructions per element; measured
-//   1.1-1.2x faster, and now bound by the loads it keeps in flight (profile in NVFP4.md).
-// - mma: decode to fp16 pairs times the scale, then mma m16n8k16 with b in column 0 of the n8 tile.
+// The decode is int8: twice an e2m1 value is an integer in [-12, 12]; PRMT byte-table look-ups
+// turn the nibbles into int8 and DP4A sums a block's 16 products exactly in int32; the block's sum
+// is scaled once by sfa * sfb / 4 (one FFMA): ~2.3 instructions per element against ~5.5 for an
+// fp16 decode into MMAs, so the kernel is bound by the loads it keeps in flight.
 //
 // Work split: a CTA owns 32 rows (a warp's two m16 tiles); its `Warps` warps take interleaved
 // 128-element k-chunks (each lane 32 elements = one 16-byte load per row) of the CTA's K range;
@@ -20,10 +16,8 @@
 #include <cuda_fp16.h>
 
 #include "cuda/runtime/cuda_check.hpp"
-#include "nvfp4/nvfp4_dequant.cuh"
 #include "nvfp4/nvfp4_gemv_int8.cuh"
 #include "nvfp4/nvfp4_launch.hpp"
-#include "nvfp4/nvfp4_tile_mainloop.cuh"
 #include "swapffn/error.hpp"
 
 namespace swapffn::cuda::nvfp4 {
@@ -42,8 +36,8 @@ using gemv::scales_f32;
 constexpr int kMT = 2;
 constexpr int kRowsPerCta = 16 * kMT;
 static_assert(kRowsPerCta == kGemvRowsPerCta, "API and kernel must agree on the GEMV row block");
-// 128 registers per thread: both decodes need more than 80 (the int8 one spilled 248 bytes at 80
-// with its two chunks of loads in flight).
+// 128 registers per thread: the int8 decode spilled 248 bytes at 80 with its two chunks of loads
+// in flight.
 constexpr int kMaxThreadsPerSm = 512;
 constexpr int kChunk = 128;  // k elements per chunk: 4 lanes x 32
 
@@ -54,7 +48,7 @@ struct ChunkRegs {
   uint32_t sb;
 };
 
-template <int Warps, bool kInt8>
+template <int Warps>
 __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) nvfp4_gemv_kernel(const GemvArgs args) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -81,9 +75,8 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
     r.sb = kok ? __ldg(reinterpret_cast<const unsigned short*>(sfb + scale_pair_offset(args.b, 0, args.k, kk / 16))) : 0u;
   };
 
-  float acc[kMT][4] = {};
-  float dot[2 * kMT] = {};  // int8 decode: this lane's partial sum of each of its rows
-  auto compute_int8 = [&](const ChunkRegs& r) {
+  float dot[2 * kMT] = {};  // this lane's partial sum of each of its rows
+  auto compute = [&](const ChunkRegs& r) {
     uint32_t p[8];
     b_int8(r.b, p);
     const float2 sb = scales_f32(r.sb);
@@ -98,28 +91,6 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
                            (blk ? sa.y : sa.x) * sbq[blk], dot[i]);
     }
   };
-  auto compute_mma = [&](const ChunkRegs& r) {
-    uint32_t hb[16];
-    dequant32(r.b, r.sb, hb);
-    // b is column 0 of the n8 tile: only lanes with g == 0 hold it, the other columns are zero.
-#pragma unroll
-    for (int i = 0; i < 16; ++i) hb[i] = g == 0 ? hb[i] : 0u;
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-      uint32_t lo[16], hi[16];
-      dequant32(r.a[2 * mt], r.sa[2 * mt], lo);
-      dequant32(r.a[2 * mt + 1], r.sa[2 * mt + 1], hi);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const uint32_t frag[4] = {lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1]};
-        mma_16816(acc[mt], frag, hb[2 * j], hb[2 * j + 1]);
-      }
-    }
-  };
-  auto compute = [&](const ChunkRegs& r) {
-    if constexpr (kInt8) compute_int8(r);
-    else compute_mma(r);
-  };
   // Two register buffers in ping-pong (no copies between them, which would wait for the loads):
   // while one chunk is decoded the next one's loads are in flight.
   ChunkRegs r0, r1;
@@ -133,24 +104,22 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
     compute(r1);
   }
 
-  if constexpr (kInt8) {
-    // The 4 lanes of a row (t = 0..3) hold its k quarters: add them in a fixed order into the
-    // MMA path's layout (lane t == 0 holds row mt*16+g in acc[mt][0], mt*16+g+8 in acc[mt][2]).
+  // The 4 lanes of a row (t = 0..3) hold its k quarters: add them in a fixed order; lane t == 0
+  // then holds row mt*16+g in sum[2*mt], mt*16+g+8 in sum[2*mt+1].
+  float sum[2 * kMT];
 #pragma unroll
-    for (int i = 0; i < 2 * kMT; ++i) {
-      float v = dot[i];
-      v += __shfl_xor_sync(0xffffffffu, v, 1);
-      v += __shfl_xor_sync(0xffffffffu, v, 2);
-      acc[i >> 1][(i & 1) * 2] = v;
-    }
+  for (int i = 0; i < 2 * kMT; ++i) {
+    float v = dot[i];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    sum[i] = v;
   }
-  // Column 0 lives in lanes with t == 0: acc[mt][0] is row mt*16+g, acc[mt][2] row mt*16+g+8.
   __shared__ float red[Warps][kRowsPerCta];
   if (t == 0) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
-      red[warp][mt * 16 + g] = acc[mt][0];
-      red[warp][mt * 16 + g + 8] = acc[mt][2];
+      red[warp][mt * 16 + g] = sum[2 * mt];
+      red[warp][mt * 16 + g + 8] = sum[2 * mt + 1];
     }
   }
   __syncthreads();
@@ -163,24 +132,23 @@ __global__ void __launch_bounds__(Warps * 32, kMaxThreadsPerSm / (Warps * 32)) n
   gemv::finish_rows(args, row_block, split, batch, v);
 }
 
-template <int Warps, bool kInt8>
+template <int Warps>
 void launch(const GemvArgs& args, cudaStream_t stream) {
   static_assert(Warps * 32 >= kRowsPerCta, "the final reduction uses one thread per row");
   static_assert(Warps * 32 <= kMaxThreadsPerSm, "launch bounds need at least one CTA per SM");
   const dim3 grid(static_cast<unsigned>((args.m + kRowsPerCta - 1) / kRowsPerCta), static_cast<unsigned>(args.split_k),
                   static_cast<unsigned>(args.l));
-  nvfp4_gemv_kernel<Warps, kInt8><<<grid, Warps * 32, 0, stream>>>(args);
+  nvfp4_gemv_kernel<Warps><<<grid, Warps * 32, 0, stream>>>(args);
   SWAPFFN_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_gemv(const GemvArgs& args, int warps, bool int8_decode, cudaStream_t stream) {
+void launch_gemv(const GemvArgs& args, int warps, cudaStream_t stream) {
   switch (warps) {
-    case 2: return int8_decode ? launch<2, true>(args, stream) : launch<2, false>(args, stream);
-    case 4: return int8_decode ? launch<4, true>(args, stream) : launch<4, false>(args, stream);
-    case 8: return int8_decode ? launch<8, true>(args, stream) : launch<8, false>(args, stream);
-    default: SWAPFFN_FAIL("NVFP4 GEMV supports 2, 4 or 8 warps per CTA, not " + std::to_string(warps));
+    case 4: return launch<4>(args, stream);
+    case 8: return launch<8>(args, stream);
+    default: SWAPFFN_FAIL("NVFP4 GEMV supports 4 or 8 warps per CTA, not " + std::to_string(warps));
   }
 }
 

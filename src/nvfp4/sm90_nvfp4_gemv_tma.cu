@@ -7,8 +7,8 @@
 // bytes of e2m1 data, viewed as 8-byte elements so that a box row can be up to 1 KB, and 32 rows x
 // step_k / 16 bytes of plain scales; evict-first, `a` is read once), which costs no registers, and
 // the consumer warps run the int8 dot products on conflict-free shared loads. Wider steps ask DRAM
-// for longer runs of each row (256 bytes per row and request in the first version reached the same
-// ~2 TB/s as the register loads).
+// for longer runs of each row (256 bytes per row and request reached only the register loads'
+// ~2 TB/s).
 //
 // b is the same for every row: the consumers convert the CTA's K range of it to int8 (and its
 // scales to fp32 / 4) once, into shared memory, while the ring's first steps are in flight.
@@ -17,8 +17,7 @@
 // only shuffles, in a fixed order, and split-K partials are added in split order (deterministic).
 // Needs K % 256 == 0 (16-byte row pitches) and 16-byte aligned `a` scales (plain: a TMA box of
 // 32 rows; blocked 128x4: one bulk copy of the row block's units per stage);
-// the API refuses other problems for this path, and configs whose shared memory does not fit
-// (docs/NVFP4.md, eleventh step).
+// the API refuses other problems for this path, and configs whose shared memory does not fit.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -240,35 +239,27 @@ void launch(const GemvArgs& args, cudaStream_t stream) {
   SWAPFFN_CHECK_LAUNCH();
 }
 
-// The instantiated (stages, step_k) pairs: up to ~74 KB of ring per CTA with plain scales (two
-// or three CTAs per SM), plus 4 stages of 2048 (147 KB, one CTA per SM); blocked scales add 6 KB
-// per 1024 k of stage.
-template <int Warps, bool Blocked>
+// The instantiated rings, the ones choose_gemv_config picks (8 consumer warps): 2 stages of 1024 k
+// (few CTAs per SM), 2 or 4 stages of 2048 (several waves of CTAs; 4 stages, 147 KB, one CTA per
+// SM, only where a CTA has that many steps). Blocked scales add 6 KB per 1024 k of stage.
+template <bool Blocked>
 bool launch_ring(const GemvArgs& args, int stages, int step_k, cudaStream_t stream) {
-  if (stages == 4 && step_k == 512) return launch<Warps, 4, 1, Blocked>(args, stream), true;
-  if (stages == 8 && step_k == 512) return launch<Warps, 8, 1, Blocked>(args, stream), true;
-  if (stages == 2 && step_k == 1024) return launch<Warps, 2, 2, Blocked>(args, stream), true;
-  if (stages == 4 && step_k == 1024) return launch<Warps, 4, 2, Blocked>(args, stream), true;
-  if (stages == 2 && step_k == 2048) return launch<Warps, 2, 4, Blocked>(args, stream), true;
-  if (stages == 4 && step_k == 2048) return launch<Warps, 4, 4, Blocked>(args, stream), true;
+  if (stages == 2 && step_k == 1024) return launch<8, 2, 2, Blocked>(args, stream), true;
+  if (stages == 2 && step_k == 2048) return launch<8, 2, 4, Blocked>(args, stream), true;
+  if (stages == 4 && step_k == 2048) return launch<8, 4, 4, Blocked>(args, stream), true;
   return false;
 }
 
 }  // namespace
 
 bool gemv_tma_built(int warps, int stages, int step_k) {
-  const bool shape = (step_k == 512 && (stages == 4 || stages == 8)) ||
-                     ((step_k == 1024 || step_k == 2048) && (stages == 2 || stages == 4));
-  return shape && (warps == 4 || warps == 8);
+  return warps == 8 && ((stages == 2 && step_k == 1024) || (step_k == 2048 && (stages == 2 || stages == 4)));
 }
 
 void launch_gemv_tma(const GemvArgs& args, int warps, int stages, int step_k, cudaStream_t stream) {
   const bool blocked = args.a.rk_blocks != 0;
-  bool launched = false;
-  if (warps == 4)
-    launched = blocked ? launch_ring<4, true>(args, stages, step_k, stream) : launch_ring<4, false>(args, stages, step_k, stream);
-  else if (warps == 8)
-    launched = blocked ? launch_ring<8, true>(args, stages, step_k, stream) : launch_ring<8, false>(args, stages, step_k, stream);
+  const bool launched = warps == 8 && (blocked ? launch_ring<true>(args, stages, step_k, stream)
+                                               : launch_ring<false>(args, stages, step_k, stream));
   if (!launched)
     SWAPFFN_FAIL("NVFP4 GEMV load=tma is not built for warps=" + std::to_string(warps) + " stages=" +
                  std::to_string(stages) + " step_k=" + std::to_string(step_k));

@@ -13,7 +13,7 @@
 // maps, in a parameter block sized to the groups (with_group_capacity). One rs kernel runs both
 // widths: a two-slab CTA costs ~1.7 one-slab CTAs, so a grid of two-slab tiles whose last wave
 // would be mostly empty runs part of its columns as one-slab tiles after them, which fill the
-// gaps (TileConfig::wide_n, docs/NVFP4.md thirty-fifth step).
+// gaps (TileConfig::wide_n).
 #include <cuda_fp16.h>
 
 #include <type_traits>
@@ -121,8 +121,8 @@ void launch_grouped_gemm(const GroupedArgs& args, Tile tile, cudaStream_t stream
   }
   dispatch_gemm_tile(tile, [&](auto cfg, auto path) {
     using Cfg = decltype(cfg);
-    // The other TMA tiles are refused by the API.
-    if constexpr (decltype(path)::value == Path::wst || decltype(path)::value == Path::rs) {
+    // The GEMM-only rs tiles are refused by the API.
+    if constexpr (decltype(path)::value == Path::rs) {
       SWAPFFN_FAIL(std::string("NVFP4 grouped GEMM has no tile ") + swapffn::nvfp4::to_string(tile));
     } else {
       with_group_capacity(args, [&](const auto& a) {

@@ -1,4 +1,4 @@
-// Device-side helpers around the NVFP4 kernels for tests, the CLI check and the bench: owning
+// Device-side helpers around the NVFP4 kernels for the tests and the bench: owning
 // device buffers, upload of a host operand in either scale layout (optionally padded to more rows
 // per batch, with NaN scales in the padding so that any use of it shows), and dequantization of
 // an operand to bf16 (for the cuBLAS baseline of the bench). CUDA builds only.
@@ -43,10 +43,6 @@ DeviceOperand upload(const HostOperand& op, ScaleLayout layout, int64_t batch_ro
 
 // Workspace for a split-K config, zeroed (size 0 -> empty buffer).
 DeviceBuffer make_workspace(size_t bytes);
-
-// Reads `bytes` at p once (16-byte evict-first loads, many in flight) and writes nothing that
-// matters to `sink` (4 bytes): the bench's measure of how fast these bytes alone can be read.
-void stream_read(const void* p, size_t bytes, void* sink, int sm_count, Stream stream);
 
 // out[b][r][k] = bf16(value) for rows x K per batch (bf16 holds every e2m1 x e4m3 product).
 void dequantize_to_bf16(const Operand& op, int64_t rows, int64_t k, int64_t batches, void* out, Stream stream);

@@ -82,76 +82,46 @@ inline constexpr int kMaxGroups = 64;
 
 // ---- kernel configurations (separate from the problem; chosen by choose_*(), overridable) ----
 
-// GEMV: 32 rows per CTA, `warps` warps split each CTA's K range (load=tma: each warp a share of
-// the rows), `split_k` CTAs split K further.
-// decode: how a lane multiplies its elements: int8 dot products (DP4A on twice the e2m1 values, the
-// scales applied per 16-element block) or fp16 decoding into tensor-core MMAs. Both are exact per
-// block and accumulate in fp32.
+// GEMV: 32 rows per CTA, `warps` warps (4 or 8) split each CTA's K range, `split_k` CTAs split K
+// further. Each lane multiplies with int8 dot products (DP4A on twice the e2m1 values, the scales
+// applied per 16-element block, fp32 accumulation: exact per block).
 // load: how `a` reaches the warps: 16-byte register loads by every lane (any problem), or a
-// shared-memory ring filled by TMA copies `stages` k-steps of `step_k` elements ahead, with `warps`
-// consumer warps (int8 decode only; needs a's scales 16-byte aligned, either layout, and K % 256 == 0).
-// Built: warps 4 or 8; step_k 512 with 4 or 8 stages, 1024 or 2048 with 2 or 4 stages.
-enum class GemvDecode { int8, mma };
+// shared-memory ring filled by TMA copies `stages` k-steps of `step_k` elements ahead (8 consumer
+// warps; needs a's scales 16-byte aligned, either layout, and K % 256 == 0). Built rings: 2 x 1024,
+// 2 x 2048, 4 x 2048 (the ones choose_gemv_config picks).
 enum class GemvLoad { registers, tma };
 struct GemvConfig {
   int warps = 4;
   int split_k = 1;
-  GemvDecode decode = GemvDecode::int8;
   GemvLoad load = GemvLoad::registers;
-  int stages = 8;      // load=tma only
-  int step_k = 512;    // load=tma only
+  int stages = 2;      // load=tma only
+  int step_k = 1024;   // load=tma only
 };
 
-// Tile GEMMs: CTA tile M x N (per B operand for the dual GEMM) from the instantiated set, and
-// split_k CTAs per output tile (reduced in a fixed order by the last one, so results stay
-// deterministic). Plain tiles multiply with mma.sync; *_wgmma tiles with Hopper warpgroup MMAs;
-// *_ws tiles are warp-specialised (dequant warpgroups feed wgmma warpgroups through an mbarrier
-// ring, no CTA barrier per k-tile), loading raw bytes straight to registers one k-tile per load
-// (*_ws) or two (*_ws2); *_wsr the same with full-line copies into a shared-memory raw ring first;
-// *_wst with TMA copies into that raw ring (GEMM and dual GEMM only); *_wsta as *_wst with A
-// dequantized once by a pre-pass into the workspace (only B is dequantized per CTA); *_wstc as
-// *_wsta with the consumer warps converting half of B's k-tiles in the shadow of their MMAs;
-// *_rs (GEMM: 128x128, 128x256; dual GEMM: 128x128 or 128x64 of each product; grouped: 128x128,
-// 128x256, or both in one grid: TileConfig::wide_n) with A dequantized once and
-// B converted by the MMA warps straight into wgmma's register operand (operands swapped), so no
-// converted tile goes through shared memory.
-enum class Tile {
-  m128_n128, m128_n64, m64_n128, m64_n64, m128_n128_wgmma, m128_n64_wgmma, m128_n128_ws, m128_n64_ws,
-  m128_n128_wsr, m128_n64_wsr, m128_n128_ws2, m128_n64_ws2, m128_n128_wst, m128_n64_wst, m128_n128_wsta,
-  m128_n64_wsta, m128_n128_wstc, m128_n64_wstc, m128_n128_rs, m128_n256_rs, m128_n64_rs
-};
+// Tile GEMMs: CTA tile M x N (per B operand for the dual GEMM), and split_k CTAs per output tile
+// (reduced in a fixed order by the last one, so results stay deterministic).
+// *_rs tiles (GEMM: 128x128, 128x64; dual GEMM: 128x128 or 128x64 of each product; grouped:
+// 128x128, 128x256, or both in one grid: TileConfig::wide_n): A dequantized once by a pre-pass,
+// B converted by the MMA warps straight into wgmma's register operand (operands swapped), every
+// copy by TMA. The 64-row tiles multiply with mma.sync (small M); the *_wgmma tiles (warpgroup MMAs
+// on fp16 tiles in shared memory) run where TMA cannot copy the weight scales (4-byte aligned).
+enum class Tile { m64_n128, m64_n64, m128_n128_wgmma, m128_n64_wgmma, m128_n128_rs, m128_n64_rs, m128_n256_rs };
 const char* to_string(Tile t);
 int tile_m(Tile t);
 int tile_n(Tile t);
 
-// stream_k > 0 (GEMM tiles 128x128rs and 128x256rs, dual GEMM tile 128x128rs; split_k 1; at most
-// the SM count): a persistent grid of that many CTAs divides the tiles' 128-k stages evenly, a
-// CTA's range crossing tile boundaries, instead of one CTA per tile and split. A tile covered by
-// several CTAs is summed in CTA order by the CTA of its first part, so results stay deterministic
-// for a given stream_k. 0: one CTA per tile and split.
-// Diagnostics, not results (`swapffn nvfp4 bench --probe`, docs/NVFP4.md): `probe` != none runs
-// only the data path of an rs tile's plain grid (GEMM 128x128rs, 128x256rs, 128x64rs; dual GEMM
-// 128x128rs, 128x64rs; grouped GEMM 128x128rs, 128x256rs; stream_k 0): each stage's copies through the same
-// ring, with no conversion, MMA or epilogue, and c is not written. stages: every copy; activations,
-// weights: only those (the weights with their scales); weight_ring: the weights alone through a
-// ring of weight-only stages that fills the shared memory of the tile's whole ring (16 stages
-// instead of 4 for 128x128rs: what more weight bytes in flight would give); bulk_activations: the
-// weights, and the activations as one 32 KB bulk copy per stage, the bytes a pre-swizzled layout
-// would move (GEMM and dual GEMM, M a multiple of 128); ring: no copies, the ring's hand-offs and
-// the launch with its pre-pass (the fixed cost under the others). The fixed cost's parts: prepass,
-// the activations' pre-pass alone (no GEMM grid); launch, the grid alone with no pre-pass, each
-// CTA returning at once (what launching it costs).
-enum class Probe { none, stages, activations, weights, bulk_activations, ring, prepass, launch, weight_ring };
-const char* to_string(Probe p);
-
-// wide_n >= 0 (grouped GEMM tile 128x256rs only; probe none): each group's first wide_n column
-// tiles are 256 wide and the rest of its columns are 128-wide tiles, launched after every group's
-// wide tiles, so that they fill the last wave's gaps. -1: every tile 256 wide.
+// stream_k > 0 (dual GEMM tile 128x128rs only; split_k 1; at most the SM count): a persistent grid
+// of that many CTAs divides the tiles' 128-k stages evenly, a CTA's range crossing tile boundaries,
+// instead of one CTA per tile and split. A tile covered by several CTAs is summed in CTA order by
+// the CTA of its first part, so results stay deterministic for a given stream_k. 0: one CTA per
+// tile and split.
+// wide_n >= 0 (grouped GEMM tile 128x256rs only): each group's first wide_n column tiles are 256
+// wide and the rest of its columns are 128-wide tiles, launched after every group's wide tiles, so
+// that they fill the last wave's gaps. -1: every tile 256 wide.
 struct TileConfig {
-  Tile tile = Tile::m128_n128;
+  Tile tile = Tile::m128_n128_rs;
   int split_k = 1;
   int stream_k = 0;
-  Probe probe = Probe::none;
   int wide_n = -1;
 };
 
@@ -166,10 +136,17 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count);
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count);
 TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count);
 
+// The configs `swapffn nvfp4 bench` searches and the GPU tests run: the chosen one first, then the
+// other built configs that apply to `p` (every tile at a few splits).
+std::vector<GemvConfig> gemv_candidates(const GemvProblem& p, int sm_count);
+std::vector<TileConfig> gemm_candidates(const GemmProblem& p, int sm_count);
+std::vector<TileConfig> dual_candidates(const DualGemmProblem& p, int sm_count);
+std::vector<TileConfig> grouped_candidates(const GroupedGemmProblem& p, int sm_count);
+
 // Split-K needs a workspace for fp32 partials and per-tile arrival counters (a fixed 64 KiB
 // counter header, then the partials; at most 16384 output tiles per split-K launch), and the
-// tiles that dequantize A once (*_wsta, *_wstc, *_rs) need room after them for an fp16 copy of A
-// (L x M x K x 2 bytes; grouped `128x128rs`: every group's, each rounded up to 256). It must be
+// rs tiles need room after them for an fp16 copy of A (L x M x K x 2 bytes; grouped: every
+// group's, each rounded up to 256). It must be
 // zeroed (cudaMemset) once when allocated; the kernels leave the counters at zero again, so one
 // workspace of the largest size needed serves any number of launches, of any problems and configs,
 // on one stream. Size 0 means none is needed.
