@@ -1,4 +1,4 @@
-// swapffn nvfp4 bench: the NVFP4 kernels on the 14 shapes (or given GEMM / dual shapes).
+// swapffn nvfp4 bench: the NVFP4 kernels on the GPU MODE competition's 14 shapes (or given GEMM / dual shapes).
 // Per shape: the best time of the candidate configs (median over L2-flushed runs), % of Hopper
 // speed-of-light measured in the same run, the B200 competition best, and cuBLAS bf16 on the
 // dequantized operands, against which each result is also checked (bit-exact for GEMV, GEMM and
@@ -48,7 +48,7 @@ namespace {
 using namespace swapffn::nvfp4;
 
 // Median microseconds over `reps` runs after two warm-ups; before each timed run the L2 is flushed
-// by a memset of 2x its size (the method) unless flushing is off (warm L2: what the kernel
+// by a memset of 2x its size (the competition's method) unless flushing is off (warm L2: what the kernel
 // costs without HBM traffic).
 struct Timer {
   int reps;
@@ -306,7 +306,7 @@ Result bench_grouped(Bench& bn, int64_t n, int64_t k, const std::vector<int64_t>
   return r;
 }
 
-// The shapes of `op` ("all": every one) with the B200 competition best (us), or the given
+// The competition's shapes of `op` ("all": every one) with the B200 competition best (us), or the given
 // MxNxK shapes for gemm or dual (no B200 reference then).
 std::vector<Result> bench_shapes(Bench& bn, const std::string& op, const std::vector<std::string>& shapes) {
   std::vector<Result> rows;
@@ -407,14 +407,14 @@ void add_nvfp4_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("nvfp4", "NVFP4 block-scaled kernels (GEMV, GEMM, dual GEMM, grouped GEMM)");
   cmd->require_subcommand(1);
   auto o = std::make_shared<Nvfp4BenchOptions>();
-  auto* bench = cmd->add_subcommand("bench", "Time the NVFP4 kernels on the issue's shapes against speed-of-light, B200 and cuBLAS.");
+  auto* bench = cmd->add_subcommand("bench", "Time the NVFP4 kernels on the competition's shapes against speed-of-light, B200 and cuBLAS.");
   bench->footer("Example: swapffn nvfp4 bench --op gemm --json nvfp4.json");
   bench->add_option("--op", o->op, "gemv, gemm, dual, grouped or all")->check(CLI::IsMember({"gemv", "gemm", "dual", "grouped", "all"}));
   bench->add_option("--json", o->json, "write the results as JSON to this file");
   bench->add_option("--reps", o->reps, "timed runs per measurement (median)")->check(CLI::Range(3, 64));
   bench->add_option("--flush", o->flush, "L2 before each timed run: write (memset of 2x L2) or none (warm L2)")
       ->check(CLI::IsMember({"write", "none"}));
-  bench->add_option("--shape", o->shapes, "MxNxK shapes (repeatable) for --op gemm or dual instead of the issue's");
+  bench->add_option("--shape", o->shapes, "MxNxK shapes (repeatable) for --op gemm or dual instead of the competition's");
   bench->add_option("--scales", o->scales, "scale layout of every operand: plain or blocked (128x4)")
       ->check(CLI::IsMember({"plain", "blocked"}));
   bench->add_flag("--no-search", o->no_search, "time each shape's default config alone, not every candidate");

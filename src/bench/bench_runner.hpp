@@ -33,7 +33,7 @@ struct DecodeTiming {
 DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
                                 int rotations, uint64_t seed, const TimedWindow& window = {});
 
-// The anchor, cuBLAS's FFN GEMMs alone (CublasFfnGemms), for `batch` sequences of w's model:
+// The anchor, cuBLAS's FFN GEMMs alone (CublasFfnGemms), for `batch` sequences of w's model:
 // one token step's GEMMs captured in a CUDA graph, launched `tokens` times per run, timed as
 // time_device_decode times a backend. `algorithms`, when given, receives cuBLASLt's picks.
 DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,

@@ -1,10 +1,10 @@
-// CublasFfnGemms: the issue's anchor for the fused backend, "cuBLAS's FFN GEMMs alone". Per FFN step
+// CublasFfnGemms: the bench's anchor for the fused backend, "cuBLAS's FFN GEMMs alone". Per FFN step
 // of a token step (E * k_ffn of them, 16 with the defaults) the three GEMMs a PyTorch step runs:
 // gate = x W1^T, up = x W3^T, down = u W2^T, bf16 operands and outputs, fp32 accumulation, each through
 // cuBLASLt's first pick for its shape (no batch-invariance pinning, no split-K restriction: the anchor
 // is whatever cuBLAS does best). Nothing else: no SwiGLU, norm, router, residual or collapse.
 //
-// Why it exists: the fused step must beat these GEMMs end to end. The issue quotes them as measured
+// Why it exists: the fused step must beat these GEMMs end to end. They are quoted as measured
 // on another H200 under an unknown load history; a 700 W-capped board's sustained clock moves a point
 // by 10-15%, so `bench` times them itself, at every batch size, beside the backends.
 #pragma once

@@ -205,7 +205,7 @@ TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count) {
 // The grouped rs grid's time, in units of one narrow CTA of K = 1, by list scheduling: CTAs start
 // in launch order (wide_n's wide tiles first, then the narrow ones) on the first SM that is free,
 // one per SM; a CTA costs its group's K, a wide one kWideCost times as much (fits the H100's times
-// of the grouped shapes: a wide CTA measured 1.65-1.71 narrow ones).
+// of the competition's grouped shapes: a wide CTA measured 1.65-1.71 narrow ones).
 namespace {
 constexpr double kWideCost = 1.7;
 double grouped_rs_time(const GroupedGemmProblem& p, int wide_n, int sm_count) {

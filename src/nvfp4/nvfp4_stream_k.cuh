@@ -2,7 +2,7 @@
 // CTAs divides all tiles' 128-k stages evenly, CTA c taking the stage range [begin(c), begin(c+1))
 // of the tiles laid end to end, so a range may end inside one tile and go on into the next.
 //
-// Why: the issue's shapes have 56-128 output tiles of 128 rows on 132 SMs, so one CTA per tile
+// Why: the competition's shapes have 56-128 output tiles of 128 rows on 132 SMs, so one CTA per tile
 // leaves SMs idle (dual 512x3072x7168: 96 tiles; GEMM 128x7168x16384 at split 2: 112 CTAs), and
 // an integer split cannot balance them (a split tile's CTAs all run its K / split stages).
 //

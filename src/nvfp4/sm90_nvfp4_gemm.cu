@@ -4,7 +4,7 @@
 // Why it exists: Hopper tensor cores have no FP4 mode; the kernel dequantizes both operands exactly
 // into fp16 (A once by a pre-pass, B in the MMA warps' registers: nvfp4_rs_mainloop.cuh; or both
 // into shared-memory tiles: nvfp4_tile_mainloop.cuh) and multiplies them on the fp16 tensor cores,
-// so results equal the FP4 reference bit for bit wherever fp32 sums are exact. The issue's shapes
+// so results equal the FP4 reference bit for bit wherever fp32 sums are exact. The competition's shapes
 // have M = 128 and large N, K: few output tiles, so split-K (fixed-order reduction) fills the SMs.
 #include <cuda_fp16.h>
 

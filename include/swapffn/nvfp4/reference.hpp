@@ -1,5 +1,5 @@
 // CPU reference of the four NVFP4 operations of issue 5 (the semantics the GPU kernels must match),
-// the seeded input generators with the issue's distributions, and the plain <-> blocked 128x4
+// the seeded input generators with the competition's distributions, and the plain <-> blocked 128x4
 // scale-layout conversion. Host only; no CUDA needed.
 #pragma once
 #include <cstdint>

@@ -118,8 +118,7 @@ const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublas
   float best_ms = 0.f;
   // A sample is 10 back-to-back launches between two events: one launch alone carries the ~3-4 us
   // of an event-timed launch, noise of the size of the differences measured, and a one-launch
-  // median let engines of one build pick different algorithms for 512 rows (H100, eighteenth
-  // session). A candidate displaces the anchor (algos[0]) only when it is clearly faster.
+  // median let engines of one build pick different algorithms for 512 rows (H100). A candidate displaces the anchor (algos[0]) only when it is clearly faster.
   constexpr int kLaunches = 10, kSamples = 5;
   constexpr float kMargin = 0.98f;
   for (size_t i = 0; i < algos.size(); ++i) {
