@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -57,6 +58,7 @@ struct BenchArgs {
 };
 
 struct Row {
+  Row(std::string b, int64_t n) : backend(std::move(b)), batch(n) {}
   std::string backend;
   int64_t batch = 0;
   double ms = 0;

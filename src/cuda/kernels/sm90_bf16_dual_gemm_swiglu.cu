@@ -94,7 +94,7 @@ struct SwigluEpilogue {
 
 template <int BN, int Stages, int Multicast, bool Persistent>
 void launch(const DualGemmSwigluArgs& a, cudaStream_t stream) {
-  using Tile = sm90::GemmTile<BN, Stages, 1, 1, Multicast, Persistent>;
+  using Tile = sm90::GemmTile<BN, Stages, Multicast, Persistent>;
   SWAPFFN_REQUIRE(a.n2 > 0 && a.n2 % 16 == 0,
                   "dual GEMM: 2*F = " + std::to_string(a.n2) + " is not a positive multiple of 16 (whole W1/W3 pairs)");
   SWAPFFN_REQUIRE(a.k > 0 && a.k % Tile::BK == 0, "dual GEMM: K = " + std::to_string(a.k) + " is not a positive multiple of 64");
