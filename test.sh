@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Whole test suite: install, build, run every test (GPU tests skip without a GPU), then check the
-# reference's dump against the independent NumPy implementation of SPEC.md.
+# Whole test suite: install, build, run every CPU test (the GPU tests are their own binary,
+# swapffn_gpu_tests, run on a GPU machine by scripts/device-test.sh), then check the reference's
+# dump against the independent NumPy implementation of SPEC.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/deps.sh
