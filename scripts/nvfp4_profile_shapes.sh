@@ -5,7 +5,7 @@
 # grid, DRAM and L2 throughput, tensor/ALU/FMA pipes, issue slots, warps, warp stalls). GPU clocks
 # are left as the bench runs them (--clock-control none), caches flushed before each kernel (ncu's
 # default), so the durations compare with the bench's L2-flushed medians. Then
-# scripts/nvfp4_profile_summary.py turns the CSV into the per-shape table of docs/NVFP4.md.
+# scripts/nvfp4_profile_summary.py turns the CSV into a per-shape table (where each kernel spends its time).
 #   B=<swapffn binary> OUT=<log dir> scripts/nvfp4_profile_shapes.sh
 set -u
 B=${B:-build/release/apps/swapffn}

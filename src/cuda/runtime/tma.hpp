@@ -24,7 +24,7 @@ CUtensorMap make_tma_2d_f32_sw128(void* base, uint64_t rows, uint64_t cols, uint
 // of a box read as zeros. elem_bytes = 8 views the bytes as 8-byte elements, which lets an
 // unswizzled box be up to 2 KB wide (TMA boxes have at most 256 elements per dimension); cols and
 // box_cols stay in bytes. Keep a copy's innermost start coordinate 16-byte aligned: on the H100 a
-// box started 8 bytes into a row trapped as an illegal instruction (docs/NVFP4.md, fourteenth step).
+// box started 8 bytes into a row trapped as an illegal instruction.
 CUtensorMap make_tma_3d_u8(const void* base, uint64_t cols, uint64_t rows, uint64_t batches, uint64_t row_pitch,
                            uint64_t batch_pitch, uint32_t box_cols, uint32_t box_rows, bool swizzle_128b,
                            uint32_t elem_bytes = 1);
