@@ -404,11 +404,12 @@ void run_bench(const Nvfp4BenchOptions& o) {
 #endif
 
 void add_nvfp4_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("nvfp4", "NVFP4 block-scaled kernels (GEMV, GEMM, dual GEMM, grouped GEMM)");
+  auto* cmd = add_command(app, "nvfp4", "NVFP4 block-scaled kernels (GEMV, GEMM, dual GEMM, grouped GEMM)",
+                          "swapffn nvfp4 bench --op all --json nvfp4.json");
   cmd->require_subcommand(1);
   auto o = std::make_shared<Nvfp4BenchOptions>();
-  auto* bench = cmd->add_subcommand("bench", "Time the NVFP4 kernels on the competition's shapes against speed-of-light, B200 and cuBLAS.");
-  bench->footer("Example: swapffn nvfp4 bench --op gemm --json nvfp4.json");
+  auto* bench = add_command(*cmd, "bench", "time the NVFP4 kernels on the competition's shapes against speed-of-light, B200 and cuBLAS",
+                            "swapffn nvfp4 bench --op gemm --json nvfp4.json");
   bench->add_option("--op", o->op, "gemv, gemm, dual, grouped or all")->check(CLI::IsMember({"gemv", "gemm", "dual", "grouped", "all"}));
   bench->add_option("--json", o->json, "write the results as JSON to this file");
   bench->add_option("--reps", o->reps, "timed runs per measurement (median)")->check(CLI::Range(3, 64));
