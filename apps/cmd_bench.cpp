@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <functional>
@@ -41,6 +42,7 @@ namespace swapffn::cli {
 namespace {
 
 constexpr const char* kAnchor = "cublas-ffn-gemms";  // cuBLAS's FFN GEMMs alone (bench/cublas_ffn_gemms.hpp)
+constexpr const char* kSlotsSuffix = "[slots]";  // a backend's step through a state pool of 4B slots
 constexpr int kFloorN = 8192;                         // the square GEMM that sets the floor
 constexpr uint64_t kSeed = 1;                         // parameters (without --model), state and inputs
 constexpr double kTelemetryMs = 5;                    // NVML sampling period
@@ -115,6 +117,12 @@ std::string telemetry_text(const TelemetrySummary& t) {
 double pct_matched_per_clock(const Row& r, double pct_matched) {
   if (!r.telemetry || !r.matched_floor_telemetry || r.telemetry->sm_clock_mhz_median <= 0) return 0;
   return pct_matched * r.matched_floor_telemetry->sm_clock_mhz_median / r.telemetry->sm_clock_mhz_median;
+}
+
+std::string fmt_ratio(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3fx", x);
+  return buf;
 }
 
 void check_args(const BenchArgs& a) {
@@ -267,6 +275,16 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
       if (!is_gpu_backend(name)) r.ms = time_host_decode(*engine, initial, a);
       res.rows.push_back(r);
       log(r);
+#ifdef SWAPFFN_WITH_CUDA
+      if (name == "fused") {  // the same step through a state pool (SPEC section 7)
+        Row slots{name + kSlotsSuffix, batch};
+        gpu->point(slots, [&](const cuda::TimedWindow& win) {
+          return cuda::time_device_decode_slots(*engine, initial, a.tokens, a.warmup, a.repeats, 4, kSeed, win);
+        });
+        res.rows.push_back(slots);
+        log(slots);
+      }
+#endif
     }
   }
   return res;
@@ -284,13 +302,16 @@ nlohmann::json report(const Results& res, const Config& cfg) {
   std::printf("\n%-16s %5s %12s %12s %9s %9s %11s %9s %7s %13s %9s\n", "backend", "B", "ms/step", "tok/s", "TF/s",
               "% floor", "vs unfused", "vs GEMMs", "spread", "matched floor", "% matched");
   bool spread_noted = false;
-  std::vector<std::string> telemetry_lines;
+  std::vector<std::string> telemetry_lines, slot_lines;
   for (const auto& r : res.rows) {
     const double flops = r.backend == kAnchor ? cfg.ffn_flops_per_token() : cfg.flops_per_token();
     const double tok_s = r.batch / (r.ms * 1e-3), tflops = flops * r.batch / (r.ms * 1e-3) / 1e12;
     const double pct = res.floor_tflops > 0 ? 100 * tflops / res.floor_tflops : 0;
     const double pct_matched = r.matched_floor_tflops > 0 ? 100 * tflops / r.matched_floor_tflops : 0;
     const double base = ms_of(res, "unfused", r.batch), anchor = ms_of(res, kAnchor, r.batch);
+    const bool slots = r.backend.size() > std::strlen(kSlotsSuffix) &&
+                       r.backend.compare(r.backend.size() - std::strlen(kSlotsSuffix), std::string::npos, kSlotsSuffix) == 0;
+    const double dense = slots ? ms_of(res, r.backend.substr(0, r.backend.size() - std::strlen(kSlotsSuffix)), r.batch) : 0;
     const double speedup = base > 0 ? base / r.ms : 0, vs_anchor = anchor > 0 ? anchor / r.ms : 0;
     char vs[32] = "-", vs_gemms[32] = "-", pct_s[32] = "-", spread_s[32] = "-", matched_s[32] = "-",
          pct_matched_s[32] = "-";
@@ -321,12 +342,20 @@ nlohmann::json report(const Results& res, const Config& cfg) {
                      {"matched_floor_tflops", r.matched_floor_tflops}, {"pct_of_matched_floor", pct_matched},
                      {"telemetry", telemetry_json(r.telemetry)},
                      {"matched_floor_telemetry", telemetry_json(r.matched_floor_telemetry)},
-                     {"pct_of_matched_floor_per_clock", per_clock}});
+                     {"pct_of_matched_floor_per_clock", per_clock},
+                     {"slot_step_over_dense", dense > 0 ? r.ms / dense : 0.0}});
+    if (dense > 0) slot_lines.push_back(r.backend + " B=" + std::to_string(r.batch) + ": " + fmt_ratio(r.ms / dense));
   }
   if (ms_of(res, kAnchor, res.rows.front().batch) > 0)
     std::printf("%s: cuBLAS's FFN GEMMs alone (x W1^T, x W3^T, u W2^T per FFN step, %lld GEMMs per token step, one "
                 "CUDA graph); its TF/s count the FFN's FLOPs only. \"vs GEMMs\": its time over the row's\n",
                 kAnchor, static_cast<long long>(3 * cfg.n_events * cfg.k_ffn));
+  if (!slot_lines.empty()) {
+    std::printf("slot steps (a pool of 4B slots, the batch in every fourth slot: gather, step, scatter) over the dense "
+                "step:");
+    for (const auto& l : slot_lines) std::printf("  %s", l.c_str());
+    std::printf("\n");
+  }
   if (spread_noted)
     std::printf("* the timed runs differ by more than %.0f%%: the GPU's clock moved during the point\n", 100 * kSpreadNote);
   if (!telemetry_lines.empty()) {

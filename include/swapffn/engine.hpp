@@ -3,11 +3,13 @@
 // optional following of a given trace (SPEC section 5).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "swapffn/fused_options.hpp"
 #include "swapffn/state.hpp"
+#include "swapffn/state_pool.hpp"
 #include "swapffn/weights.hpp"
 
 namespace swapffn {
@@ -50,6 +52,17 @@ class Engine {
   // tokens; traces (when given) hold T entries. The default calls step() T times.
   virtual void decode(const float* x, float* delta, int64_t tokens, State& state,
                       std::vector<Trace>* record = nullptr);
+
+  // A pool of `slots` sequences' state where this engine keeps it (host or device), every slot at
+  // the initial state.
+  virtual std::unique_ptr<StatePool> make_pool(int64_t slots);
+  // One step for B = slot_ids.size() rows of x [B, D] (host fp32): row b reads and writes slot
+  // slot_ids[b] of `pool` (made by this engine's make_pool), or is padding (kPaddingSlot: its delta
+  // row is zero and no slot changes). Slot ids are distinct. With opt.record, the trace holds the
+  // non-padding rows in order. Validation happens before anything changes: on an error the pool is
+  // left as it was. A sequence's results do not depend on its slot, the other rows or B.
+  virtual void step_slots(const float* x, const std::vector<int32_t>& slot_ids, float* delta, StatePool& pool,
+                          const StepOptions& opt = {});
 };
 
 struct EngineOptions {

@@ -161,6 +161,32 @@ DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens
   return time_runs(run, dec.stream(), tokens, warmup, repeats, window);
 }
 
+DecodeTiming time_device_decode_slots(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
+                                      int rotations, uint64_t seed, const TimedWindow& window) {
+  SWAPFFN_REQUIRE(tokens > 0 && repeats > 0 && warmup >= 0 && rotations > 0, "bench: bad token/repeat counts");
+  GpuEngine& dec = gpu_engine(engine);
+  const int64_t B = initial.batch;
+  auto pool = dec.make_pool(4 * B);
+  std::vector<int32_t> ids(static_cast<size_t>(B));
+  State one = State::init(engine.config(), 1);
+  for (int64_t b = 0; b < B; ++b) {
+    ids[size_t(b)] = int32_t(4 * b + 1);
+    initial.copy_sequence_to(b, one, 0);
+    pool->set(ids[size_t(b)], one);
+  }
+  DeviceBuffer<int32_t> ids_dev;
+  ids_dev.upload(ids);
+  const size_t n = static_cast<size_t>(tokens) * B * engine.config().d_model;
+  std::vector<DeviceBuffer<float>> xs = random_inputs(rotations, n, seed);
+  DeviceBuffer<float> delta(n);
+  int next = 0;
+  const auto run = [&] {
+    dec.enqueue_decode_slots(xs[static_cast<size_t>(next)].get(), delta.get(), tokens, *pool, ids_dev.get(), B);
+    next = (next + 1) % rotations;
+  };
+  return time_runs(run, dec.stream(), tokens, warmup, repeats, window);
+}
+
 DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
                                    const TimedWindow& window, std::string* algorithms) {
   SWAPFFN_REQUIRE(batch > 0 && tokens > 0 && repeats > 0 && warmup >= 0, "bench: bad batch, token or repeat counts");

@@ -33,6 +33,12 @@ struct DecodeTiming {
 DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
                                 int rotations, uint64_t seed, const TimedWindow& window = {});
 
+// As time_device_decode, but every step a slot step (SPEC section 7): B = initial.batch sequences in
+// the non-contiguous slots 4b + 1 of a pool of 4B slots, gathered before and scattered after each
+// step as a serving loop does; what the pool costs over a dense step.
+DecodeTiming time_device_decode_slots(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
+                                      int rotations, uint64_t seed, const TimedWindow& window = {});
+
 // The anchor, cuBLAS's FFN GEMMs alone (CublasFfnGemms), for `batch` sequences of w's model:
 // one token step's GEMMs captured in a CUDA graph, launched `tokens` times per run, timed as
 // time_device_decode times a backend. `algorithms`, when given, receives cuBLASLt's picks.

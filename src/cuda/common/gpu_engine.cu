@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cuda/kernels/collapse.hpp"
+#include "cuda/kernels/slot_copy.hpp"
 #include "swapffn/error.hpp"
 
 namespace swapffn::cuda {
@@ -122,13 +123,19 @@ void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State&
   SWAPFFN_REQUIRE(tokens >= 0, "negative token count");
   state.check_matches(cfg_, state.batch);
   state.validate();
-  const int64_t B = state.batch, D = cfg_.d_model, E = cfg_.n_events, M = B * cfg_.core_count;
+  const int64_t B = state.batch, D = cfg_.d_model, E = cfg_.n_events;
   check_finite(x, tokens * B * D, "x");
   if (tokens == 0 || B == 0) {
     for (int64_t t = 0; traces && t < tokens; ++t) traces[t].resize(E, B, cfg_.core_count);
     return;
   }
   upload_state(state);
+  run_host_io(x, delta, tokens, traces);
+  download_state(state);
+}
+
+void GpuEngine::run_host_io(const float* x, float* delta, int64_t tokens, Trace* traces) {
+  const int64_t B = batch_, D = cfg_.d_model, E = cfg_.n_events, M = B * cfg_.core_count;
   const auto n_io = static_cast<size_t>(tokens * B * D);
   x_dev_.reserve(n_io);
   delta_dev_.reserve(n_io);
@@ -151,9 +158,75 @@ void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State&
     CUDA_CHECK(cudaMemcpy(got[t].gate.data(), gate_dev_.get() + off, n, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(got[t].slot.data(), slot_dev_.get() + off, n, cudaMemcpyDeviceToHost));
   }
-  download_state(state);
   std::memcpy(delta, out.data(), n_io * sizeof(float));
   for (size_t t = 0; t < got.size(); ++t) traces[t] = std::move(got[t]);
+}
+
+std::unique_ptr<StatePool> GpuEngine::make_pool(int64_t slots) {
+  return std::make_unique<DeviceStatePool>(cfg_, slots, this);
+}
+
+DeviceStatePool& GpuEngine::own_pool(StatePool& pool) const {
+  auto* dev = dynamic_cast<DeviceStatePool*>(&pool);
+  SWAPFFN_REQUIRE(dev != nullptr && dev->owner() == this,
+                  "backend '" + name() + "': the state pool was made by another engine");
+  return *dev;
+}
+
+void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids, float* delta, StatePool& pool,
+                           const StepOptions& opt) {
+  SWAPFFN_REQUIRE(opt.follow == nullptr, "backend '" + name() + "' does not follow traces");
+  DeviceStatePool& dev = own_pool(pool);
+  check_slot_ids(slot_ids, dev.slots(), true);
+  const int64_t D = cfg_.d_model, B = int64_t(slot_ids.size());
+  check_finite(x, B * D, "x");
+  std::vector<int32_t> named;
+  std::vector<float> x_rows;
+  for (int64_t b = 0; b < B; ++b)
+    if (slot_ids[size_t(b)] != kPaddingSlot) {
+      named.push_back(slot_ids[size_t(b)]);
+      x_rows.insert(x_rows.end(), x + b * D, x + (b + 1) * D);
+    }
+  std::vector<float> delta_rows(x_rows.size());
+  if (!named.empty()) {
+    const int64_t n = int64_t(named.size());
+    ensure_batch(n);  // every allocation before the pool is touched
+    slot_ids_dev_.reserve(size_t(n));
+    CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), named.data(), size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               stream_));
+    launch_slot_copy({as_nv(dev.ram()), dev.stream_map(), as_nv(ram_.get()), map_.get(), slot_ids_dev_.get(), nullptr, n,
+                      dev.row_ram(), dev.row_map()},
+                     stream_);
+    run_host_io(x_rows.data(), delta_rows.data(), 1, opt.record);
+    launch_slot_copy({as_nv(ram_.get()), map_.get(), as_nv(dev.ram()), dev.stream_map(), nullptr, slot_ids_dev_.get(), n,
+                      dev.row_ram(), dev.row_map()},
+                     stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  for (int64_t b = 0, r = 0; b < B; ++b) {
+    float* out = delta + b * D;
+    if (slot_ids[size_t(b)] == kPaddingSlot)
+      std::fill(out, out + D, 0.f);
+    else
+      std::copy_n(delta_rows.data() + (r++) * D, D, out);
+  }
+}
+
+void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool,
+                                     const int32_t* slot_ids, int64_t batch) {
+  DeviceStatePool& dev = own_pool(pool);
+  SWAPFFN_REQUIRE(batch > 0 && tokens >= 0, "enqueue_decode_slots: batch must be > 0 and tokens >= 0");
+  ensure_batch(batch);
+  set_io(x, delta, nullptr, nullptr);
+  for (int64_t t = 0; t < tokens; ++t) {
+    launch_slot_copy({as_nv(dev.ram()), dev.stream_map(), as_nv(ram_.get()), map_.get(), slot_ids, nullptr, batch,
+                      dev.row_ram(), dev.row_map()},
+                     stream_);
+    run_tokens(1);
+    launch_slot_copy({as_nv(ram_.get()), map_.get(), as_nv(dev.ram()), dev.stream_map(), nullptr, slot_ids, batch,
+                      dev.row_ram(), dev.row_map()},
+                     stream_);
+  }
 }
 
 void GpuEngine::step(const float* x, float* delta, State& state, const StepOptions& opt) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/common/captured_graph.hpp"
+#include "cuda/common/device_state_pool.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/device_buffer.hpp"
 #include "cuda/kernels/step_io.hpp"
@@ -82,6 +83,9 @@ class GpuEngine : public Engine {
   const Config& config() const override { return cfg_; }
   void step(const float* x, float* delta, State& state, const StepOptions& opt) override;
   void decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record) override;
+  std::unique_ptr<StatePool> make_pool(int64_t slots) override;
+  void step_slots(const float* x, const std::vector<int32_t>& slot_ids, float* delta, StatePool& pool,
+                  const StepOptions& opt) override;
 
   // Device-resident decoding: the state stays on the device between calls; x and delta are device
   // arrays [tokens, B, D] fp32 (x finite: the host paths check it, this one does not).
@@ -92,6 +96,10 @@ class GpuEngine : public Engine {
   void download_state(State& s);
   // Enqueues `tokens` steps for the uploaded batch (no host synchronisation).
   void enqueue_decode(const float* x, float* delta, int64_t tokens);
+  // Enqueues `tokens` slot steps of the same `batch` slots of `pool` (slot_ids: a device array of
+  // distinct slots): each gathers the slots, steps and scatters them back, as a serving loop does.
+  void enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool, const int32_t* slot_ids,
+                            int64_t batch);
 
  protected:
   // Sizes the backend's own buffers for M = batch * C rows (the common ones are already sized).
@@ -117,6 +125,9 @@ class GpuEngine : public Engine {
 
  private:
   void host_decode(const float* x, float* delta, int64_t tokens, State& state, Trace* traces);
+  // `tokens` steps of the batch on the device from host x [tokens, B, D] into host delta (and traces).
+  void run_host_io(const float* x, float* delta, int64_t tokens, Trace* traces);
+  DeviceStatePool& own_pool(StatePool& pool) const;
   void ensure_batch(int64_t batch);
   void set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot);
   void run_tokens(int64_t tokens);
@@ -125,6 +136,7 @@ class GpuEngine : public Engine {
 
   DeviceBuffer<float> x_dev_, delta_dev_;
   DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
+  DeviceBuffer<int32_t> slot_ids_dev_;
   std::unique_ptr<CapturedGraph> graph_;
 };
 

@@ -1,0 +1,45 @@
+#include "cuda/common/device_state_pool.hpp"
+
+#include "swapffn/error.hpp"
+
+namespace swapffn::cuda {
+
+DeviceStatePool::DeviceStatePool(const Config& cfg, int64_t slots, const void* owner)
+    : cfg_(cfg), slots_(slots), owner_(owner) {
+  SWAPFFN_REQUIRE(slots > 0, "a state pool needs at least one slot, got " + std::to_string(slots));
+  ram_.resize(size_t(slots * row_ram()));
+  map_.resize(size_t(slots * row_map()));
+  std::vector<int32_t> all(static_cast<size_t>(slots));
+  for (int64_t s = 0; s < slots; ++s) all[size_t(s)] = int32_t(s);
+  reset(all);
+}
+
+void DeviceStatePool::reset(const std::vector<int32_t>& slot_ids) {
+  check_slot_ids(slot_ids, slots_, false);
+  for (int32_t s : slot_ids) {  // zeros in RAM, identity maps (SPEC section 3)
+    CUDA_CHECK(cudaMemset(ram_.get() + s * row_ram(), 0, size_t(row_ram()) * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(map_.get() + s * row_map(), kIdentityStreamMap, size_t(row_map())));
+  }
+}
+
+State DeviceStatePool::get(int32_t slot) const {
+  check_slot_ids({slot}, slots_, false);
+  State one = State::init(cfg_, 1);
+  CUDA_CHECK(cudaMemcpy(one.ram.data(), ram_.get() + slot * row_ram(), one.ram.size() * sizeof(bf16),
+                        cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(one.stream_map.data(), map_.get() + slot * row_map(), one.stream_map.size(),
+                        cudaMemcpyDeviceToHost));
+  return one;
+}
+
+void DeviceStatePool::set(int32_t slot, const State& one) {
+  check_slot_ids({slot}, slots_, false);
+  one.check_matches(cfg_, 1);
+  one.validate();
+  CUDA_CHECK(cudaMemcpy(ram_.get() + slot * row_ram(), one.ram.data(), one.ram.size() * sizeof(bf16),
+                        cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(map_.get() + slot * row_map(), one.stream_map.data(), one.stream_map.size(),
+                        cudaMemcpyHostToDevice));
+}
+
+}  // namespace swapffn::cuda

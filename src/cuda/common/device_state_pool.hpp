@@ -1,0 +1,37 @@
+// The StatePool of the GPU engines: S sequences' RAM and stream maps in device memory, reset, read
+// and written per slot; GpuEngine gathers the named slots before a slot step and scatters them after.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "cuda/runtime/device_buffer.hpp"
+#include "swapffn/bf16.hpp"
+#include "swapffn/config.hpp"
+#include "swapffn/state_pool.hpp"
+
+namespace swapffn::cuda {
+
+class DeviceStatePool final : public StatePool {
+ public:
+  // `owner` identifies the engine that made the pool (its slot steps refuse other engines' pools).
+  DeviceStatePool(const Config& cfg, int64_t slots, const void* owner);
+  int64_t slots() const override { return slots_; }
+  void reset(const std::vector<int32_t>& slot_ids) override;
+  State get(int32_t slot) const override;
+  void set(int32_t slot, const State& one) override;
+
+  const void* owner() const { return owner_; }
+  bf16* ram() const { return ram_.get(); }          // [S, C, 4, D]
+  uint8_t* stream_map() const { return map_.get(); }  // [S, C]
+  int64_t row_ram() const { return cfg_.core_count * 4 * cfg_.d_model; }
+  int64_t row_map() const { return cfg_.core_count; }
+
+ private:
+  Config cfg_;
+  int64_t slots_;
+  const void* owner_;
+  DeviceBuffer<bf16> ram_;
+  DeviceBuffer<uint8_t> map_;
+};
+
+}  // namespace swapffn::cuda
