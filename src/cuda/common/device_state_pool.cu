@@ -14,17 +14,22 @@ DeviceStatePool::DeviceStatePool(const Config& cfg, int64_t slots, const void* o
   reset(all);
 }
 
+// The engines step a pool on their own or their caller's streams: reset, get and set first wait for
+// every stream of the device, so that they never race a step in flight (they are not the hot path).
 void DeviceStatePool::reset(const std::vector<int32_t>& slot_ids) {
   check_slot_ids(slot_ids, slots_, false);
+  CUDA_CHECK(cudaDeviceSynchronize());
   for (int32_t s : slot_ids) {  // zeros in RAM, identity maps (SPEC section 3)
     CUDA_CHECK(cudaMemset(ram_.get() + s * row_ram(), 0, size_t(row_ram()) * sizeof(bf16)));
     CUDA_CHECK(cudaMemset(map_.get() + s * row_map(), kIdentityStreamMap, size_t(row_map())));
   }
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 State DeviceStatePool::get(int32_t slot) const {
   check_slot_ids({slot}, slots_, false);
   State one = State::init(cfg_, 1);
+  CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaMemcpy(one.ram.data(), ram_.get() + slot * row_ram(), one.ram.size() * sizeof(bf16),
                         cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(one.stream_map.data(), map_.get() + slot * row_map(), one.stream_map.size(),
@@ -36,6 +41,7 @@ void DeviceStatePool::set(int32_t slot, const State& one) {
   check_slot_ids({slot}, slots_, false);
   one.check_matches(cfg_, 1);
   one.validate();
+  CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaMemcpy(ram_.get() + slot * row_ram(), one.ram.data(), one.ram.size() * sizeof(bf16),
                         cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(map_.get() + slot * row_map(), one.stream_map.data(), one.stream_map.size(),

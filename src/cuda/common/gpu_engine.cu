@@ -180,6 +180,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
   check_slot_ids(slot_ids, dev.slots(), true);
   const int64_t D = cfg_.d_model, B = int64_t(slot_ids.size());
   check_finite(x, B * D, "x");
+  // The named rows only, in order (what the trace holds); padding rows get zero delta here.
   std::vector<int32_t> named;
   std::vector<float> x_rows;
   for (int64_t b = 0; b < B; ++b)
@@ -189,19 +190,30 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
     }
   std::vector<float> delta_rows(x_rows.size());
   if (!named.empty()) {
-    const int64_t n = int64_t(named.size());
+    const int64_t n = int64_t(named.size()), E = cfg_.n_events, M = n * cfg_.core_count;
     ensure_batch(n);  // every allocation before the pool is touched
+    x_dev_.reserve(x_rows.size());
+    delta_dev_.reserve(x_rows.size());
     slot_ids_dev_.reserve(size_t(n));
+    if (opt.record) {
+      gate_dev_.reserve(size_t(E * M));
+      slot_dev_.reserve(size_t(E * M));
+    }
+    CUDA_CHECK(cudaMemcpyAsync(x_dev_.get(), x_rows.data(), x_rows.size() * sizeof(float), cudaMemcpyHostToDevice,
+                               stream_));
     CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), named.data(), size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice,
                                stream_));
-    launch_slot_copy({as_nv(dev.ram()), dev.stream_map(), as_nv(ram_.get()), map_.get(), slot_ids_dev_.get(), nullptr, n,
-                      dev.row_ram(), dev.row_map()},
-                     stream_);
-    run_host_io(x_rows.data(), delta_rows.data(), 1, opt.record);
-    launch_slot_copy({as_nv(ram_.get()), map_.get(), as_nv(dev.ram()), dev.stream_map(), nullptr, slot_ids_dev_.get(), n,
-                      dev.row_ram(), dev.row_map()},
-                     stream_);
+    enqueue_slot_step(x_dev_.get(), slot_ids_dev_.get(), n, delta_dev_.get(), opt.record ? gate_dev_.get() : nullptr,
+                      opt.record ? slot_dev_.get() : nullptr, dev, nullptr);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemcpy(delta_rows.data(), delta_dev_.get(), delta_rows.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    if (opt.record) {
+      Trace t;
+      t.resize(E, n, cfg_.core_count);
+      CUDA_CHECK(cudaMemcpy(t.gate.data(), gate_dev_.get(), size_t(E * M), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(t.slot.data(), slot_dev_.get(), size_t(E * M), cudaMemcpyDeviceToHost));
+      *opt.record = std::move(t);
+    }
   }
   for (int64_t b = 0, r = 0; b < B; ++b) {
     float* out = delta + b * D;
@@ -212,21 +224,47 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
   }
 }
 
+void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
+                                   cudaStream_t stream) {
+  DeviceStatePool& dev = own_pool(pool);
+  SWAPFFN_REQUIRE(batch > 0, "a slot step needs at least one row, got " + std::to_string(batch));
+  ensure_batch(batch);
+  enqueue_slot_step(x, slot_ids, batch, delta, nullptr, nullptr, dev, stream);
+}
+
+void GpuEngine::enqueue_slot_step(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, uint8_t* gate,
+                                  uint8_t* slot, DeviceStatePool& pool, cudaStream_t caller) {
+  const SlotRows rows{as_nv(pool.ram()), pool.stream_map(), pool.slots(), as_nv(ram_.get()), map_.get(), slot_ids,
+                      batch, pool.row_ram(), pool.row_map()};
+  const cudaStream_t own = stream_;
+  const cudaStream_t s = caller ? caller : own;
+  launch_set_step_io(io_.get(), StepIO{x, delta, gate, slot}, s);
+  launch_gather_slots(rows, s);
+  if (caller) {
+    // On the caller's stream the step is enqueued kernel by kernel, so that the caller's own CUDA
+    // graph capture records it (the engine's graph belongs to its own stream).
+    stream_ = caller;
+    try {
+      enqueue_step();
+    } catch (...) {
+      stream_ = own;
+      throw;
+    }
+    stream_ = own;
+  } else {
+    run_tokens(1);
+  }
+  launch_scatter_slots(rows, delta, cfg_.d_model, s);
+}
+
 void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool,
                                      const int32_t* slot_ids, int64_t batch) {
   DeviceStatePool& dev = own_pool(pool);
   SWAPFFN_REQUIRE(batch > 0 && tokens >= 0, "enqueue_decode_slots: batch must be > 0 and tokens >= 0");
   ensure_batch(batch);
-  set_io(x, delta, nullptr, nullptr);
-  for (int64_t t = 0; t < tokens; ++t) {
-    launch_slot_copy({as_nv(dev.ram()), dev.stream_map(), as_nv(ram_.get()), map_.get(), slot_ids, nullptr, batch,
-                      dev.row_ram(), dev.row_map()},
-                     stream_);
-    run_tokens(1);
-    launch_slot_copy({as_nv(ram_.get()), map_.get(), as_nv(dev.ram()), dev.stream_map(), nullptr, slot_ids, batch,
-                      dev.row_ram(), dev.row_map()},
-                     stream_);
-  }
+  const int64_t n = batch * cfg_.d_model;
+  for (int64_t t = 0; t < tokens; ++t)
+    enqueue_slot_step(x + t * n, slot_ids, batch, delta + t * n, nullptr, nullptr, dev, nullptr);
 }
 
 void GpuEngine::step(const float* x, float* delta, State& state, const StepOptions& opt) {

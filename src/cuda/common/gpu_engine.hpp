@@ -96,8 +96,15 @@ class GpuEngine : public Engine {
   void download_state(State& s);
   // Enqueues `tokens` steps for the uploaded batch (no host synchronisation).
   void enqueue_decode(const float* x, float* delta, int64_t tokens);
-  // Enqueues `tokens` slot steps of the same `batch` slots of `pool` (slot_ids: a device array of
-  // distinct slots): each gathers the slots, steps and scatters them back, as a serving loop does.
+  // One slot step enqueued on `stream` (the caller's): x, delta [B, D] fp32 and slot_ids [B] int32
+  // on the device; a slot id outside [0, S) is padding (zero delta, no slot changes). Kernel by
+  // kernel, so the caller's CUDA graph capture records it; the first call at a batch size allocates
+  // and must come before any capture. Slot ids are not checked for repeats here (the device holds
+  // them): the caller checks them where it can (the Python layer does).
+  void enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
+                          cudaStream_t stream);
+  // `tokens` slot steps of the same `batch` slots on the engine's stream (x, delta [tokens, B, D]),
+  // each a gather, the step's graph and a scatter, as a serving loop runs: what `bench` times.
   void enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool, const int32_t* slot_ids,
                             int64_t batch);
 
@@ -128,6 +135,9 @@ class GpuEngine : public Engine {
   // `tokens` steps of the batch on the device from host x [tokens, B, D] into host delta (and traces).
   void run_host_io(const float* x, float* delta, int64_t tokens, Trace* traces);
   DeviceStatePool& own_pool(StatePool& pool) const;
+  // Gather, step, scatter: on `caller` kernel by kernel, or (null) on stream_ through the graph.
+  void enqueue_slot_step(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, uint8_t* gate,
+                         uint8_t* slot, DeviceStatePool& pool, cudaStream_t caller);
   void ensure_batch(int64_t batch);
   void set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot);
   void run_tokens(int64_t tokens);

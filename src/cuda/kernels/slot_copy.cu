@@ -1,36 +1,65 @@
-// Sequence rows copied by index in one launch: a slot step gathers B rows of up to 4 MB each (the
-// default model) where B separate copies would each pay a launch.
+// Sequence rows copied by slot id in one launch: a slot step moves B rows of up to 4 MB each (the
+// default model), where B separate copies would each pay a launch.
 #include "cuda/kernels/slot_copy.hpp"
 
+#include <algorithm>
+
 #include "cuda/runtime/cuda_check.hpp"
+#include "swapffn/state.hpp"
 
 namespace swapffn::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-// Block (x, r) copies chunk x of row r's RAM (16-byte vectors) and, from block x = 0, its map.
-__global__ void __launch_bounds__(kThreads) slot_copy_kernel(SlotCopyArgs a) {
+__device__ __forceinline__ bool is_slot(int32_t s, int64_t slots) { return s >= 0 && s < slots; }
+
+// Block (x, r) copies chunk x of row r's RAM (16-byte vectors); block x = 0 also its map (and, in
+// the scatter, a padding row's delta).
+template <bool kGather>
+__global__ void __launch_bounds__(kThreads) slot_rows_kernel(SlotRows a, float* delta, int64_t d_model) {
   const int64_t r = blockIdx.y;
-  const int64_t src = a.src_rows ? a.src_rows[r] : r, dst = a.dst_rows ? a.dst_rows[r] : r;
+  const int32_t s = a.slot_ids[r];
+  const bool pad = !is_slot(s, a.slots);
   const int64_t vecs = a.row_ram * 2 / 16;
-  const uint4* s = reinterpret_cast<const uint4*>(a.src_ram + src * a.row_ram);
-  uint4* d = reinterpret_cast<uint4*>(a.dst_ram + dst * a.row_ram);
-  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < vecs; i += int64_t(gridDim.x) * kThreads) d[i] = s[i];
-  if (blockIdx.x == 0)
-    for (int64_t i = threadIdx.x; i < a.row_map; i += kThreads) a.dst_map[dst * a.row_map + i] = a.src_map[src * a.row_map + i];
+  uint4* batch = reinterpret_cast<uint4*>(a.batch_ram + r * a.row_ram);
+  uint4* pool = pad ? nullptr : reinterpret_cast<uint4*>(a.pool_ram + s * a.row_ram);
+  const int64_t step = int64_t(gridDim.x) * kThreads;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < vecs; i += step) {
+    if (kGather)
+      batch[i] = pad ? make_uint4(0, 0, 0, 0) : pool[i];
+    else if (!pad)
+      pool[i] = batch[i];
+  }
+  if (blockIdx.x != 0) return;
+  for (int64_t i = threadIdx.x; i < a.row_map; i += kThreads) {
+    if (kGather)
+      a.batch_map[r * a.row_map + i] = pad ? kIdentityStreamMap : a.pool_map[s * a.row_map + i];
+    else if (!pad)
+      a.pool_map[s * a.row_map + i] = a.batch_map[r * a.row_map + i];
+  }
+  if (!kGather && pad)
+    for (int64_t i = threadIdx.x; i < d_model; i += kThreads) delta[r * d_model + i] = 0.f;
 }
 
-}  // namespace
-
-void launch_slot_copy(const SlotCopyArgs& a, cudaStream_t stream) {
+template <bool kGather>
+void launch(const SlotRows& a, float* delta, int64_t d_model, cudaStream_t stream) {
   SWAPFFN_REQUIRE(a.rows >= 0 && a.rows <= 65535, "slot copy: " + std::to_string(a.rows) + " rows (at most 65535)");
   SWAPFFN_REQUIRE(a.row_ram * 2 % 16 == 0, "slot copy: a row's RAM must be whole 16-byte vectors");
   if (a.rows == 0) return;
   const int64_t vecs = a.row_ram * 2 / 16;
-  const unsigned chunks = static_cast<unsigned>(std::min<int64_t>((vecs + kThreads * 8 - 1) / (kThreads * 8), 1024));
-  slot_copy_kernel<<<dim3(chunks, static_cast<unsigned>(a.rows)), kThreads, 0, stream>>>(a);
+  const auto chunks = static_cast<unsigned>(std::clamp<int64_t>((vecs + kThreads * 8 - 1) / (kThreads * 8), 1, 1024));
+  slot_rows_kernel<kGather><<<dim3(chunks, static_cast<unsigned>(a.rows)), kThreads, 0, stream>>>(a, delta, d_model);
   SWAPFFN_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_gather_slots(const SlotRows& a, cudaStream_t stream) { launch<true>(a, nullptr, 0, stream); }
+
+void launch_scatter_slots(const SlotRows& a, float* delta, int64_t d_model, cudaStream_t stream) {
+  SWAPFFN_REQUIRE(delta != nullptr, "slot scatter: delta is not set");
+  launch<false>(a, delta, d_model, stream);
 }
 
 }  // namespace swapffn::cuda

@@ -1,5 +1,7 @@
-// Copies whole sequences' state between a state pool and an engine's batch buffers (SPEC section 7):
-// the gather before a slot step and the scatter after it, one launch each.
+// Whole sequences' state moved between a state pool and an engine's batch buffers (SPEC section 7):
+// the gather before a slot step and the scatter after it, one launch each. A row whose slot id is
+// outside [0, slots) is padding: the gather gives it the initial state (zeros, identity maps), the
+// scatter writes no slot and zeros its delta row.
 #pragma once
 #include <cstdint>
 
@@ -8,18 +10,18 @@
 
 namespace swapffn::cuda {
 
-struct SlotCopyArgs {
-  const __nv_bfloat16* src_ram;  // [*, row_ram] bf16
-  const uint8_t* src_map;        // [*, row_map]
-  __nv_bfloat16* dst_ram;
-  uint8_t* dst_map;
-  // Row r of the copy reads source row src_rows[r] (null: r) and writes destination row
-  // dst_rows[r] (null: r).
-  const int32_t* src_rows;
-  const int32_t* dst_rows;
+struct SlotRows {
+  __nv_bfloat16* pool_ram;  // [slots, row_ram]
+  uint8_t* pool_map;        // [slots, row_map]
+  int64_t slots;
+  __nv_bfloat16* batch_ram;  // [rows, row_ram]
+  uint8_t* batch_map;        // [rows, row_map]
+  const int32_t* slot_ids;   // [rows], device
   int64_t rows, row_ram, row_map;  // row_ram = C * 4 * D elements, row_map = C bytes
 };
 
-void launch_slot_copy(const SlotCopyArgs& a, cudaStream_t stream);
+void launch_gather_slots(const SlotRows& a, cudaStream_t stream);
+// delta [rows, d_model]: the padding rows' delta is zeroed.
+void launch_scatter_slots(const SlotRows& a, float* delta, int64_t d_model, cudaStream_t stream);
 
 }  // namespace swapffn::cuda
