@@ -17,4 +17,9 @@ struct GpuInfo {
 
 GpuInfo query_gpu();
 
+// Makes `device` the GPU this thread's engines run on (CUDA's current device); throws naming the
+// device and the count when there is no such GPU. Device 0 is accepted without a GPU (the reference
+// runs on the host).
+void select_gpu(int device);
+
 }  // namespace swapffn

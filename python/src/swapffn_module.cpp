@@ -1,0 +1,199 @@
+// The `swapffn._swapffn` extension: the engine, its state pools and slot steps, for the Python
+// package (python/swapffn). Arrays cross by DLPack (nanobind ndarrays): NumPy and torch CPU arrays
+// take the host path, CUDA arrays (torch, CuPy, JAX) the device path on the caller's stream. The
+// Python layer checks dtypes, shapes, devices and slot ids and names the argument; this layer
+// checks again what it must to stay memory-safe.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "swapffn/backends.hpp"
+#include "swapffn/device.hpp"
+#include "swapffn/error.hpp"
+#include "swapffn/weights.hpp"
+#ifdef SWAPFFN_WITH_CUDA
+#include "cuda/common/gpu_engine.hpp"
+#endif
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace swapffn::python {
+namespace {
+
+using HostF32 = nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using HostIds = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using CudaF32 = nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cuda>;
+using CudaIds = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cuda>;
+using Ram = nb::ndarray<nb::numpy, uint16_t, nb::ndim<3>>;
+using Map = nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>;
+
+struct PyEngine {
+  Weights weights;
+  std::string backend;
+  int device;
+  std::unique_ptr<Engine> engine;
+};
+
+struct PyPool {
+  std::shared_ptr<PyEngine> owner;  // the pool's memory is the engine's device's
+  std::unique_ptr<StatePool> pool;
+};
+
+std::shared_ptr<PyEngine> load_engine(const std::string& path, const std::string& backend, int device, int threads,
+                                      bool graph, const std::string& kernels) {
+  select_gpu(device);
+  auto e = std::make_shared<PyEngine>();
+  e->weights = Weights::load(path);
+  e->backend = backend;
+  e->device = device;
+  EngineOptions opt;
+  opt.threads = threads;
+  opt.graph = graph;
+  opt.fused.pinned = parse_fused_choice(kernels);
+  e->engine = make_engine(backend, e->weights, opt);
+  return e;
+}
+
+void check_rows(const PyEngine& e, size_t rows, size_t cols, size_t ids, const char* what) {
+  const auto D = static_cast<size_t>(e.weights.cfg.d_model);
+  SWAPFFN_REQUIRE(cols == D, std::string(what) + ": rows of " + std::to_string(cols) + " values, the model's d_model is " +
+                                 std::to_string(D));
+  SWAPFFN_REQUIRE(rows == ids, std::string(what) + ": " + std::to_string(rows) + " rows for " + std::to_string(ids) +
+                                   " slot ids");
+}
+
+// Host arrays: Engine::step_slots (every backend; GPU engines copy to their device).
+nb::tuple step_host(PyEngine& e, PyPool& p, HostF32 x, HostIds ids, HostF32 out, bool record) {
+  check_rows(e, x.shape(0), x.shape(1), ids.shape(0), "x");
+  check_rows(e, out.shape(0), out.shape(1), ids.shape(0), "out");
+  std::vector<int32_t> slot_ids(ids.data(), ids.data() + ids.shape(0));
+  Trace trace;
+  StepOptions opt;
+  if (record) opt.record = &trace;
+  {
+    nb::gil_scoped_release release;
+    e.engine->step_slots(x.data(), slot_ids, out.data(), *p.pool, opt);
+  }
+  if (!record) return nb::make_tuple(nb::none(), nb::none());
+  const size_t shape[3] = {size_t(trace.events), size_t(trace.batch), size_t(trace.cores)};
+  auto* gate = new std::vector<uint8_t>(std::move(trace.gate));
+  auto* slot = new std::vector<uint8_t>(std::move(trace.slot));
+  nb::capsule own_gate(gate, [](void* v) noexcept { delete static_cast<std::vector<uint8_t>*>(v); });
+  nb::capsule own_slot(slot, [](void* v) noexcept { delete static_cast<std::vector<uint8_t>*>(v); });
+  return nb::make_tuple(nb::ndarray<nb::numpy, uint8_t, nb::ndim<3>>(gate->data(), 3, shape, own_gate),
+                        nb::ndarray<nb::numpy, uint8_t, nb::ndim<3>>(slot->data(), 3, shape, own_slot));
+}
+
+// CUDA arrays: the slot step enqueued on the caller's stream (capturable once the batch size has run).
+void step_device(PyEngine& e, PyPool& p, CudaF32 x, CudaIds ids, CudaF32 out, uintptr_t stream) {
+  check_rows(e, x.shape(0), x.shape(1), ids.shape(0), "x");
+  check_rows(e, out.shape(0), out.shape(1), ids.shape(0), "out");
+  SWAPFFN_REQUIRE(x.device_id() == e.device && ids.device_id() == e.device && out.device_id() == e.device,
+                  "x, slot_ids and out must be on the engine's device cuda:" + std::to_string(e.device));
+#ifdef SWAPFFN_WITH_CUDA
+  cuda::GpuEngine* g = cuda::gpu_engine_of(*e.engine);
+  SWAPFFN_REQUIRE(g != nullptr, "backend '" + e.backend + "' runs on the host: pass host arrays");
+  nb::gil_scoped_release release;
+  g->enqueue_step_slots(x.data(), ids.data(), int64_t(ids.shape(0)), out.data(), *p.pool,
+                        reinterpret_cast<cudaStream_t>(stream));
+#else
+  (void)p;
+  (void)stream;
+  SWAPFFN_FAIL("this build has no CUDA: pass host arrays");
+#endif
+}
+
+nb::tuple pool_get(PyPool& p, int32_t slot) {
+  State one = p.pool->get(slot);
+  const size_t ram_shape[3] = {size_t(one.cores), 4, size_t(one.d_model)};
+  const size_t map_shape[1] = {size_t(one.cores)};
+  auto* ram = new std::vector<bf16>(std::move(one.ram));
+  auto* map = new std::vector<uint8_t>(std::move(one.stream_map));
+  nb::capsule own_ram(ram, [](void* v) noexcept { delete static_cast<std::vector<bf16>*>(v); });
+  nb::capsule own_map(map, [](void* v) noexcept { delete static_cast<std::vector<uint8_t>*>(v); });
+  return nb::make_tuple(Ram(reinterpret_cast<uint16_t*>(ram->data()), 3, ram_shape, own_ram),
+                        Map(map->data(), 1, map_shape, own_map));
+}
+
+void pool_set(PyPool& p, int32_t slot, nb::ndarray<const uint16_t, nb::c_contig, nb::device::cpu> ram,
+              nb::ndarray<const uint8_t, nb::c_contig, nb::device::cpu> map) {
+  const Config& cfg = p.owner->weights.cfg;
+  State one = State::init(cfg, 1);
+  SWAPFFN_REQUIRE(ram.size() == one.ram.size(), "ram: " + std::to_string(ram.size()) + " values, a slot holds " +
+                                                    std::to_string(one.ram.size()) + " ([C, 4, D] = [" +
+                                                    std::to_string(cfg.core_count) + ", 4, " +
+                                                    std::to_string(cfg.d_model) + "])");
+  SWAPFFN_REQUIRE(map.size() == one.stream_map.size(), "stream_map: " + std::to_string(map.size()) +
+                                                           " values, a slot holds " + std::to_string(cfg.core_count));
+  std::memcpy(one.ram.data(), ram.data(), one.ram.size() * sizeof(uint16_t));
+  std::memcpy(one.stream_map.data(), map.data(), one.stream_map.size());
+  p.pool->set(slot, one);
+}
+
+}  // namespace
+
+NB_MODULE(_swapffn, m) {
+  m.doc() = "swapffn engine bindings (use the swapffn package, not this module)";
+  nb::exception<Error>(m, "Error", PyExc_ValueError);
+  m.def("backends", &backend_names);
+#ifdef SWAPFFN_WITH_CUDA
+  m.attr("with_cuda") = true;
+#else
+  m.attr("with_cuda") = false;
+#endif
+  m.def("gpu", [] {
+    const GpuInfo g = query_gpu();
+    return nb::make_tuple(g.present, g.present ? g.name : g.why_absent, g.is_hopper());
+  });
+
+  nb::class_<PyEngine>(m, "Engine")
+      .def_prop_ro("name", [](const PyEngine& e) { return e.engine->name(); })
+      .def_prop_ro("device", [](const PyEngine& e) { return e.device; })
+      .def_prop_ro("config_json", [](const PyEngine& e) { return e.weights.cfg.to_json_string(); })
+      .def_prop_ro("on_host", [](const PyEngine& e) {
+#ifdef SWAPFFN_WITH_CUDA
+        return cuda::gpu_engine_of(*e.engine) == nullptr;
+#else
+        (void)e;
+        return true;
+#endif
+      });
+  m.def("init_model", [](const std::string& path, const std::string& preset, uint64_t seed) {
+    Weights::random(Config::preset(preset), seed).save(path);
+  });
+  m.def("load_engine", &load_engine, "path"_a, "backend"_a, "device"_a, "threads"_a, "graph"_a, "kernels"_a);
+
+  nb::class_<PyPool>(m, "Pool")
+      .def_prop_ro("slots", [](const PyPool& p) { return p.pool->slots(); })
+      .def("reset", [](PyPool& p, const std::vector<int32_t>& ids) { p.pool->reset(ids); })
+      .def("get", &pool_get)
+      .def("set", &pool_set)
+      .def("load", [](PyPool& p, int32_t slot, const std::string& path) {
+        const State s = State::load(path);
+        s.check_matches(p.owner->weights.cfg, 1);
+        p.pool->set(slot, s);
+      })
+      .def("save", [](PyPool& p, int32_t slot, const std::string& path) { p.pool->get(slot).save(path); });
+  m.def("make_pool", [](std::shared_ptr<PyEngine> e, int64_t slots) {
+    auto p = std::make_unique<PyPool>();
+    p->owner = e;
+    p->pool = e->engine->make_pool(slots);
+    return p;
+  });
+  m.def("step_host", &step_host);
+  m.def("step_device", &step_device);
+  m.def("check_slot_ids", [](const std::vector<int32_t>& ids, int64_t slots) { check_slot_ids(ids, slots, true); });
+}
+
+}  // namespace swapffn::python

@@ -1,0 +1,240 @@
+"""swapffn: the Swap-FFN decode engine from Python, with the recurrent state of many sequences held
+in slots (SPEC section 7).
+
+    import swapffn, numpy as np
+    engine = swapffn.Engine.load("m.safetensors", backend="fused")
+    pool = swapffn.StatePool(engine, slots=64)
+    pool.reset([3, 7])                                   # two sequences join
+    x = np.random.randn(2, engine.config["d_model"]).astype(np.float32)
+    delta = engine.step(x, pool, [3, 7])                 # [2, D]; slots 3 and 7 advance
+
+Host arrays (NumPy, CPU torch tensors) run through a host round trip on any backend; CUDA tensors
+(torch) run on the engine's device on torch's current stream, so a step can be captured in the
+caller's CUDA graph once its batch size has run outside capture. A slot id of -1 is a padding row:
+its delta is zero and no slot changes.
+"""
+from __future__ import annotations
+
+import json
+from typing import Optional, Sequence
+
+import numpy as np
+
+from . import _swapffn
+from ._swapffn import Error
+
+__all__ = ["Engine", "StatePool", "Error", "PADDING", "backends", "gpu", "init_model"]
+
+PADDING = -1  # a slot id that marks a padding row
+
+
+def backends() -> list:
+    """The backends compiled into this build ("reference", and "unfused"/"fused" with CUDA)."""
+    return list(_swapffn.backends())
+
+
+def init_model(path: str, config: str = "tiny", seed: int = 1) -> None:
+    """Writes a model with random parameters of a preset config ("default" or "tiny"), as
+    `swapffn init` does."""
+    _swapffn.init_model(str(path), config, int(seed))
+
+
+def gpu() -> dict:
+    """The GPU this process sees: present, name (or why absent), hopper."""
+    present, name, hopper = _swapffn.gpu()
+    return {"present": present, "name" if present else "why_absent": name, "hopper": hopper}
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # torch is optional: NumPy arrays need none of it
+        return None
+    return torch
+
+
+def _is_torch(a) -> bool:
+    t = _torch()
+    return t is not None and isinstance(a, t.Tensor)
+
+
+class Engine:
+    """One model on one backend ("reference", "unfused" or "fused") and device."""
+
+    def __init__(self, handle, path: str):
+        self._h = handle
+        self.path = path
+        self.config = json.loads(handle.config_json)
+
+    @classmethod
+    def load(cls, path: str, backend: str = "fused", device: int = 0, threads: int = 0, graph: bool = True,
+             kernels: str = "") -> "Engine":
+        """Loads a model file (safetensors, as `swapffn init` writes) onto `backend`.
+
+        threads: CPU threads of the reference (0: all). graph: GPU backends capture a step in a CUDA
+        graph. kernels: the fused backend's pinned kernel choices, as `swapffn run --kernels`.
+        """
+        if not isinstance(device, int) or device < 0:
+            raise Error(f"device must be a CUDA device index >= 0, got {device!r}")
+        return cls(_swapffn.load_engine(str(path), backend, device, threads, graph, kernels), str(path))
+
+    @property
+    def name(self) -> str:
+        return self._h.name
+
+    @property
+    def device(self) -> int:
+        return self._h.device
+
+    def info(self) -> dict:
+        return {"backend": self.name, "device": self.device, "on_host": self._h.on_host, "model": self.path,
+                "config": dict(self.config), "gpu": gpu()}
+
+    def step(self, x, pool: "StatePool", slot_ids, out=None, trace: Optional[dict] = None):
+        """One decode step: x [B, D] (fp32 or bf16), slot_ids [B] int (distinct slots of `pool`, or -1
+        for padding rows). Returns delta [B, D] fp32 (written into `out` when given), of x's kind:
+        a NumPy array for host input, a torch tensor for torch input. With trace={} (host input
+        only), trace["gate"] and trace["slot"] receive the decisions [E, B', C] of the B' non-padding
+        rows. On an error nothing changes: the pool is left as it was.
+        """
+        if not isinstance(pool, StatePool) or pool.engine is not self:
+            raise Error("pool: a StatePool made for this engine is required")
+        if _is_torch(x) and x.is_cuda:
+            if trace is not None:
+                raise Error("trace: decisions are recorded on the host path only (pass host arrays)")
+            return self._step_cuda(x, pool, slot_ids, out)
+        return self._step_host(x, pool, slot_ids, out, trace)
+
+    def decode(self, xs, pool: "StatePool", slot_ids):
+        """T steps of the same rows: xs [T, B, D]; returns deltas [T, B, D]. On CUDA tensors the steps
+        are enqueued back to back on the current stream, with no host synchronisation."""
+        if len(xs.shape) != 3:
+            raise Error(f"xs: expected [T, B, D], got shape {tuple(xs.shape)}")
+        if _is_torch(xs):
+            t = _torch()
+            out = t.empty(xs.shape, dtype=t.float32, device=xs.device)
+        else:
+            out = np.empty(xs.shape, dtype=np.float32)
+        for i in range(xs.shape[0]):
+            self.step(xs[i], pool, slot_ids, out=out[i])
+        return out
+
+    def _rows(self, shape, what: str) -> int:
+        d = self.config["d_model"]
+        if len(shape) != 2 or shape[1] != d:
+            raise Error(f"{what}: expected shape [B, {d}] (B rows of d_model), got {tuple(shape)}")
+        return shape[0]
+
+    def _ids_host(self, slot_ids, b: int, pool: "StatePool") -> np.ndarray:
+        if _is_torch(slot_ids):
+            slot_ids = slot_ids.detach().cpu().numpy()
+        ids = np.asarray(slot_ids)
+        if ids.ndim != 1 or ids.shape[0] != b:
+            raise Error(f"slot_ids: expected {b} slot ids (one per row of x), got shape {ids.shape}")
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise Error(f"slot_ids: expected integers, got dtype {ids.dtype}")
+        ids = np.ascontiguousarray(ids, dtype=np.int32)
+        _swapffn.check_slot_ids(ids.tolist(), pool.slots)
+        return ids
+
+    def _step_host(self, x, pool, slot_ids, out, trace):
+        as_torch = _is_torch(x)
+        xh = x.detach().float().cpu().numpy() if as_torch else np.asarray(x)
+        if not as_torch and xh.dtype != np.float32:
+            if not np.issubdtype(xh.dtype, np.floating):
+                raise Error(f"x: expected float32 or bfloat16 values, got dtype {xh.dtype}")
+            xh = xh.astype(np.float32)
+        b = self._rows(xh.shape, "x")
+        xh = np.ascontiguousarray(xh)
+        ids = self._ids_host(slot_ids, b, pool)
+        res = np.empty((b, self.config["d_model"]), dtype=np.float32)
+        gate, slot = _swapffn.step_host(self._h, pool._h, xh, ids, res, trace is not None)
+        if trace is not None:
+            trace["gate"], trace["slot"] = gate, slot
+        if out is None:
+            return _torch().from_numpy(res) if as_torch else res
+        out[...] = _torch().from_numpy(res).to(out.device) if _is_torch(out) else res
+        return out
+
+    def _step_cuda(self, x, pool, slot_ids, out):
+        t = _torch()
+        dev = t.device("cuda", self.device)
+        if self._h.on_host:
+            raise Error(f"x: backend '{self.name}' runs on the host; pass a CPU tensor or a NumPy array")
+        if x.device != dev:
+            raise Error(f"x: on {x.device}, the engine runs on {dev}")
+        if x.dtype == t.bfloat16:
+            x = x.float()
+        elif x.dtype != t.float32:
+            raise Error(f"x: expected float32 or bfloat16, got {x.dtype}")
+        if not x.is_contiguous():
+            raise Error("x: expected a contiguous [B, D] tensor (call .contiguous())")
+        b = self._rows(x.shape, "x")
+        capturing = t.cuda.is_current_stream_capturing()
+        if _is_torch(slot_ids) and slot_ids.is_cuda:
+            if slot_ids.device != dev or slot_ids.dtype != t.int32 or slot_ids.shape != (b,) \
+                    or not slot_ids.is_contiguous():
+                raise Error(f"slot_ids: expected a contiguous int32 tensor of shape ({b},) on {dev}, got "
+                            f"{slot_ids.dtype} {tuple(slot_ids.shape)} on {slot_ids.device}")
+            if not capturing:  # during a capture the ids stay on the device, unchecked
+                self._ids_host(slot_ids, b, pool)
+            ids = slot_ids
+        else:
+            ids = t.from_numpy(self._ids_host(slot_ids, b, pool)).to(dev)
+        if not capturing and not bool(t.isfinite(x).all()):
+            bad = int(t.nonzero(~t.isfinite(x.reshape(-1)))[0])
+            raise Error(f"x: non-finite value at index {bad}")
+        if out is None:
+            out = t.empty((b, self.config["d_model"]), dtype=t.float32, device=dev)
+        elif out.device != dev or out.dtype != t.float32 or tuple(out.shape) != (b, self.config["d_model"]) \
+                or not out.is_contiguous():
+            raise Error(f"out: expected a contiguous float32 tensor of shape ({b}, {self.config['d_model']}) on {dev}")
+        _swapffn.step_device(self._h, pool._h, x, ids, out, t.cuda.current_stream(dev).cuda_stream)
+        return out
+
+
+class StatePool:
+    """The recurrent state of `slots` sequences where the engine keeps it (its GPU, or the host)."""
+
+    def __init__(self, engine: Engine, slots: int):
+        if not isinstance(slots, int) or slots <= 0:
+            raise Error(f"slots must be a positive int, got {slots!r}")
+        self.engine = engine
+        self._h = _swapffn.make_pool(engine._h, slots)
+
+    @property
+    def slots(self) -> int:
+        return self._h.slots
+
+    def reset(self, slot_ids: Sequence[int]) -> None:
+        """SPEC section 3's initial state in each named slot (a sequence joins)."""
+        self._h.reset([int(s) for s in slot_ids])
+
+    def get(self, slot: int):
+        """(ram [C, 4, D] as bf16 bits in uint16, stream_map [C] uint8) of one slot, as NumPy arrays."""
+        return self._h.get(int(slot))
+
+    def set(self, slot: int, ram, stream_map) -> None:
+        """Replaces one slot's state: ram [C, 4, D] (bf16 bits as uint16, or a torch bfloat16 tensor),
+        stream_map [C] uint8 (four 2-bit lanes forming a permutation). Validated first."""
+        if _is_torch(ram):
+            t = _torch()
+            ram = ram.detach().cpu().contiguous()
+            ram = (ram.view(t.int16) if ram.dtype == t.bfloat16 else ram).numpy()
+        if _is_torch(stream_map):
+            stream_map = stream_map.detach().cpu().numpy()
+        ram = np.ascontiguousarray(ram)
+        if ram.dtype not in (np.uint16, np.int16):
+            raise Error(f"ram: expected bf16 bits (uint16) or a torch bfloat16 tensor, got dtype {ram.dtype}")
+        stream_map = np.ascontiguousarray(stream_map)
+        if stream_map.dtype != np.uint8:
+            raise Error(f"stream_map: expected uint8, got dtype {stream_map.dtype}")
+        self._h.set(int(slot), ram.view(np.uint16), stream_map)
+
+    def load(self, slot: int, path: str) -> None:
+        """A state file of one sequence (as `swapffn run --state-out` writes for B = 1) into a slot."""
+        self._h.load(int(slot), str(path))
+
+    def save(self, slot: int, path: str) -> None:
+        """One slot as a state file of one sequence, written atomically."""
+        self._h.save(int(slot), str(path))
