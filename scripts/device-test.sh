@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything a GPU change must show on a device machine, in one call: a build there from the tree
-# (scripts/device-build.sh, so the binaries match the commit), both test binaries, `swapffn check`
+# (scripts/device-build.sh, so the binaries match the commit), both test binaries, the Python
+# package and its tests, `swapffn check`
 # of both GPU backends (fused on the tiny and default models, unfused on default), and `swapffn
 # bench` of both against cuBLAS's FFN GEMMs alone. With BEFORE_BIN (another build's CLI, carried),
 # the same `run` checksums from both binaries for both GPU backends on both models: equal bits.
@@ -8,7 +9,8 @@
 #   device-test.log (everything, in order), gpu-tests.xml, checks.log, bench.json, bench.log
 # Usage: scripts/device-test.sh [build-dir]   (default build/device)
 # Env: GTEST_FILTER (default: every test), BENCH_BATCHES (default 1,16,64), BENCH_BACKENDS (default
-#      unfused,fused), SKIP_TESTS=1, SKIP_CHECKS=1, SKIP_BENCH=1, QUICK=1 (fewer tokens and repeats).
+#      unfused,fused), SKIP_TESTS=1, SKIP_CHECKS=1, SKIP_PYTHON=1, SKIP_BENCH=1, QUICK=1 (fewer tokens
+#      and repeats).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/device}
@@ -67,6 +69,19 @@ if [ -n "${BEFORE_BIN:-}" ]; then
       done
     done
   done
+fi
+
+if [ "${SKIP_PYTHON:-0}" != 1 ]; then
+  # The Python package built there from the tree, with the carried wheels of its build and test
+  # tools (.carry/wheels), then every Python test, the CUDA cases included (the device's torch).
+  S=$PWD/.carry/sysroot
+  py_env=(env PYTHONPATH="/tmp/swapffn-py:/tmp/swapffn-pydeps${PYTHONPATH:+:$PYTHONPATH}")
+  run_step python-build bash -c "python3 -m pip install -q --no-index --no-deps --target /tmp/swapffn-pydeps .carry/wheels/*.whl &&
+    PYTHONPATH=/tmp/swapffn-pydeps python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/swapffn-py \
+      -C cmake.define.SWAPFFN_CUTLASS_DIR=$S/cutlass/include -C cmake.define.SWAPFFN_NVML_INCLUDE_DIR=$S/nvml \
+      -C cmake.define.CMAKE_PREFIX_PATH=$S/usr -C cmake.define.CLI11_DIR=$S/usr/share/cmake/CLI11 \
+      -C cmake.define.nlohmann_json_DIR=$S/usr/share/cmake/nlohmann_json ."
+  run_step python-tests "${py_env[@]}" python3 -m pytest -q -p no:cacheprovider python/tests
 fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

@@ -4,7 +4,8 @@
 # GoogleTest) from this machine's Debian packages, the CUTLASS/CuTe headers (include/ and
 # tools/util/include/) from the pinned nvidia-cutlass wheel, and nvml.h from the pinned
 # nvidia-nvml-dev wheel (the CUDA 13.0 toolkit's own nvml.h lacks clock-event reasons the bench
-# reads). Name `.carry` in the device call's carry list; scripts/device-build.sh uses it.
+# reads), and the wheels of the Python package's build and test tools. Name `.carry` in the device
+# call's carry list; scripts/device-build.sh and scripts/device-test.sh use it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=.carry/sysroot
@@ -19,5 +20,10 @@ cp -r "$cutlass/include/cute" "$cutlass/include/cutlass" "$S/cutlass/include/"
 mkdir -p "$S/cutlass/tools/util" && cp -r "$cutlass/tools/util/include" "$S/cutlass/tools/util/"
 nvml=$(python3 -c "import nvidia, os; print(next(p + '/cu13/include/nvml.h' for p in nvidia.__path__ if os.path.exists(p + '/cu13/include/nvml.h')))")
 cp "$nvml" "$S/nvml/"
+# The Python package's build and test tools, as wheels (the device's python3 has torch and numpy).
+rm -rf .carry/wheels && mkdir -p .carry/wheels
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux2014_x86_64 -d .carry/wheels nanobind==3.1.0 scikit-build-core==1.1.2 pathspec packaging \
+  "pytest==9.*" iniconfig pluggy
 git rev-parse HEAD > .carry/commit
 du -sh "$S"
