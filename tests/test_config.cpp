@@ -123,6 +123,10 @@ TEST(Config, FromJsonRefusesMissingWrongTypedAndUnknownFields) {
   expect_error([&] { Config::from_json(with("d_modle", 128)); }, {"unknown key", "d_modle"});
   expect_error([&] { Config::from_json(nlohmann::json::array({1, 2})); }, {"object"});
   expect_error([&] { Config::from_json_string("{\"d_model\": 12"); }, {"not valid JSON"});
+  // nlohmann keeps the last of two equal keys: a config naming one twice is refused instead.
+  std::string twice = Config::preset("tiny").to_json_string();
+  twice.insert(1, "\"k_ffn\":7,");
+  expect_error([&] { Config::from_json_string(twice); }, {"'k_ffn'", "twice"});
   // An integer-valued norm_eps is a number like any other.
   nlohmann::json j = with("norm_eps", 1);
   EXPECT_EQ(Config::from_json(j).norm_eps, 1.0);

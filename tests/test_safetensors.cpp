@@ -2,12 +2,15 @@
 // malformed file refused with a message naming the file, the tensor and the problem.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <random>
 
+#include "core/printable.hpp"
 #include "io_test_util.hpp"
 #include "swapffn/safetensors.hpp"
+#include "swapffn/state.hpp"
 
 namespace swapffn {
 namespace {
@@ -66,7 +69,8 @@ TEST(Safetensors, RoundTripOfEveryDtypeIsBitwise) {
     EXPECT_EQ(info.dtype, t.dtype);
     EXPECT_EQ(info.shape, t.shape);
     ASSERT_EQ(info.end - info.begin, t.bytes.size());
-    EXPECT_EQ(std::memcmp(r.data(info), t.bytes.data(), t.bytes.size()), 0);
+    if (!t.bytes.empty())  // an empty vector's data() is null, which memcmp must not get
+      EXPECT_EQ(std::memcmp(r.data(info), t.bytes.data(), t.bytes.size()), 0);
   }
   // Only the destination is left in the directory: no temporary file.
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"all.safetensors"});
@@ -268,6 +272,121 @@ TEST_F(Malformed, HandWrittenValidFileIsAccepted) {
   EXPECT_EQ(r.tensors().size(), 2u);
   EXPECT_EQ(r.metadata_at("k"), "v");
   EXPECT_EQ(std::memcmp(r.data(r.at("b")), data16.data() + 8, 8), 0);
+}
+
+TEST_F(Malformed, DuplicateKeysAreRefusedAtEveryDepth) {
+  // nlohmann keeps the last of two equal keys; each depth must refuse them and name the key.
+  expect_refused(raw_safetensors("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"dtype\":\"U8\","
+                                 "\"data_offsets\":[0,16]}}",
+                                 data16),
+                 {"'dtype'", "twice", "'/a'"});
+  expect_refused(raw_safetensors("{\"__metadata__\":{\"k\":\"v\",\"k\":\"w\"},\"a\":" +
+                                     f32_entry(0, 16, "[4]") + "}",
+                                 data16),
+                 {"'k'", "twice", "'/__metadata__'"});
+  expect_refused(raw_safetensors("{\"__metadata__\":{},\"a\":" + f32_entry(0, 16, "[4]") +
+                                     ",\"__metadata__\":{}}",
+                                 data16),
+                 {"'__metadata__'", "twice", "top level"});
+}
+
+TEST_F(Malformed, NestingEntriesAndRankAreCapped) {
+  const std::string deep = std::string(st::kMaxHeaderDepth, '[') + std::string(st::kMaxHeaderDepth, ']');
+  expect_refused(raw_safetensors("{\"a\":" + deep + "}", data16),
+                 {"nesting deeper than " + std::to_string(st::kMaxHeaderDepth), "'/a[0]"});
+  // A bracket bomb is refused at the cap, long before its end.
+  expect_refused(raw_safetensors(std::string(1 << 20, '['), ""), {"nesting deeper"});
+
+  std::string rank = "[1";
+  for (size_t i = 1; i <= st::kMaxRank; ++i) rank += ",1";
+  expect_refused(raw_safetensors("{\"a\":" + f32_entry(0, 4, rank + "]") + "}", data16.substr(0, 4)),
+                 {"more than " + std::to_string(st::kMaxRank) + " elements", "'/a/shape'"});
+
+  std::string meta = "{\"__metadata__\":{";
+  for (size_t i = 0; i <= st::kMaxHeaderEntries; ++i) meta += (i ? ",\"" : "\"") + std::to_string(i) + "\":\"\"";
+  expect_refused(raw_safetensors(meta + "}}", ""),
+                 {"more than " + std::to_string(st::kMaxHeaderEntries) + " members", "__metadata__"});
+}
+
+TEST_F(Malformed, ParseTimeIsLinearInTheEntries) {
+  // 100,000 one-byte tensors: nlohmann's callback parser took minutes on this (O(n^2)).
+  constexpr int kEntries = 100000;
+  std::string h = "{";
+  for (int i = 0; i < kEntries; ++i)
+    h += (i ? ",\"t" : "\"t") + std::to_string(i) + "\":{\"dtype\":\"U8\",\"shape\":[1]," +
+         "\"data_offsets\":[" + std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+  h += "}";
+  const std::string path = dir.file("many.safetensors");
+  write_bytes(path, raw_safetensors(h, std::string(kEntries, 'x')));
+#ifdef NDEBUG
+  const double bound_s = 2;  // about 0.2 s in a Release build
+#else
+  const double bound_s = 30;  // unoptimized and sanitized builds
+#endif
+  const auto t0 = std::chrono::steady_clock::now();
+  st::Reader r(path);
+  for (int i = 0; i < kEntries; i += 997) ASSERT_NE(r.find("t" + std::to_string(i)), nullptr);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.tensors().size(), static_cast<size_t>(kEntries));
+  EXPECT_LT(s, bound_s) << "header of " << kEntries << " entries parsed in " << s << " s";
+}
+
+TEST_F(Malformed, NamesFromTheFileAreEscapedInErrors) {
+  const std::string esc_name = "a\x1b]0;pwned\x07\x1b[31m\xc2\x9b" "2J";
+  const std::string h = "{\"a\\u001b]0;pwned\\u0007\\u001b[31m\\u009b2J\":"
+                        "{\"dtype\":\"I32\",\"shape\":[4],\"data_offsets\":[0,16]}}";
+  const std::string path = dir.file("esc.safetensors");
+  write_bytes(path, raw_safetensors(h, data16));
+  try {
+    st::Reader r(path);
+    ADD_FAILURE() << "refused no file";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\x1b'), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\x07'), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("\xc2\x9b"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'a\\x1B]0;pwned\\x07\\x1B[31m\\u009B2J'"), std::string::npos) << msg;
+  }
+  // The same escaping where a loader names an extra tensor.
+  st::Writer w;
+  w.add_u8(esc_name, {1}, {0});
+  w.write(path);
+  expect_error([&] { State::load(path); }, {"extra tensor 'a\\x1B]0;pwned"});
+}
+
+TEST(Printable, EscapesControlsInvalidUtf8AndCuts) {
+  EXPECT_EQ(printable("plain.name_1"), "plain.name_1");
+  EXPECT_EQ(printable("tab\there\nq'b\\"), "tab\\there\\nq\\'b\\\\");
+  EXPECT_EQ(printable(std::string("\x00\x1f\x7f", 3)), "\\x00\\x1F\\x7F");
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");  // UTF-8 text stays
+  EXPECT_EQ(printable("\xc2\x85\xc2\x9b"), "\\u0085\\u009B");                  // C1 controls
+  EXPECT_EQ(printable("\x9b\xc0\x9b\xed\xa0\x80"), "\\x9B\\xC0\\x9B\\xED\\xA0\\x80");  // malformed
+  const std::string long_name(1000, 'n');
+  EXPECT_EQ(in_quotes(long_name),
+            "'" + std::string(kMaxPrintedBytes, 'n') + "'... (1000 bytes in all)");
+}
+
+TEST_F(Malformed, ElementCountsCannotOverflowEvenWhenEmpty) {
+  // No element in all, yet the other dims' product overflows wherever code multiplies them.
+  expect_refused(raw_safetensors("{\"a\":{\"dtype\":\"U8\",\"shape\":[0,4294967296,4294967296],"
+                                 "\"data_offsets\":[0,0]},\"b\":" + f32_entry(0, 16, "[4]") + "}",
+                                 data16),
+                 {"'a'", "overflows"});
+  expect_refused(raw_safetensors("{\"a\":" + f32_entry(0, 0, "[4611686018427387904, 0]") +
+                                     ",\"b\":" + f32_entry(0, 16, "[4]") + "}",
+                                 data16),
+                 {"'a'", "overflows"});
+  // Consistent zero-size tensors load and copy out as empty.
+  const std::string path = dir.file("empty.safetensors");
+  write_bytes(path, raw_safetensors("{\"e\":{\"dtype\":\"BF16\",\"shape\":[0,3],\"data_offsets\":[0,0]},"
+                                    "\"u\":{\"dtype\":\"U8\",\"shape\":[5,0],\"data_offsets\":[0,0]},"
+                                    "\"b\":" + f32_entry(0, 16, "[4]") + "}",
+                                    data16));
+  st::Reader r(path);
+  EXPECT_EQ(r.at("e").numel(), 0);
+  EXPECT_TRUE(r.to_bf16("e").empty());  // copies from a zero-size range: no memcpy from null
+  EXPECT_TRUE(r.to_u8("u").empty());
+  EXPECT_TRUE(r.to_float("e").empty());
 }
 
 TEST(Safetensors, MissingFileIsNamed) {

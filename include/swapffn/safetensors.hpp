@@ -1,8 +1,9 @@
 // A self-contained safetensors reader and writer: little-endian u64 header length, a JSON header
 // (tensor name -> dtype, shape, data_offsets; optional __metadata__ string map), then the data.
-// The reader memory-maps the file and validates the whole header before anything is read; every
-// error names the file, the tensor and the problem. The writer goes through a temporary file and a
-// rename, so a failed save never leaves a partial file at the destination.
+// The reader memory-maps the file and validates the whole header, in time linear in its size,
+// before anything is read; every error names the file, the tensor (escaped) and the problem. The
+// writer goes through a temporary file and a rename, so a failed save never leaves a partial file
+// at the destination.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,12 +28,18 @@ float f16_to_float(uint16_t bits);
 
 // Refuses headers larger than this: a corrupt length must not make us parse gigabytes.
 inline constexpr uint64_t kMaxHeaderBytes = 100ull * 1024 * 1024;
+// Caps on the header's structure, far above what a real file needs (a valid header nests 3 deep:
+// the object, an entry, its shape): a crafted header is refused before its size costs much.
+inline constexpr size_t kMaxHeaderEntries = size_t{1} << 20;  // tensors; keys of __metadata__
+inline constexpr size_t kMaxHeaderDepth = 8;                  // nesting of objects and arrays
+inline constexpr size_t kMaxRank = 64;                        // dimensions of a shape
 
 struct TensorInfo {
   std::string name;
   DType dtype = DType::U8;
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;  // byte offsets into the data section
+  // Throws when the product overflows (the reader refuses such shapes, zero-size ones included).
   int64_t numel() const;
 };
 
@@ -46,7 +53,7 @@ class Reader {
 
   const std::string& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  // Tensors sorted by name.
+  // Tensors sorted by name (bytewise).
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find(std::string_view name) const;
   // Throws naming the file and the tensor when it is absent.

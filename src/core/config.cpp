@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/io/strict_json.hpp"
+#include "core/printable.hpp"
 #include "swapffn/error.hpp"
 
 namespace swapffn {
@@ -102,14 +104,14 @@ Config Config::from_json(const nlohmann::json& j) {
   SWAPFFN_REQUIRE(j.is_object(), std::string("config JSON must be an object, got ") + j.type_name());
   for (const auto& [key, value] : j.items())
     SWAPFFN_REQUIRE(find_field(key) != nullptr,
-                    "config JSON has unknown key '" + key + "' (known: " + known_keys() + ")");
+                    "config JSON has unknown key " + in_quotes(key) + " (known: " + known_keys() + ")");
   Config c;
   for (const auto& f : fields()) {
     auto it = j.find(f.name);
     SWAPFFN_REQUIRE(it != j.end(), std::string("config JSON is missing field ") + f.name);
     const nlohmann::json& v = *it;
     const std::string bad = std::string("config field ") + f.name + " has the wrong JSON type (" +
-                            v.type_name() + ", value " + v.dump() + "): expected ";
+                            v.type_name() + ", value " + printable(v.dump()) + "): expected ";
     switch (f.kind) {
       case Kind::Int:
         SWAPFFN_REQUIRE(v.is_number_integer(), bad + "an integer");
@@ -135,10 +137,11 @@ Config Config::from_json(const nlohmann::json& j) {
 std::string Config::to_json_string() const { return to_json().dump(); }
 
 Config Config::from_json_string(std::string_view text) {
-  nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
-  SWAPFFN_REQUIRE(!j.is_discarded(), "config is not valid JSON: '" +
-                                         std::string(text.substr(0, 200)) + "'");
-  return from_json(j);
+  // A flat object of known keys: the caps only keep a hostile text from costing much to refuse.
+  StrictJson parsed = parse_strict_json(text, {4, 64, 64});
+  SWAPFFN_REQUIRE(parsed.error.empty(),
+                  "config is not valid JSON (" + parsed.error + "): " + in_quotes(text));
+  return from_json(parsed.value);
 }
 
 Config Config::preset(std::string_view name) {

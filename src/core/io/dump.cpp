@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/printable.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/safetensors.hpp"
 
@@ -109,7 +110,7 @@ Dump read_dump(const std::string& path) {
     SWAPFFN_REQUIRE(t.name == "x" || t.name == "delta" || t.name == "gate" || t.name == "slot" ||
                         t.name == "ram" || t.name == "stream_map" || t.name == "ram0" ||
                         t.name == "stream_map0",
-                    f + "extra tensor '" + t.name + "'");
+                    f + "extra tensor " + in_quotes(t.name));
   const st::TensorInfo& x = r.at("x");
   SWAPFFN_REQUIRE(x.shape.size() == 3 && x.shape[2] == d.cfg.d_model && x.shape[1] > 0,
                   f + "tensor 'x' has wrong shape " + st::shape_string(x.shape) +

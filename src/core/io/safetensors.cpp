@@ -16,8 +16,9 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <set>
 
+#include "core/io/strict_json.hpp"
+#include "core/printable.hpp"
 #include "swapffn/error.hpp"
 
 static_assert(std::endian::native == std::endian::little,
@@ -25,13 +26,6 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace swapffn::safetensors {
 namespace {
-
-std::string in_quotes(std::string_view s) {
-  std::string r(1, '\'');
-  r.append(s);
-  r += '\'';
-  return r;
-}
 
 template <class T>
 T load_le(const std::byte* p) {
@@ -102,7 +96,10 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 int64_t TensorInfo::numel() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    SWAPFFN_REQUIRE(d >= 0 && !__builtin_mul_overflow(n, d, &n),
+                    "tensor " + in_quotes(name) + ": shape " + shape_string(shape) +
+                        " has no int64 element count");
   return n;
 }
 
@@ -142,24 +139,12 @@ Reader::Reader(const std::string& path) : path_(path) {
     const uint64_t data_size = size - 8 - hlen;
     const char* hbegin = reinterpret_cast<const char*>(map_ + 8);
 
-    // Duplicate top-level keys are refused: the JSON library would silently keep the last one.
-    std::set<std::string> seen;
-    std::string duplicate;
-    auto cb = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
-      if (ev == nlohmann::json::parse_event_t::key && depth == 1 &&
-          !seen.insert(parsed.get<std::string>()).second && duplicate.empty())
-        duplicate = parsed.get<std::string>();
-      return true;
-    };
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(hbegin, hbegin + hlen, cb);
-    } catch (const nlohmann::json::exception& e) {
-      SWAPFFN_FAIL(f + "malformed JSON header: " + e.what());
-    }
+    StrictJson parsed = parse_strict_json(
+        std::string_view(hbegin, hlen), {kMaxHeaderDepth, kMaxHeaderEntries, kMaxRank});
+    SWAPFFN_REQUIRE(parsed.error.empty(), f + "header: " + parsed.error);
+    const nlohmann::json& header = parsed.value;
     SWAPFFN_REQUIRE(header.is_object(),
                     f + "header is not a JSON object (got " + header.type_name() + ")");
-    SWAPFFN_REQUIRE(duplicate.empty(), f + "header names " + in_quotes(duplicate) + " twice");
 
     for (const auto& [name, entry] : header.items()) {
       if (name == "__metadata__") {
@@ -193,22 +178,32 @@ Reader::Reader(const std::string& path) : path_(path) {
         SWAPFFN_FAIL(t + "unsupported dtype " + in_quotes(entry["dtype"].get<std::string>()) +
                      " (supported: BF16, F16, F32, F64, U8)");
       }
-      // numel * dtype size must fit the data section; checking against it also rules out overflow.
-      uint64_t bytes = dtype_size(info.dtype);
+      // The product of the nonzero dimensions must fit an int64 byte count, so that no product of
+      // dimensions, in any order and zero-size tensors included, overflows where shapes are used.
+      const uint64_t max_elements = static_cast<uint64_t>(INT64_MAX) / dtype_size(info.dtype);
+      uint64_t nonzero = 1;
+      bool empty = false;
+      const std::string overflow = t + "shape " + printable(entry["shape"].dump()) +
+                                   " has a byte count that overflows int64";
       for (const auto& d : entry["shape"]) {
-        SWAPFFN_REQUIRE(d.is_number_integer(), t + "shape entry " + d.dump() + " is not an integer");
+        SWAPFFN_REQUIRE(d.is_number_integer(),
+                        t + "shape entry " + printable(d.dump()) + " is not an integer");
         SWAPFFN_REQUIRE(d.is_number_unsigned(), t + "shape entry " + d.dump() + " is negative");
         const uint64_t dim = d.get<uint64_t>();
-        SWAPFFN_REQUIRE(dim <= static_cast<uint64_t>(INT64_MAX),
-                        t + "shape entry " + d.dump() + " is too large");
+        SWAPFFN_REQUIRE(dim <= max_elements, overflow);
         info.shape.push_back(static_cast<int64_t>(dim));
-        if (bytes != 0 && dim > (UINT64_MAX / bytes))
-          SWAPFFN_FAIL(t + "shape " + entry["shape"].dump() + " overflows a 64-bit byte count");
-        bytes *= dim;
+        if (dim == 0) {
+          empty = true;
+          continue;
+        }
+        SWAPFFN_REQUIRE(dim <= max_elements / nonzero, overflow);
+        nonzero *= dim;
       }
+      const uint64_t bytes = empty ? 0 : nonzero * dtype_size(info.dtype);
       for (const auto& o : entry["data_offsets"])
         SWAPFFN_REQUIRE(o.is_number_unsigned(),
-                        t + "data offset " + o.dump() + " is not a non-negative integer");
+                        t + "data offset " + printable(o.dump()) +
+                            " is not a non-negative integer");
       info.begin = entry["data_offsets"][0].get<uint64_t>();
       info.end = entry["data_offsets"][1].get<uint64_t>();
       const std::string span = "data_offsets [" + std::to_string(info.begin) + ", " +
@@ -257,9 +252,9 @@ Reader::~Reader() {
 }
 
 const TensorInfo* Reader::find(std::string_view name) const {
-  for (const auto& t : tensors_)
-    if (t.name == name) return &t;
-  return nullptr;
+  auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                             [](const TensorInfo& t, std::string_view n) { return t.name < n; });
+  return it != tensors_.end() && it->name == name ? &*it : nullptr;
 }
 
 const TensorInfo& Reader::at(std::string_view name) const {
@@ -305,7 +300,7 @@ std::vector<bf16> Reader::to_bf16(std::string_view name) const {
   const TensorInfo& t = at(name);
   std::vector<bf16> out(static_cast<size_t>(t.numel()));
   if (t.dtype == DType::BF16) {
-    std::memcpy(out.data(), data(t), out.size() * 2);
+    if (!out.empty()) std::memcpy(out.data(), data(t), out.size() * 2);  // empty: data() is null
     return out;
   }
   const std::vector<float> f = to_float(name);
@@ -319,7 +314,7 @@ std::vector<uint8_t> Reader::to_u8(std::string_view name) const {
                                             " has wrong dtype " + dtype_name(t.dtype) +
                                             ", expected U8");
   std::vector<uint8_t> out(static_cast<size_t>(t.numel()));
-  std::memcpy(out.data(), data(t), out.size());
+  if (!out.empty()) std::memcpy(out.data(), data(t), out.size());
   return out;
 }
 

@@ -1,6 +1,7 @@
 // State::save / State::load: the state file of SPEC section 3 (tensors `ram` and `stream_map`).
 #include <cmath>
 
+#include "core/printable.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/safetensors.hpp"
 #include "swapffn/state.hpp"
@@ -22,7 +23,7 @@ State State::load(const std::string& path) {
   const std::string f = "state " + path + ": ";
   for (const auto& t : r.tensors())
     SWAPFFN_REQUIRE(t.name == "ram" || t.name == "stream_map",
-                    f + "extra tensor '" + t.name + "' (a state holds only ram and stream_map)");
+                    f + "extra tensor " + in_quotes(t.name) + " (a state holds only ram and stream_map)");
   const st::TensorInfo* ram = r.find("ram");
   const st::TensorInfo* map = r.find("stream_map");
   SWAPFFN_REQUIRE(ram != nullptr, f + "missing tensor 'ram'");

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <set>
 
+#include "core/printable.hpp"
 #include "core/weight_tensors.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/safetensors.hpp"
@@ -43,7 +44,7 @@ Weights Weights::load(const std::string& path) {
                       f + "tensor '" + n + "' has a non-finite value at index " + std::to_string(i));
   });
   for (const auto& t : r.tensors())
-    SWAPFFN_REQUIRE(expected.count(t.name), f + "extra tensor '" + t.name + "' (not in SPEC)");
+    SWAPFFN_REQUIRE(expected.count(t.name), f + "extra tensor " + in_quotes(t.name) + " (not in SPEC)");
   w.validate();
   return w;
 }

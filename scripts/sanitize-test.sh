@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The CPU tests, the fuzz corpus included, under ASan+UBSan (CMake preset `debug`: -O1, any UBSan
+# finding fatal). Builds only the CPU test binary and the CLI it runs, into build/debug. Needs what
+# scripts/deps.sh installs; CI (.ci/run) runs it after ./test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cmake --preset debug >&2
+cmake --build build/debug -j "$(nproc)" --target swapffn_cpu_tests >&2  # builds the CLI too
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir build/debug --output-on-failure -j "$(nproc)"
