@@ -69,8 +69,9 @@ TEST(Safetensors, RoundTripOfEveryDtypeIsBitwise) {
     EXPECT_EQ(info.dtype, t.dtype);
     EXPECT_EQ(info.shape, t.shape);
     ASSERT_EQ(info.end - info.begin, t.bytes.size());
-    if (!t.bytes.empty())  // an empty vector's data() is null, which memcmp must not get
+    if (!t.bytes.empty()) {  // an empty vector's data() is null, which memcmp must not get
       EXPECT_EQ(std::memcmp(r.data(info), t.bytes.data(), t.bytes.size()), 0);
+    }
   }
   // Only the destination is left in the directory: no temporary file.
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"all.safetensors"});
