@@ -9,12 +9,15 @@
 namespace swapffn {
 
 void Trace::resize(int64_t e, int64_t b, int64_t c) {
+  const int64_t n = checked_product({e, b, c}, "trace entries E*B*C");
+  std::vector<uint8_t> g, s;  // the trace is unchanged when an allocation fails
+  allocate(g, n, uint8_t{0}, "a decision trace (gate [E, B, C])");
+  allocate(s, n, uint8_t{0}, "a decision trace (slot [E, B, C])");
   events = e;
   batch = b;
   cores = c;
-  const int64_t n = checked_product({e, b, c}, "trace entries E*B*C");
-  allocate(gate, n, uint8_t{0}, "a decision trace (gate [E, B, C])");
-  allocate(slot, n, uint8_t{0}, "a decision trace (slot [E, B, C])");
+  gate.swap(g);
+  slot.swap(s);
 }
 
 void Engine::decode(const float* x, float* delta, int64_t tokens, State& state,
