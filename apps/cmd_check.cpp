@@ -7,6 +7,7 @@
 #include "swapffn/backends.hpp"
 #include "swapffn/check.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/limits.hpp"
 #include "swapffn/weights.hpp"
 
 namespace swapffn::cli {
@@ -39,6 +40,9 @@ void add_check_command(CLI::App& app) {
   cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
   a->fused.add_to(cmd);
   cmd->callback([a] {
+    require_in_range(a->batch, 1, kMaxBatch, "--batch");
+    require_in_range(a->tokens, 1, kMaxTokens, "--tokens");
+    require_in_range(a->threads, 0, kMaxThreads, "--threads");
     const Weights w = Weights::load(a->model);
     EngineOptions eo;
     eo.threads = a->threads;

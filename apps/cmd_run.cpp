@@ -15,6 +15,7 @@
 #include "swapffn/backends.hpp"
 #include "swapffn/dump.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/limits.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/weights.hpp"
 
@@ -49,6 +50,9 @@ void draw_progress(int64_t done, int64_t total, double seconds) {
 }
 
 void run(const RunArgs& a, bool batch_given) {
+  if (batch_given || a.state_in.empty()) require_in_range(a.batch, 1, kMaxBatch, "--batch");
+  require_in_range(a.tokens, 1, kMaxTokens, "--tokens");
+  require_in_range(a.threads, 0, kMaxThreads, "--threads");
   const Weights w = Weights::load(a.model);
   const Config& cfg = w.cfg;
   EngineOptions eo;
@@ -59,15 +63,14 @@ void run(const RunArgs& a, bool batch_given) {
 
   State st = a.state_in.empty() ? State::init(cfg, a.batch) : State::load(a.state_in);
   const int64_t B = (!a.state_in.empty() && !batch_given) ? st.batch : a.batch;
-  SWAPFFN_REQUIRE(B > 0, "--batch must be > 0, got " + std::to_string(B));
-  SWAPFFN_REQUIRE(a.tokens > 0, "--tokens must be > 0, got " + std::to_string(a.tokens));
   st.check_matches(cfg, B);
   std::optional<State> initial;
   if (!a.dump.empty() && !a.state_in.empty()) initial = st;
 
-  const int64_t T = a.tokens, n = B * cfg.d_model;
+  const int64_t T = a.tokens, n = checked_product({B, cfg.d_model}, "B*D");
   const std::vector<float> x = decode_inputs(a.seed, T, B, cfg.d_model);
-  std::vector<float> delta(static_cast<size_t>(T * n));
+  std::vector<float> delta;
+  allocate(delta, checked_product({T, n}, "T*B*D"), 0.0f, "the outputs delta [T, B, D]");
   std::vector<Trace> traces;
   const bool want_traces = !a.dump.empty();
 

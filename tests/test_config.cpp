@@ -9,6 +9,7 @@
 
 #include "io_test_util.hpp"
 #include "swapffn/config.hpp"
+#include "swapffn/limits.hpp"
 
 namespace swapffn {
 namespace {
@@ -58,7 +59,7 @@ TEST(Config, JsonRoundTrip) {
   }
   // norm_eps survives bit for bit.
   Config c = unusual();
-  c.norm_eps = 1.0 / 3.0;
+  c.norm_eps = 1e-3 / 3.0;
   EXPECT_EQ(Config::from_json_string(c.to_json_string()).norm_eps, c.norm_eps);
 }
 
@@ -85,6 +86,10 @@ TEST(Config, EveryInvalidFieldIsNamedWithItsValue) {
       {"norm_eps", [](Config& c) { c.norm_eps = -1e-6; }, "-9.99"},
       {"norm_eps", [](Config& c) { c.norm_eps = std::numeric_limits<double>::quiet_NaN(); }, "nan"},
       {"norm_eps", [](Config& c) { c.norm_eps = std::numeric_limits<double>::infinity(); }, "inf"},
+      {"norm_eps", [](Config& c) { c.norm_eps = 1e308; }, "e+308"},
+      {"norm_eps", [](Config& c) { c.norm_eps = 1e-320; }, "e-321"},
+      {"norm_eps", [](Config& c) { c.norm_eps = 0.0125; }, "0.0125"},
+      {"norm_eps", [](Config& c) { c.norm_eps = 9e-13; }, "e-13"},
   };
   for (const auto& k : cases) {
     SCOPED_TRACE(k.field);
@@ -101,6 +106,76 @@ TEST(Config, ZeroEventsAndZeroFfnStepsAreValid) {
   c.n_events = 0;
   c.k_ffn = 0;
   EXPECT_NO_THROW(c.validate());
+}
+
+TEST(Config, NormEpsRangeEndsAreValid) {
+  Config c = Config::preset("tiny");
+  for (double eps : {1e-12, 1e-2}) {
+    c.norm_eps = eps;
+    EXPECT_NO_THROW(c.validate()) << eps;
+  }
+}
+
+// Every field within its own bound, the product past a budget: refused naming the cost and fields.
+TEST(Config, CostBudgetRefusesAbsurdProducts) {
+  constexpr int64_t kBig = int64_t{1} << 20;
+  struct Case {
+    const char* name;
+    void (*mutate)(Config&);
+    std::vector<std::string_view> what;
+  };
+  const Case cases[] = {
+      {"n_events", [](Config& c) { c.n_events = kBig; }, {"FLOPs per token", "n_events 1048576"}},
+      {"k_ffn", [](Config& c) { c.k_ffn = kBig; }, {"FLOPs per token", "k_ffn 1048576"}},
+      {"core_count", [](Config& c) { c.core_count = kBig; }, {"state bytes per sequence", "core_count 1048576"}},
+      {"weights",
+       [](Config& c) {
+         c.core_count = 1;
+         c.d_model = c.d_ff = int64_t{1} << 16;
+       },
+       {"weight bytes", "d_model 65536", "d_ff 65536"}},
+      {"decisions",
+       [](Config& c) {
+         c.core_count = 2;
+         c.d_model = c.d_ff = c.d_router = 1;
+         c.n_events = kBig;
+       },
+       {"decisions per token", "n_events 1048576", "core_count 2"}},
+      {"tables", [](Config& c) { c.core_embed_dim = kBig; }, {"per-core tables", "core_embed_dim 1048576"}},
+      {"overflow",
+       [](Config& c) {
+         c.core_count = 1;
+         c.d_model = 2;
+         c.d_ff = c.n_events = c.k_ffn = kBig;  // 12 * 2^60 FLOPs
+       },
+       {"FLOPs per token", "at least 2^63"}},
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    Config c;
+    k.mutate(c);
+    try {
+      c.validate();
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("too costly"), std::string::npos) << e.what();
+      for (auto w : k.what) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << w << ": " << e.what();
+    }
+    expect_error([&] { Config::from_json(c.to_json()); }, {"too costly"});
+  }
+}
+
+TEST(Config, CostBudgetLeavesRoomAboveTheDefault) {
+  static_assert(kMaxBatch >= 1024, "the GPU engines are tuned up to B = 1024");
+  Config wide;
+  wide.d_model = 4096;
+  wide.d_ff = 16384;
+  Config deep;
+  deep.n_events = 32;
+  deep.k_ffn = 4;
+  Config many;
+  many.core_count = 8192;
+  for (const Config& c : {wide, deep, many}) EXPECT_NO_THROW(c.validate());
 }
 
 TEST(Config, FromJsonRefusesMissingWrongTypedAndUnknownFields) {
@@ -127,9 +202,8 @@ TEST(Config, FromJsonRefusesMissingWrongTypedAndUnknownFields) {
   std::string twice = Config::preset("tiny").to_json_string();
   twice.insert(1, "\"k_ffn\":7,");
   expect_error([&] { Config::from_json_string(twice); }, {"'k_ffn'", "twice"});
-  // An integer-valued norm_eps is a number like any other.
-  nlohmann::json j = with("norm_eps", 1);
-  EXPECT_EQ(Config::from_json(j).norm_eps, 1.0);
+  // An integer-valued norm_eps is a number like any other, and 1 is out of its range.
+  expect_error([&] { Config::from_json(with("norm_eps", 1)); }, {"norm_eps = 1 ", "invalid", "[1e-12, 1e-2]"});
 }
 
 TEST(Config, Presets) {

@@ -202,6 +202,28 @@ TEST_F(BadModel, InvalidConfigValueInMetadata) {
   expect_refused({}, {"swapffn.config", "not valid JSON"}, "{not json");
 }
 
+// A normal-size file whose config asks for an absurd amount of work or memory is refused at load,
+// naming the cost and the field, before anything sized by the config is allocated.
+TEST_F(BadModel, ConfigPastTheCostBudget) {
+  for (const char* field : {"n_events", "k_ffn"}) {
+    nlohmann::json j = w.cfg.to_json();
+    j[field] = int64_t{1} << 20;
+    expect_refused({}, {"too costly", "FLOPs per token", std::string(field) + " 1048576"}, j.dump());
+  }
+  // core_count 2^20 with a matching core_embed: a 16 MB file whose state would take 1 GiB a sequence.
+  nlohmann::json j = w.cfg.to_json();
+  j["core_count"] = int64_t{1} << 20;
+  expect_refused(
+      [](const std::string& n, std::vector<int64_t>& shape, auto&, std::vector<std::byte>& bytes) {
+        if (n == "core_embed.weight") {
+          shape[0] = int64_t{1} << 20;
+          bytes.assign(static_cast<size_t>(shape[0] * shape[1] * 2), std::byte{0x3c});
+        }
+        return true;
+      },
+      {"too costly", "state bytes per sequence", "core_count 1048576"}, j.dump());
+}
+
 TEST_F(BadModel, ConfigThatDoesNotMatchTheTensors) {
   nlohmann::json j = w.cfg.to_json();
   j["d_router"] = 17;

@@ -24,7 +24,8 @@ struct Config {
   bool ffn_residual = true;
   bool collapse_silu = true;
 
-  // Throws swapffn::Error naming the first invalid field and its value.
+  // Throws swapffn::Error naming the first invalid field and its value, or the cost (state bytes per
+  // sequence, weight bytes, FLOPs per token, ...) past its budget and the fields it comes from.
   void validate() const;
 
   nlohmann::json to_json() const;

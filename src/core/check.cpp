@@ -6,6 +6,7 @@
 
 #include "core/reference/reference_engine.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/limits.hpp"
 #include "swapffn/random.hpp"
 
 namespace swapffn {
@@ -53,15 +54,16 @@ std::string CheckReport::summary() const {
 CheckReport check_backend(const Weights& w, Engine& backend, int64_t batch, int64_t tokens,
                           uint64_t seed, const Tolerance& tol, int ref_threads) {
   const Config& cfg = w.cfg;
-  SWAPFFN_REQUIRE(batch > 0, "check: batch must be > 0, got " + std::to_string(batch));
-  SWAPFFN_REQUIRE(tokens > 0, "check: tokens must be > 0, got " + std::to_string(tokens));
+  require_in_range(batch, 1, kMaxBatch, "check: batch");
+  require_in_range(tokens, 1, kMaxTokens, "check: tokens");
   SWAPFFN_REQUIRE(backend.config() == cfg, "check: backend '" + backend.name() +
                                                "' was built for a different config than the weights");
-  const int64_t D = cfg.d_model, n = batch * D;
+  const int64_t D = cfg.d_model, n = checked_product({batch, D}, "check: B*D");
   const std::vector<float> x = decode_inputs(seed, tokens, batch, D);
 
   State got = State::init(cfg, batch);
-  std::vector<float> delta_got(static_cast<size_t>(tokens * n));
+  std::vector<float> delta_got;
+  allocate(delta_got, checked_product({tokens, n}, "check: T*B*D"), 0.0f, "check: the outputs delta [T, B, D]");
   std::vector<Trace> traces;
   backend.decode(x.data(), delta_got.data(), tokens, got, &traces);
   SWAPFFN_REQUIRE(static_cast<int64_t>(traces.size()) == tokens,

@@ -10,14 +10,27 @@
 
 #include "core/io/strict_json.hpp"
 #include "core/printable.hpp"
+#include "core/weight_tensors.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/limits.hpp"
 
 namespace swapffn {
 namespace {
 
-// Upper bound on every size: keeps products such as B*C*4*D and K*Rc*D far from int64 overflow
-// and turns a corrupt config into an error instead of an enormous allocation.
+// Upper bound on every size; the cost budget below bounds their products.
 constexpr int64_t kMaxDim = int64_t{1} << 20;
+
+// The GPU paths add eps to a mean square in fp32: it must stay a normal fp32 value that changes an
+// all-zero vector's norm, and must not change the norm of unit-scale activations (SPEC uses 1e-6).
+constexpr double kMinNormEps = 1e-12, kMaxNormEps = 1e-2;  // the message below repeats them
+
+// The cost budget: a config past any of these is absurd (each is 30x to 1000x the default's), and a
+// corrupt file must not make a load allocate or compute without bound.
+constexpr int64_t kMaxStateBytesPerSequence = int64_t{1} << 28;  // default: 4 MiB
+constexpr int64_t kMaxWeightBytes = int64_t{1} << 33;            // default: 28 MiB
+constexpr int64_t kMaxFlopsPerToken = 10'000'000'000'000;        // default: 2.1e11
+constexpr int64_t kMaxDecisionsPerToken = int64_t{1} << 20;      // n_events * core_count; default: 4096
+constexpr int64_t kMaxTableFlops = int64_t{1} << 36;             // per-core tables at load; default: 6.7e7
 
 // One table drives JSON, set() and validation so a new field cannot be half-wired.
 enum class Kind { Int, Double, Bool };
@@ -68,6 +81,49 @@ std::string format_double(double v) {
   return os.str();
 }
 
+// Throws naming the first cost past its budget and the fields it comes from.
+void check_budget(const Config& c) {
+  auto require = [](int64_t cost, int64_t budget, const std::string& what) {
+    SWAPFFN_REQUIRE(cost <= budget, "config is too costly: " + what + " = " +
+                                        (cost == INT64_MAX ? std::string("at least 2^63") : std::to_string(cost)) +
+                                        " exceeds the budget of " + std::to_string(budget));
+  };
+  const int64_t D = c.d_model, F = c.d_ff, C = c.core_count, E = c.n_events, R = c.d_router;
+  const int64_t K = c.collapse_k, Rc = c.collapse_r, Ce = c.core_embed_dim, B4 = c.n_banks;
+  require(saturating_sum({saturating_product({C, B4, D, 2}), C}), kMaxStateBytesPerSequence,
+          "state bytes per sequence (core_count " + std::to_string(C) + " * n_banks * d_model " +
+              std::to_string(D) + " * 2 + core_count)");
+
+  Weights shapes;
+  shapes.cfg = c;
+  int64_t weight_bytes = 0;
+  for_each_weight_tensor(shapes, [&](std::string_view, const std::vector<int64_t>& shape, const std::vector<bf16>&) {
+    int64_t n = 1;
+    for (int64_t d : shape) n = saturating_product({n, d});
+    weight_bytes = saturating_sum({weight_bytes, saturating_product({n, 2})});
+  });
+  require(weight_bytes, kMaxWeightBytes,
+          "weight bytes (the tensors' sizes from d_model " + std::to_string(D) + ", d_ff " + std::to_string(F) +
+              ", core_count " + std::to_string(C) + ", d_router " + std::to_string(R) + ", collapse_k " +
+              std::to_string(K) + ", collapse_r " + std::to_string(Rc) + ", core_embed_dim " + std::to_string(Ce) +
+              ")");
+
+  const int64_t ffn = saturating_product({E, c.k_ffn, 6, C, D, F});
+  const int64_t router = saturating_product({E, 2, C, D, R});
+  const int64_t collapse = saturating_sum(
+      {saturating_product({2, C, K, D}), saturating_product({2, K, Rc, D}), saturating_product({2, D, Rc})});
+  require(saturating_sum({ffn, router, collapse}), kMaxFlopsPerToken,
+          "FLOPs per token (n_events " + std::to_string(E) + " * k_ffn " + std::to_string(c.k_ffn) +
+              " * 6 * core_count " + std::to_string(C) + " * d_model " + std::to_string(D) + " * d_ff " +
+              std::to_string(F) + " + router with d_router " + std::to_string(R) + " + collapse)");
+  require(saturating_product({E, C}), kMaxDecisionsPerToken,
+          "decisions per token (n_events " + std::to_string(E) + " * core_count " + std::to_string(C) + ")");
+  require(saturating_product({2, C, saturating_sum({saturating_product({2, D}), K}), Ce}), kMaxTableFlops,
+          "FLOPs of the per-core tables (2 * core_count " + std::to_string(C) + " * (2 * d_model " +
+              std::to_string(D) + " + collapse_k " + std::to_string(K) + ") * core_embed_dim " +
+              std::to_string(Ce) + ")");
+}
+
 }  // namespace
 
 void Config::validate() const {
@@ -83,9 +139,9 @@ void Config::validate() const {
       SWAPFFN_REQUIRE(v >= f.min, what + " is invalid: must be > 0");
     SWAPFFN_REQUIRE(v <= kMaxDim, what + " is invalid: must be <= " + std::to_string(kMaxDim));
   }
-  SWAPFFN_REQUIRE(std::isfinite(norm_eps) && norm_eps > 0,
-                  "config field norm_eps = " + format_double(norm_eps) +
-                      " is invalid: must be finite and > 0");
+  SWAPFFN_REQUIRE(std::isfinite(norm_eps) && norm_eps >= kMinNormEps && norm_eps <= kMaxNormEps,
+                  "config field norm_eps = " + format_double(norm_eps) + " is invalid: must be in [1e-12, 1e-2]");
+  check_budget(*this);
 }
 
 nlohmann::json Config::to_json() const {

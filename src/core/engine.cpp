@@ -4,21 +4,28 @@
 #include <cmath>
 
 #include "swapffn/error.hpp"
+#include "swapffn/limits.hpp"
 
 namespace swapffn {
 
 void Trace::resize(int64_t e, int64_t b, int64_t c) {
+  const int64_t n = checked_product({e, b, c}, "trace entries E*B*C");
+  std::vector<uint8_t> g, s;  // the trace is unchanged when an allocation fails
+  allocate(g, n, uint8_t{0}, "a decision trace (gate [E, B, C])");
+  allocate(s, n, uint8_t{0}, "a decision trace (slot [E, B, C])");
   events = e;
   batch = b;
   cores = c;
-  gate.assign(static_cast<size_t>(e * b * c), 0);
-  slot.assign(static_cast<size_t>(e * b * c), 0);
+  gate.swap(g);
+  slot.swap(s);
 }
 
 void Engine::decode(const float* x, float* delta, int64_t tokens, State& state,
                     std::vector<Trace>* record) {
-  const int64_t n = state.batch * config().d_model;
-  check_finite(x, tokens * n, "x");
+  require_in_range(tokens, 0, kMaxTokens, "decode tokens");
+  state.validate();
+  const int64_t n = checked_product({state.batch, config().d_model}, "decode step B*D");
+  check_finite(x, checked_product({tokens, n}, "decode inputs T*B*D"), "x");
   if (record) record->assign(static_cast<size_t>(tokens), Trace{});
   for (int64_t t = 0; t < tokens; ++t) {
     StepOptions opt;

@@ -1,7 +1,11 @@
 #include "swapffn/random.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <string>
+
+#include "swapffn/limits.hpp"
 
 namespace swapffn {
 namespace {
@@ -58,17 +62,20 @@ uint64_t mix_seed(uint64_t a, uint64_t b) {
 
 std::vector<float> token_inputs(uint64_t seed, int64_t token, int64_t batch, int64_t d_model) {
   Rng rng(mix_seed(seed, static_cast<uint64_t>(token)));
-  std::vector<float> x(static_cast<size_t>(batch * d_model));
+  std::vector<float> x;
+  allocate(x, checked_product({batch, d_model}, "token inputs B*D"), 0.0f, "the inputs x of one token");
   for (auto& v : x) v = rng.normal();
   return x;
 }
 
 std::vector<float> decode_inputs(uint64_t seed, int64_t tokens, int64_t batch, int64_t d_model) {
+  const int64_t n = checked_product({batch, d_model}, "token inputs B*D");
   std::vector<float> x;
-  x.reserve(static_cast<size_t>(tokens * batch * d_model));
+  allocate(x, checked_product({tokens, n}, "decode inputs T*B*D"), 0.0f,
+           "the inputs x [T, B, D] of " + std::to_string(tokens) + " tokens");
   for (int64_t t = 0; t < tokens; ++t) {
     const auto xt = token_inputs(seed, t, batch, d_model);
-    x.insert(x.end(), xt.begin(), xt.end());
+    std::copy(xt.begin(), xt.end(), x.begin() + t * n);
   }
   return x;
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "swapffn/error.hpp"
+#include "swapffn/limits.hpp"
 #include "swapffn/random.hpp"
 
 namespace swapffn {
@@ -37,13 +38,16 @@ uint8_t swap_lanes(uint8_t map, int j) {
 
 State State::init(const Config& cfg, int64_t batch) {
   cfg.validate();
-  SWAPFFN_REQUIRE(batch > 0, "state batch must be > 0, got " + std::to_string(batch));
+  require_in_range(batch, 1, kMaxBatch, "state batch");
   State s;
   s.batch = batch;
   s.cores = cfg.core_count;
   s.d_model = cfg.d_model;
-  s.ram.assign(static_cast<size_t>(batch * cfg.core_count * 4 * cfg.d_model), bf16{});
-  s.stream_map.assign(static_cast<size_t>(batch * cfg.core_count), kIdentityStreamMap);
+  const std::string what = "the state of " + std::to_string(batch) + " sequences";
+  allocate(s.ram, checked_product({batch, cfg.core_count, 4, cfg.d_model}, "state ram B*C*4*D"), bf16{},
+           what + " (ram [B, C, 4, D])");
+  allocate(s.stream_map, checked_product({batch, cfg.core_count}, "state stream_map B*C"), kIdentityStreamMap,
+           what + " (stream_map [B, C])");
   return s;
 }
 
@@ -63,8 +67,9 @@ void State::validate() const {
   SWAPFFN_REQUIRE(batch > 0 && cores > 0 && d_model > 0,
                   "state sizes must be > 0: batch " + std::to_string(batch) + ", cores " +
                       std::to_string(cores) + ", d_model " + std::to_string(d_model));
-  const auto want_ram = static_cast<size_t>(batch * cores * 4 * d_model);
-  const auto want_map = static_cast<size_t>(batch * cores);
+  require_in_range(batch, 1, kMaxBatch, "state batch");
+  const auto want_ram = static_cast<size_t>(checked_product({batch, cores, 4, d_model}, "state ram B*C*4*D"));
+  const auto want_map = static_cast<size_t>(checked_product({batch, cores}, "state stream_map B*C"));
   SWAPFFN_REQUIRE(ram.size() == want_ram, "state ram holds " + std::to_string(ram.size()) +
                                               " values, expected B*C*4*D = " +
                                               std::to_string(want_ram));
@@ -102,9 +107,9 @@ void State::copy_sequence_to(int64_t b, State& out, int64_t dst_b) const {
                   "copy_sequence_to: states differ in shape (cores " + std::to_string(cores) +
                       " vs " + std::to_string(out.cores) + ", d_model " + std::to_string(d_model) +
                       " vs " + std::to_string(out.d_model) + ")");
-  const int64_t ram_n = cores * 4 * d_model;
-  SWAPFFN_REQUIRE(ram.size() == static_cast<size_t>(batch * ram_n) &&
-                      out.ram.size() == static_cast<size_t>(out.batch * ram_n) &&
+  const int64_t ram_n = checked_product({cores, 4, d_model}, "state ram per sequence C*4*D");
+  SWAPFFN_REQUIRE(ram.size() == static_cast<size_t>(checked_product({batch, ram_n}, "state ram B*C*4*D")) &&
+                      out.ram.size() == static_cast<size_t>(checked_product({out.batch, ram_n}, "state ram B*C*4*D")) &&
                       stream_map.size() == static_cast<size_t>(batch * cores) &&
                       out.stream_map.size() == static_cast<size_t>(out.batch * cores),
                   "copy_sequence_to: a state's arrays do not match its sizes");

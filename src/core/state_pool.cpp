@@ -8,10 +8,12 @@
 #include "core/host_state_pool.hpp"
 #include "swapffn/engine.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/limits.hpp"
 
 namespace swapffn {
 
 void check_slot_ids(const std::vector<int32_t>& slot_ids, int64_t slots, bool allow_padding) {
+  require_in_range(static_cast<int64_t>(slot_ids.size()), 0, kMaxBatch, "rows in one slot step (slot_ids.size())");
   std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(slots, 0)), false);
   for (size_t b = 0; b < slot_ids.size(); ++b) {
     const int32_t s = slot_ids[b];
@@ -57,7 +59,7 @@ void HostStatePool::scatter(const State& rows, const std::vector<int32_t>& slot_
 }
 
 std::unique_ptr<StatePool> Engine::make_pool(int64_t slots) {
-  SWAPFFN_REQUIRE(slots > 0, "a state pool needs at least one slot, got " + std::to_string(slots));
+  require_in_range(slots, 1, kMaxBatch, "state pool slots");
   return std::make_unique<HostStatePool>(config(), slots);
 }
 

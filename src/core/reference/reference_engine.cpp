@@ -12,6 +12,7 @@
 
 #include "core/reference/reference_math.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/limits.hpp"
 
 namespace swapffn::reference {
 namespace {
@@ -85,8 +86,7 @@ ReferenceEngine::ReferenceEngine(const Weights& w, const EngineOptions& opt)
       decoder_(widen(w.collapse_decoder)),
       swap_b_(bf16_to_float(w.router_swap_b.at(0))),
       threads_(opt.threads) {
-  SWAPFFN_REQUIRE(opt.threads >= 0,
-                  "reference: threads must be >= 0 (0 = all cores), got " + std::to_string(opt.threads));
+  require_in_range(opt.threads, 0, kMaxThreads, "reference: threads (0 = all cores)");
   if (threads_ == 0) threads_ = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 

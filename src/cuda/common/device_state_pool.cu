@@ -1,12 +1,13 @@
 #include "cuda/common/device_state_pool.hpp"
 
 #include "swapffn/error.hpp"
+#include "swapffn/limits.hpp"
 
 namespace swapffn::cuda {
 
 DeviceStatePool::DeviceStatePool(const Config& cfg, int64_t slots, const void* owner)
     : cfg_(cfg), slots_(slots), owner_(owner) {
-  SWAPFFN_REQUIRE(slots > 0, "a state pool needs at least one slot, got " + std::to_string(slots));
+  require_in_range(slots, 1, kMaxBatch, "state pool slots");
   ram_.resize(size_t(slots * row_ram()));
   map_.resize(size_t(slots * row_map()));
   std::vector<int32_t> all(static_cast<size_t>(slots));

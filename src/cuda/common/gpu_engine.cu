@@ -6,6 +6,7 @@
 #include "cuda/kernels/collapse.hpp"
 #include "cuda/kernels/slot_copy.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/limits.hpp"
 
 namespace swapffn::cuda {
 
@@ -120,11 +121,11 @@ void GpuEngine::enqueue_decode(const float* x, float* delta, int64_t tokens) {
 }
 
 void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State& state, Trace* traces) {
-  SWAPFFN_REQUIRE(tokens >= 0, "negative token count");
+  require_in_range(tokens, 0, kMaxTokens, "decode tokens");
   state.check_matches(cfg_, state.batch);
   state.validate();
   const int64_t B = state.batch, D = cfg_.d_model, E = cfg_.n_events;
-  check_finite(x, tokens * B * D, "x");
+  check_finite(x, checked_product({tokens, B, D}, "decode inputs T*B*D"), "x");
   if (tokens == 0 || B == 0) {
     for (int64_t t = 0; traces && t < tokens; ++t) traces[t].resize(E, B, cfg_.core_count);
     return;
@@ -227,7 +228,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
 void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
                                    cudaStream_t stream) {
   DeviceStatePool& dev = own_pool(pool);
-  SWAPFFN_REQUIRE(batch > 0, "a slot step needs at least one row, got " + std::to_string(batch));
+  require_in_range(batch, 1, kMaxBatch, "rows in one slot step");
   ensure_batch(batch);
   enqueue_slot_step(x, slot_ids, batch, delta, nullptr, nullptr, dev, stream);
 }
@@ -260,7 +261,8 @@ void GpuEngine::enqueue_slot_step(const float* x, const int32_t* slot_ids, int64
 void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool,
                                      const int32_t* slot_ids, int64_t batch) {
   DeviceStatePool& dev = own_pool(pool);
-  SWAPFFN_REQUIRE(batch > 0 && tokens >= 0, "enqueue_decode_slots: batch must be > 0 and tokens >= 0");
+  require_in_range(batch, 1, kMaxBatch, "enqueue_decode_slots: batch");
+  require_in_range(tokens, 0, kMaxTokens, "enqueue_decode_slots: tokens");
   ensure_batch(batch);
   const int64_t n = batch * cfg_.d_model;
   for (int64_t t = 0; t < tokens; ++t)
