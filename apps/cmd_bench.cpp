@@ -143,8 +143,7 @@ std::vector<std::string> backends_to_run(const BenchArgs& a, bool tiny, const Gp
       continue;
     }
     if (is_gpu_backend(b) && !gpu.is_hopper()) {
-      SWAPFFN_REQUIRE(!explicit_list, "backend '" + b + "' needs a Hopper GPU (" +
-                                          (gpu.present ? gpu.name : gpu.why_absent) +
+      SWAPFFN_REQUIRE(!explicit_list, "backend '" + b + "' needs a Hopper GPU (" + gpu.why_not_hopper() +
                                           "); only '--backends reference --config tiny' runs without one");
       std::printf("skipped: %s (no Hopper GPU)\n", b.c_str());
       continue;

@@ -385,7 +385,7 @@ void write_json(const std::string& path, const GpuInfo& g, const Ceilings& ceil,
 
 void run_bench(const Nvfp4BenchOptions& o) {
   const GpuInfo g = query_gpu();
-  SWAPFFN_REQUIRE(g.is_hopper(), "swapffn nvfp4 needs a Hopper GPU: " + (g.present ? g.name : g.why_absent));
+  SWAPFFN_REQUIRE(g.is_hopper(), "swapffn nvfp4 needs a Hopper GPU: " + g.why_not_hopper());
   Timer timer(o.reps, g.l2_bytes, o.flush != "none");
   Cublas blas;
   Bench bn{timer, blas, measure_ceilings(timer, blas), g.sm_count,

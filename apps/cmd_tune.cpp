@@ -140,7 +140,7 @@ void write_cache(const std::string& path, const GpuInfo& gpu, const Config& cfg,
 
 void run_tune(const TuneArgs& a) {
   const GpuInfo gpu = query_gpu();
-  SWAPFFN_REQUIRE(gpu.is_hopper(), "swapffn tune needs a Hopper GPU: " + (gpu.present ? gpu.name : gpu.why_absent));
+  SWAPFFN_REQUIRE(gpu.is_hopper(), "swapffn tune needs a Hopper GPU: " + gpu.why_not_hopper());
   const Weights w = a.model.empty() ? Weights::random(Config::preset(a.preset), a.seed) : Weights::load(a.model);
   print_gemm_timings(w.cfg, a);
   if (a.gemms_only) return;

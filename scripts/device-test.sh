@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Everything a GPU change must show on a device machine, in one call: a build there from the tree
-# (scripts/device-build.sh, so the binaries match the commit), both test binaries, the Python
-# package and its tests, `swapffn check`
-# of both GPU backends (fused on the tiny and default models, unfused on default), and `swapffn
-# bench` of both against cuBLAS's FFN GEMMs alone. With BEFORE_BIN (another build's CLI, carried),
+# (scripts/device-build.sh, so the binaries match the commit), both test binaries, compute-sanitizer
+# (memcheck, racecheck, synccheck) over the GPU tests of both backends on the tiny config and of the
+# NVFP4 kernels, the Python package and its tests, `swapffn check` of both GPU backends (fused on the
+# tiny and default models, unfused on default), and `swapffn bench` of both against cuBLAS's FFN
+# GEMMs alone. With BEFORE_BIN (another build's CLI, carried),
 # the same `run` checksums from both binaries for both GPU backends on both models: equal bits.
 # Logs go to $OUT (the device tool's return folder; default build/device-out):
-#   device-test.log (everything, in order), gpu-tests.xml, checks.log, bench.json, bench.log
+#   device-test.log (everything, in order), gpu-tests.xml, sanitizer-<tool>.log, checks.log, bench.json,
+#   bench.log
 # Usage: scripts/device-test.sh [build-dir]   (default build/device)
 # Env: GTEST_FILTER (default: every test), BENCH_BATCHES (default 1,16,64), BENCH_BACKENDS (default
-#      unfused,fused), SKIP_TESTS=1, SKIP_CHECKS=1, SKIP_PYTHON=1, SKIP_BENCH=1, QUICK=1 (fewer tokens
-#      and repeats).
+#      unfused,fused), SKIP_TESTS=1, SKIP_SANITIZER=1, SKIP_CHECKS=1, SKIP_PYTHON=1, SKIP_BENCH=1,
+#      QUICK=1 (fewer tokens and repeats), SANITIZER_FILTER (default below), SANITIZER_TIMEOUT (s per
+#      tool, 300). The sanitizer alone (a device call is at most 10 minutes): SKIP_TESTS=1
+#      SKIP_CHECKS=1 SKIP_PYTHON=1 SKIP_BENCH=1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/device}
@@ -41,6 +45,32 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   run_step cpu-tests "$build/tests/swapffn_cpu_tests" --gtest_brief=1
   run_step gpu-tests "$build/tests/swapffn_gpu_tests" --gtest_filter="${GTEST_FILTER:-*}" --gtest_brief=1 \
     --gtest_output="xml:$out/gpu-tests.xml"
+fi
+
+# Each tool over a few minutes' worth of GPU tests: the tiny config's checks of unfused and fused (the
+# folded and the cuBLAS event head, row groups) and the NVFP4 kernels' exactness tests. A finding,
+# or a run past its time, fails the step; the tool's summary lines go to this log, its report to
+# sanitizer-<tool>.log.
+sanitizer_filter=${SANITIZER_FILTER:-"Presets/UnfusedCheck.*/tiny_B3_T6:Paths/FusedCheck.*/tiny_1\
+:Paths/FusedCheck.*/tiny_3:Paths/FusedCheck.*/tiny_9:Nvfp4Gpu.GemvBitExact:Nvfp4Gpu.GemvTmaBitExact\
+:Nvfp4Gpu.GemmBitExact:Nvfp4Gpu.DualGemmWithinTolerance:Nvfp4Gpu.GroupedGemmBitExact"}
+sanitize() {  # sanitize TOOL: compute-sanitizer TOOL over the filtered GPU tests
+  local tool=$1 log="$out/sanitizer-$1.log"
+  timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 50 \
+    "$build/tests/swapffn_gpu_tests" --gtest_filter="$sanitizer_filter" --gtest_brief=1 > "$log" 2>&1
+  local rc=$?
+  [ $rc -eq 124 ] && echo "compute-sanitizer $tool: stopped after ${SANITIZER_TIMEOUT:-300} s"
+  grep -E '^========= (ERROR|RACECHECK|SYNCCHECK|LEAK) SUMMARY|^\[  (PASSED|FAILED) ' "$log"
+  return $rc
+}
+if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ -x "$sanitizer" ]; then
+    for tool in memcheck racecheck synccheck; do run_step "sanitizer-$tool" sanitize "$tool"; done
+  else
+    echo "== [sanitizer] compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
+    failures+=("sanitizer (not found)")
+  fi
 fi
 
 models="$build/models"

@@ -25,7 +25,7 @@ class Nvfp4Gpu : public ::testing::Test {
  protected:
   void SetUp() override {
     const GpuInfo g = query_gpu();
-    if (!g.is_hopper()) GTEST_SKIP() << "no Hopper GPU: " << (g.present ? g.name : g.why_absent);
+    if (!g.is_hopper()) GTEST_SKIP() << "no Hopper GPU: " << g.why_not_hopper();
     sms_ = g.sm_count;
   }
   int sms_ = 0;

@@ -120,6 +120,92 @@ TEST_F(Cli, ErrorsAreOneLineAndNonZero) {
   expect_error("run --model " + path("junk.safetensors"), "junk.safetensors");
 }
 
+// What the command-line parser refuses is a usage error: exit 2, one line naming the problem and
+// where the help is. --help and --version are not errors.
+TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
+  const std::string m = path("tiny.safetensors");
+  ASSERT_EQ(cli("init --config tiny --out " + m).code, 0);
+  const struct {
+    std::string args, what, help;
+  } cases[] = {
+      {"", "subcommand", "'swapffn --help'"},
+      {"frobnicate", "frobnicate", "'swapffn --help'"},
+      {"run --model " + m + " --no-such-flag", "--no-such-flag", "'swapffn run --help'"},
+      {"run --model " + m + " --batch abc", "abc", "'swapffn run --help'"},
+      {"run --batch 2", "--model", "'swapffn run --help'"},
+      {"init --config tiny --out", "--out", "'swapffn init --help'"},
+      {"nvfp4 bench --reps 1000", "1000", "'swapffn nvfp4 bench --help'"},
+  };
+  for (const auto& c : cases) {
+    const Result r = cli(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\nstderr: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.err.rfind("swapffn: usage error: ", 0), 0u) << c.args << "\nstderr: " << r.err;
+    EXPECT_NE(r.err.find(c.what), std::string::npos) << c.args << "\nstderr: " << r.err;
+    EXPECT_NE(r.err.find(c.help), std::string::npos) << c.args << "\nstderr: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.args << "\nstdout: " << r.out;
+  }
+  for (const std::string args : {"--help", "run --help", "nvfp4 bench --help", "--version"}) {
+    const Result r = cli(args);
+    EXPECT_EQ(r.code, 0) << args << "\nstderr: " << r.err;
+    EXPECT_FALSE(r.out.empty()) << args;
+    EXPECT_TRUE(r.err.empty()) << args << "\nstderr: " << r.err;
+  }
+}
+
+// Every other error exits 1 with one line that speaks of the input, not of our source files.
+TEST_F(Cli, RuntimeErrorsExitOneWithoutSourceLocations) {
+  const std::string m = path("tiny.safetensors");
+  ASSERT_EQ(cli("init --config tiny --out " + m).code, 0);
+  std::ofstream(path("junk.safetensors")) << "not a model";
+  for (const std::string& args :
+       {"run --model " + path("missing.safetensors"), "run --model " + path("junk.safetensors"),
+        "run --model " + m + " --backend nope",
+        "init --config tiny --set d_model=0 --out " + path("x.safetensors"), "init --config huge --out " + path("x.safetensors"),
+        "run --model " + m + " --state-in " + path("junk.safetensors")}) {
+    const Result r = cli(args);
+    EXPECT_EQ(r.code, 1) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.err.rfind("swapffn: error: ", 0), 0u) << args << "\nstderr: " << r.err;
+    for (const char* location : {"src/", "apps/", "include/", ".cpp:", ".hpp:", ".cu:"})
+      EXPECT_EQ(r.err.find(location), std::string::npos) << args << "\nstderr: " << r.err;
+  }
+}
+
+// Without a usable Hopper GPU (no CUDA build, no driver, no GPU, another architecture) the GPU
+// backends refuse in one plain sentence, never with the CUDA runtime's error names.
+TEST_F(Cli, GpuBackendsWithoutAHopperGpuSaySoPlainly) {
+  const GpuInfo gpu = query_gpu();
+  if (gpu.is_hopper()) GTEST_SKIP() << "this machine has a Hopper GPU";
+  const std::string why = gpu.why_not_hopper();
+  ASSERT_FALSE(why.empty());
+  EXPECT_EQ(why.find("insufficient"), std::string::npos) << why;
+  const std::string m = path("tiny.safetensors");
+  ASSERT_EQ(cli("init --config tiny --out " + m).code, 0);
+#ifdef SWAPFFN_WITH_CUDA
+  const std::string expected = why;
+#else
+  const std::string expected = "needs a CUDA build";
+#endif
+  for (const char* backend : {"unfused", "fused"}) {
+    for (const std::string command : {"run", "check"}) {
+      const std::string args = command + " --model " + m + " --batch 1 --tokens 1 --backend " + backend;
+      const Result r = cli(args);
+      EXPECT_EQ(r.code, 1) << args << "\nstderr: " << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\nstderr: " << r.err;
+      EXPECT_NE(r.err.find("backend '" + std::string(backend) + "' needs"), std::string::npos) << args << "\n" << r.err;
+      EXPECT_NE(r.err.find(expected), std::string::npos) << args << "\nstderr: " << r.err;
+      for (const char* raw : {"cudaError", "insufficient", "src/", ".cu:"})
+        EXPECT_EQ(r.err.find(raw), std::string::npos) << args << "\nstderr: " << r.err;
+    }
+  }
+  const Result r = cli("info");
+  ASSERT_EQ(r.code, 0) << r.err;
+  if (!gpu.present) {
+    EXPECT_NE(line_with(r.out, "GPU: none (" + why + ")"), "") << r.out;
+  }
+}
+
 TEST_F(Cli, Info) {
   Result r = cli("info");
   ASSERT_EQ(r.code, 0) << r.err;

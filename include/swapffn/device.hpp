@@ -7,12 +7,21 @@ namespace swapffn {
 
 struct GpuInfo {
   bool present = false;
-  std::string why_absent;  // when !present: "built without CUDA", "no CUDA device", ...
+  // When !present, one plain sentence: "this build of swapffn has no CUDA support", "no NVIDIA
+  // driver is installed", "no NVIDIA GPU was found", ...
+  std::string why_absent;
   std::string name;
   int sm_count = 0, cc_major = 0, cc_minor = 0;
   size_t l2_bytes = 0, smem_per_block_optin = 0, global_mem_bytes = 0;
   int driver_version = 0, runtime_version = 0;
   bool is_hopper() const { return present && cc_major == 9; }
+  // Why the GPU backends cannot run here, as one sentence; empty on a Hopper GPU.
+  std::string why_not_hopper() const {
+    if (!present) return why_absent;
+    if (is_hopper()) return "";
+    return "the GPU " + name + " is compute capability " + std::to_string(cc_major) + "." +
+           std::to_string(cc_minor) + ", and the GPU backends need Hopper (9.0)";
+  }
 };
 
 GpuInfo query_gpu();

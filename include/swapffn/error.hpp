@@ -1,5 +1,13 @@
-// Error handling: every host-side failure throws swapffn::Error carrying file:line and what failed.
-// Library code never calls exit(); the CLI turns an Error into one line on stderr and a non-zero exit.
+// Error handling: every host-side failure throws swapffn::Error. Library code never calls exit();
+// the CLI turns an Error into one line on stderr and a non-zero exit.
+//
+// Two kinds of failure, one exception type, told apart by the macro that raises them:
+// - SWAPFFN_REQUIRE / SWAPFFN_FAIL: what the caller caused and can fix (a bad file, flag, size or
+//   state; no usable GPU; a batch too large for the GPU's memory). The message is the whole story,
+//   with no source location: it is read by users.
+// - SWAPFFN_ASSERT / SWAPFFN_INTERNAL (and CUDA_CHECK / CUBLAS_CHECK): a broken invariant or a failed
+//   library call that the caller cannot fix from the message. The message starts with
+//   "<file>:<line>: ", the place a bug report needs.
 #pragma once
 #include <stdexcept>
 #include <string>
@@ -11,14 +19,25 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-[[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
+// A user-facing error: throws Error(msg).
+[[noreturn]] void throw_error(const std::string& msg);
+// An internal error: throws Error("<file>:<line>: <msg>"), file relative to the source tree.
+[[noreturn]] void throw_internal_error(const char* file, int line, const std::string& msg);
 
 }  // namespace swapffn
 
-// Throws swapffn::Error("<file>:<line>: <msg>") unless cond holds. msg may use operator+ on strings.
-#define SWAPFFN_REQUIRE(cond, msg)                                                   \
-  do {                                                                               \
-    if (!(cond)) ::swapffn::throw_error(__FILE__, __LINE__, std::string(msg));       \
+// Throws swapffn::Error(msg) unless cond holds. msg (built only on failure) may use operator+ on strings.
+#define SWAPFFN_REQUIRE(cond, msg)                                 \
+  do {                                                             \
+    if (!(cond)) ::swapffn::throw_error(std::string(msg));         \
   } while (0)
 
-#define SWAPFFN_FAIL(msg) ::swapffn::throw_error(__FILE__, __LINE__, std::string(msg))
+#define SWAPFFN_FAIL(msg) ::swapffn::throw_error(std::string(msg))
+
+// Throws swapffn::Error("<file>:<line>: <msg>") unless the invariant cond holds.
+#define SWAPFFN_ASSERT(cond, msg)                                                        \
+  do {                                                                                   \
+    if (!(cond)) ::swapffn::throw_internal_error(__FILE__, __LINE__, std::string(msg));  \
+  } while (0)
+
+#define SWAPFFN_INTERNAL(msg) ::swapffn::throw_internal_error(__FILE__, __LINE__, std::string(msg))

@@ -5,7 +5,7 @@ namespace swapffn {
 
 GpuInfo query_gpu() {
   GpuInfo g;
-  g.why_absent = "built without CUDA";
+  g.why_absent = "this build of swapffn has no CUDA support";
   return g;
 }
 

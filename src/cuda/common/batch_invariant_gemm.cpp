@@ -244,11 +244,11 @@ void BatchInvariantGemm::set_rows(int64_t rows) {
 const BatchInvariantGemm::RowLayouts& BatchInvariantGemm::layouts_of(int64_t rows) const {
   for (const RowLayouts& c : row_layouts_)
     if (c.rows == rows) return c;
-  SWAPFFN_FAIL("BatchInvariantGemm: " + std::to_string(rows) + " rows were never given to set_rows");
+  SWAPFFN_INTERNAL("BatchInvariantGemm: " + std::to_string(rows) + " rows were never given to set_rows");
 }
 
 void BatchInvariantGemm::run(const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const {
-  SWAPFFN_REQUIRE(rows_ > 0, "BatchInvariantGemm::run before set_rows");
+  SWAPFFN_ASSERT(rows_ > 0, "BatchInvariantGemm::run before set_rows");
   run(rows_, w, x, out, workspace, stream);
 }
 

@@ -2,13 +2,35 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
+#include <string>
 
 #include "cuda/kernels/collapse.hpp"
 #include "cuda/kernels/slot_copy.hpp"
+#include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/limits.hpp"
 
 namespace swapffn::cuda {
+namespace {
+
+// The product of dimensions, refused by name when it overflows int64.
+int64_t checked_product(std::initializer_list<int64_t> dims, const std::string& what) {
+  int64_t p = 1;
+  std::string shown;
+  for (int64_t d : dims) {
+    shown += (shown.empty() ? "" : " x ") + std::to_string(d);
+    if (__builtin_mul_overflow(p, d, &p)) SWAPFFN_FAIL(what + ": the product " + shown + " overflows 64 bits");
+  }
+  return p;
+}
+
+}  // namespace
+
+void require_hopper_gpu(const std::string& backend) {
+  const GpuInfo gpu = query_gpu();
+  SWAPFFN_REQUIRE(gpu.is_hopper(), "backend '" + backend + "' needs a Hopper GPU: " + gpu.why_not_hopper());
+}
 
 std::vector<float> widen_bf16(const std::vector<bf16>& v) {
   std::vector<float> out(v.size());
@@ -42,22 +64,65 @@ GpuEngine::~GpuEngine() {
 
 void GpuEngine::drop_graph() { graph_.reset(); }
 
+void GpuEngine::require_usable() const {
+  SWAPFFN_REQUIRE(broken_.empty(), name() + ": the GPU failed in an earlier call (" + broken_ +
+                                       "), and this process cannot use it again: start a new one");
+}
+
+void GpuEngine::forget_batch_after_failure() noexcept {
+  // A fault that breaks the context (an illegal address, a trap) shows at the next synchronisation
+  // and stays; a failed allocation or launch configuration does not, and only its error is cleared.
+  if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess && broken_.empty())
+    broken_ = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  cudaGetLastError();
+  drop_graph();
+  batch_ = 0;
+}
+
 void GpuEngine::ensure_batch(int64_t batch) {
   if (batch == batch_) return;
-  const int64_t D = cfg_.d_model, C = cfg_.core_count, M = batch * C;
-  SWAPFFN_REQUIRE(M < (int64_t{1} << 31), name() + ": batch " + std::to_string(batch) + " x " + std::to_string(C) +
-                                              " cores exceeds one launch grid");
+  // Every size first: a batch refused here leaves the engine as it was.
+  const int64_t D = cfg_.d_model, C = cfg_.core_count, K = cfg_.collapse_k;
+  const std::string of_batch = name() + ": batch " + std::to_string(batch);
+  const int64_t M = checked_product({batch, C}, of_batch + " rows");
+  SWAPFFN_REQUIRE(M < (int64_t{1} << 31), of_batch + " x " + std::to_string(C) + " cores exceeds one launch grid");
+  const int64_t n_h = checked_product({M, D}, of_batch + " h"), n_ram = checked_product({M, 4, D}, of_batch + " ram"),
+                n_partial = checked_product({batch, collapse_chunks(C), K, D}, of_batch + " collapse partials"),
+                n_pooled = checked_product({batch, K, D}, of_batch + " collapse pools"),
+                n_zc = checked_product({batch, cfg_.collapse_r}, of_batch + " collapse codes");
+  const double state_bytes = 4.0 * n_h + 2.0 * n_ram + M + 4.0 * n_partial + 4.0 * n_pooled + 4.0 * n_zc;
+  size_t free_bytes = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  SWAPFFN_REQUIRE(state_bytes <= double(total), of_batch + " needs " + format_bytes(state_bytes) +
+                                                    " of GPU memory for its state alone, more than the GPU's " +
+                                                    format_bytes(double(total)));
+
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   drop_graph();
   batch_ = 0;
-  const auto m = static_cast<size_t>(M);
-  h_.resize(m * D);
-  ram_.resize(m * 4 * D);
-  map_.resize(m);
-  partial_.resize(static_cast<size_t>(batch * collapse_chunks(C) * cfg_.collapse_k * D));
-  pooled_.resize(static_cast<size_t>(batch * cfg_.collapse_k * D));
-  zc_.resize(static_cast<size_t>(batch * cfg_.collapse_r));
-  allocate_batch(batch);
+  try {
+    h_.resize(size_t(n_h), "h (the fp32 core rows)");
+    ram_.resize(size_t(n_ram), "ram (the RAM banks)");
+    map_.resize(size_t(M), "the stream maps");
+    partial_.resize(size_t(n_partial), "the collapse partials");
+    pooled_.resize(size_t(n_pooled), "the collapse pools");
+    zc_.resize(size_t(n_zc), "the collapse codes");
+    allocate_batch(batch);
+  } catch (const OutOfDeviceMemory& e) {
+    // Memory that a batch which did not fit took is given back, for the next call or the caller.
+    h_.release();
+    ram_.release();
+    map_.release();
+    partial_.release();
+    pooled_.release();
+    zc_.release();
+    release_batch();
+    forget_batch_after_failure();
+    throw OutOfDeviceMemory(of_batch + " does not fit in the GPU's memory: " + e.what());
+  } catch (...) {
+    forget_batch_after_failure();
+    throw;
+  }
   batch_ = batch;
 }
 
@@ -91,16 +156,24 @@ void GpuEngine::capture_graph() {
 }
 
 void GpuEngine::upload_state(const State& s) {
+  require_usable();
   s.check_matches(cfg_, s.batch);
   s.validate();
   ensure_batch(s.batch);
   if (s.batch == 0) return;
-  CUDA_CHECK(cudaMemcpyAsync(ram_.get(), s.ram.data(), s.ram.size() * sizeof(bf16), cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(map_.get(), s.stream_map.data(), s.stream_map.size(), cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  try {
+    CUDA_CHECK(cudaMemcpyAsync(ram_.get(), s.ram.data(), s.ram.size() * sizeof(bf16), cudaMemcpyHostToDevice,
+                               stream_));
+    CUDA_CHECK(cudaMemcpyAsync(map_.get(), s.stream_map.data(), s.stream_map.size(), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  } catch (...) {
+    forget_batch_after_failure();
+    throw;
+  }
 }
 
 void GpuEngine::download_state(State& s) {
+  require_usable();
   SWAPFFN_REQUIRE(s.batch == batch_, "download_state: the state holds " + std::to_string(s.batch) +
                                          " sequences, the device " + std::to_string(batch_));
   std::vector<bf16> ram(s.ram.size());
@@ -113,54 +186,66 @@ void GpuEngine::download_state(State& s) {
 }
 
 void GpuEngine::enqueue_decode(const float* x, float* delta, int64_t tokens) {
+  require_usable();
   SWAPFFN_REQUIRE(batch_ > 0, "enqueue_decode before upload_state");
   SWAPFFN_REQUIRE(tokens >= 0, "negative token count");
   if (tokens == 0) return;
-  set_io(x, delta, nullptr, nullptr);
-  run_tokens(tokens);
+  try {
+    set_io(x, delta, nullptr, nullptr);
+    run_tokens(tokens);
+  } catch (...) {
+    forget_batch_after_failure();
+    throw;
+  }
 }
 
-void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State& state, Trace* traces) {
+void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record) {
+  require_usable();
   require_in_range(tokens, 0, kMaxTokens, "decode tokens");
   state.check_matches(cfg_, state.batch);
   state.validate();
-  const int64_t B = state.batch, D = cfg_.d_model, E = cfg_.n_events;
-  check_finite(x, checked_product({tokens, B, D}, "decode inputs T*B*D"), "x");
+  const int64_t B = state.batch, D = cfg_.d_model, E = cfg_.n_events, C = cfg_.core_count;
+  const int64_t n_io = checked_product({tokens, B, D}, name() + ": x for " + std::to_string(tokens) + " tokens");
+  const int64_t n_trace = checked_product({tokens, E, B, C}, name() + ": the trace of " + std::to_string(tokens) +
+                                                                 " tokens");
+  check_finite(x, n_io, "x");
   if (tokens == 0 || B == 0) {
-    for (int64_t t = 0; traces && t < tokens; ++t) traces[t].resize(E, B, cfg_.core_count);
+    if (record) {
+      record->assign(static_cast<size_t>(tokens), Trace{});
+      for (Trace& t : *record) t.resize(E, B, C);
+    }
     return;
   }
+  // Everything the call produces lands here first; state, delta and the record change only once
+  // every device call has succeeded.
+  std::vector<float> out(static_cast<size_t>(n_io));
+  std::vector<Trace> got(record ? static_cast<size_t>(tokens) : 0);
   upload_state(state);
-  run_host_io(x, delta, tokens, traces);
-  download_state(state);
-}
-
-void GpuEngine::run_host_io(const float* x, float* delta, int64_t tokens, Trace* traces) {
-  const int64_t B = batch_, D = cfg_.d_model, E = cfg_.n_events, M = B * cfg_.core_count;
-  const auto n_io = static_cast<size_t>(tokens * B * D);
-  x_dev_.reserve(n_io);
-  delta_dev_.reserve(n_io);
-  CUDA_CHECK(cudaMemcpyAsync(x_dev_.get(), x, n_io * sizeof(float), cudaMemcpyHostToDevice, stream_));
-  const auto n_trace = static_cast<size_t>(tokens * E * M);
-  if (traces) {
-    gate_dev_.reserve(n_trace);
-    slot_dev_.reserve(n_trace);
+  try {
+    x_dev_.reserve(size_t(n_io), "the inputs x");
+    delta_dev_.reserve(size_t(n_io), "the outputs delta");
+    CUDA_CHECK(cudaMemcpyAsync(x_dev_.get(), x, n_io * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    if (record) {
+      gate_dev_.reserve(size_t(n_trace), "the trace's gates");
+      slot_dev_.reserve(size_t(n_trace), "the trace's slots");
+    }
+    set_io(x_dev_.get(), delta_dev_.get(), record ? gate_dev_.get() : nullptr, record ? slot_dev_.get() : nullptr);
+    run_tokens(tokens);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemcpy(out.data(), delta_dev_.get(), n_io * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t t = 0; t < got.size(); ++t) {
+      got[t].resize(E, B, C);
+      const size_t n = static_cast<size_t>(E * B * C), off = t * n;
+      CUDA_CHECK(cudaMemcpy(got[t].gate.data(), gate_dev_.get() + off, n, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(got[t].slot.data(), slot_dev_.get() + off, n, cudaMemcpyDeviceToHost));
+    }
+    download_state(state);
+  } catch (...) {
+    forget_batch_after_failure();
+    throw;
   }
-  set_io(x_dev_.get(), delta_dev_.get(), traces ? gate_dev_.get() : nullptr, traces ? slot_dev_.get() : nullptr);
-  run_tokens(tokens);
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-
-  std::vector<float> out(n_io);
-  CUDA_CHECK(cudaMemcpy(out.data(), delta_dev_.get(), n_io * sizeof(float), cudaMemcpyDeviceToHost));
-  std::vector<Trace> got(traces ? static_cast<size_t>(tokens) : 0);
-  for (size_t t = 0; t < got.size(); ++t) {
-    got[t].resize(E, B, cfg_.core_count);
-    const size_t off = t * static_cast<size_t>(E * M), n = static_cast<size_t>(E * M);
-    CUDA_CHECK(cudaMemcpy(got[t].gate.data(), gate_dev_.get() + off, n, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(got[t].slot.data(), slot_dev_.get() + off, n, cudaMemcpyDeviceToHost));
-  }
-  std::memcpy(delta, out.data(), n_io * sizeof(float));
-  for (size_t t = 0; t < got.size(); ++t) traces[t] = std::move(got[t]);
+  std::memcpy(delta, out.data(), out.size() * sizeof(float));
+  if (record) *record = std::move(got);
 }
 
 std::unique_ptr<StatePool> GpuEngine::make_pool(int64_t slots) {
@@ -273,13 +358,13 @@ void GpuEngine::step(const float* x, float* delta, State& state, const StepOptio
   SWAPFFN_REQUIRE(opt.follow == nullptr, "backend '" + name() +
                                              "' does not follow traces: check it by letting the reference follow "
                                              "the trace it records");
-  host_decode(x, delta, 1, state, opt.record);
+  std::vector<Trace> traces;
+  host_decode(x, delta, 1, state, opt.record ? &traces : nullptr);
+  if (opt.record) *opt.record = std::move(traces[0]);
 }
 
 void GpuEngine::decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record) {
-  std::vector<Trace> traces(record ? static_cast<size_t>(std::max<int64_t>(tokens, 0)) : 0);
-  host_decode(x, delta, tokens, state, record ? traces.data() : nullptr);
-  if (record) *record = std::move(traces);
+  host_decode(x, delta, tokens, state, record);
 }
 
 }  // namespace swapffn::cuda

@@ -6,6 +6,10 @@
 // device-resident ones (state kept on the device, steps only enqueued) that the bench drives.
 // A backend derives, allocates its own per-batch buffers in allocate_batch() and enqueues one token
 // step in enqueue_step(), ending with enqueue_collapse_and_advance().
+// Faults: sizes are checked before anything changes; a call that fails after that (an allocation
+// the GPU cannot hold, a failed launch) leaves no batch and no graph, so the next call sizes and
+// uploads afresh or refuses; a fault that broke the GPU context makes every later call refuse. The
+// host State and outputs are written only once a call has succeeded.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -71,6 +75,9 @@ struct OwnedLtHandle {
   OwnedLtHandle& operator=(const OwnedLtHandle&) = delete;
 };
 
+// Throws, naming the backend, with one plain sentence when this process has no Hopper GPU to run on.
+void require_hopper_gpu(const std::string& backend);
+
 std::vector<float> widen_bf16(const std::vector<bf16>& v);
 inline __nv_bfloat16* as_nv(bf16* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 inline const __nv_bfloat16* as_nv(const bf16* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
@@ -109,8 +116,11 @@ class GpuEngine : public Engine {
                             int64_t batch);
 
  protected:
-  // Sizes the backend's own buffers for M = batch * C rows (the common ones are already sized).
+  // Sizes the backend's own buffers for M = batch * C rows (the common ones are already sized); an
+  // allocation it cannot make throws (OutOfDeviceMemory), and the next call comes with a new batch.
   virtual void allocate_batch(int64_t batch) = 0;
+  // Frees those buffers, after an allocation for a batch that did not fit.
+  virtual void release_batch() = 0;
   // Enqueues one token step on stream_ (no host synchronisation).
   virtual void enqueue_step() = 0;
   // The collapse into io->delta and the advance of the StepIO to the next token: every step's end.
@@ -131,14 +141,15 @@ class GpuEngine : public Engine {
   DeviceBuffer<StepIO> io_;
 
  private:
-  void host_decode(const float* x, float* delta, int64_t tokens, State& state, Trace* traces);
-  // `tokens` steps of the batch on the device from host x [tokens, B, D] into host delta (and traces).
-  void run_host_io(const float* x, float* delta, int64_t tokens, Trace* traces);
+  void host_decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record);
   DeviceStatePool& own_pool(StatePool& pool) const;
   // Gather, step, scatter: on `caller` kernel by kernel, or (null) on stream_ through the graph.
   void enqueue_slot_step(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, uint8_t* gate,
                          uint8_t* slot, DeviceStatePool& pool, cudaStream_t caller);
   void ensure_batch(int64_t batch);
+  // After a call failed past its checks: no batch, no graph; a broken context is remembered.
+  void forget_batch_after_failure() noexcept;
+  void require_usable() const;
   void set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot);
   void run_tokens(int64_t tokens);
   void capture_graph();
@@ -148,6 +159,7 @@ class GpuEngine : public Engine {
   DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
   DeviceBuffer<int32_t> slot_ids_dev_;
   std::unique_ptr<CapturedGraph> graph_;
+  std::string broken_;  // the fault that broke the GPU context, if one did
 };
 
 // The engine's device-resident entry points, or nullptr when it runs on the host.

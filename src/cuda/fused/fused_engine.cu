@@ -20,7 +20,6 @@
 #include "cuda/kernels/rmsnorm.hpp"
 #include "cuda/kernels/router_select_swap.hpp"
 #include "cuda/kernels/sm90_bf16_dual_gemm_swiglu.hpp"
-#include "swapffn/device.hpp"
 
 namespace swapffn::cuda {
 namespace {
@@ -44,7 +43,7 @@ class FusedEngine final : public GpuEngine {
   void allocate_batch(int64_t batch) override {
     const int64_t M = batch * cfg_.core_count, D = cfg_.d_model, F = cfg_.d_ff;
     kcfg_ = select_fused_config(cfg_, batch, opt_.fused);
-    nrm_.resize(size_t(M * D));
+    nrm_.resize(size_t(M * D), "the normed GEMM operand");
     router_gemm_->set_rows(M);
     groups_ = row_group_ranges(M, kcfg_.row_groups);
     group_rows_ = 0;
@@ -52,14 +51,21 @@ class FusedEngine final : public GpuEngine {
       down_gemm_->set_rows(rows);
       group_rows_ = std::max(group_rows_, rows);
     }
-    z_.resize(size_t(M * cfg_.d_router));
+    z_.resize(size_t(M * cfg_.d_router), "the router logits");
     // Per group an intermediate and a cuBLAS workspace, since the groups run side by side.
-    u_.resize(size_t(groups_.size()) * size_t(group_rows_ * F));
-    gemm_workspace_.resize(groups_.size() * kGemmWorkspaceBytes);
+    u_.resize(size_t(groups_.size()) * size_t(group_rows_ * F), "the SwiGLU outputs");
+    gemm_workspace_.resize(groups_.size() * kGemmWorkspaceBytes, "the cuBLAS workspaces");
     while (group_streams_.size() + 1 < groups_.size()) {
       group_streams_.push_back(std::make_unique<OwnedStream>());
       group_done_.push_back(std::make_unique<OwnedEvent>());
     }
+  }
+
+  void release_batch() override {
+    nrm_.release();
+    z_.release();
+    u_.release();
+    gemm_workspace_.release();
   }
 
   void enqueue_step() override {
@@ -151,13 +157,9 @@ class FusedEngine final : public GpuEngine {
 }  // namespace
 
 std::unique_ptr<Engine> make_fused_engine(const Weights& w, const EngineOptions& opt) {
+  require_hopper_gpu("fused");
   w.cfg.validate();
   check_fused_supports(w.cfg);
-  const GpuInfo gpu = query_gpu();
-  SWAPFFN_REQUIRE(gpu.is_hopper(), "backend 'fused' needs a Hopper GPU (sm_90): " +
-                                       (gpu.present ? gpu.name + " is sm_" + std::to_string(gpu.cc_major) +
-                                                          std::to_string(gpu.cc_minor)
-                                                    : gpu.why_absent));
   select_fused_config(w.cfg, 1, opt.fused);  // a choice that cannot run: fail now
   return std::make_unique<FusedEngine>(w, opt);
 }

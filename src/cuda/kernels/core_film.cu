@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) core_film_kernel(CoreFilmArgs a) {
 }  // namespace
 
 void launch_core_film(const CoreFilmArgs& a, cudaStream_t stream) {
-  SWAPFFN_REQUIRE((a.norm_gain == nullptr) == (a.norm_out == nullptr), "core_film: norm gain and output go together");
+  SWAPFFN_ASSERT((a.norm_gain == nullptr) == (a.norm_out == nullptr), "core_film: norm gain and output go together");
   const int64_t rows = a.batch * a.cores;
   if (rows == 0) return;
   core_film_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(a);

@@ -212,23 +212,23 @@ std::vector<float> fold_router(const std::vector<float>& router_norm, const std:
 }
 
 void launch_folded_event_router(const EventRouterArgs& a, cudaStream_t stream, bool pdl) {
-  SWAPFFN_REQUIRE(a.row_begin >= 0 && a.rows >= 0 && a.row_begin + a.rows <= a.total_rows,
-                  "folded event router: rows [" + std::to_string(a.row_begin) + ", " + std::to_string(a.row_begin + a.rows) +
-                      ") are not within the " + std::to_string(a.total_rows) + " rows of the arrays");
-  SWAPFFN_REQUIRE((a.norm_out == nullptr) == (a.norm_gain == nullptr),
-                  "folded event router: the RMSNorm output and its gain must be given together");
+  SWAPFFN_ASSERT(a.row_begin >= 0 && a.rows >= 0 && a.row_begin + a.rows <= a.total_rows,
+                 "folded event router: rows [" + std::to_string(a.row_begin) + ", " + std::to_string(a.row_begin + a.rows) +
+                     ") are not within the " + std::to_string(a.total_rows) + " rows of the arrays");
+  SWAPFFN_ASSERT((a.norm_out == nullptr) == (a.norm_gain == nullptr),
+                 "folded event router: the RMSNorm output and its gain must be given together");
   if (a.rows == 0) return;
-  SWAPFFN_REQUIRE(folded_event_router_fits(a.d_model),
-                  "folded event router needs d_model % 128 == 0 and <= " + std::to_string(kFoldedRouterMaxDModel) +
-                      " (a warp holds its row in registers), got " + std::to_string(a.d_model));
-  SWAPFFN_REQUIRE(a.router_fold != nullptr, "folded event router: router_fold (the folded router vectors) is not set");
-  SWAPFFN_REQUIRE(a.io != nullptr, "folded event router: io (the step's StepIO) is not set");
-  SWAPFFN_REQUIRE((a.film_scale == nullptr) == (a.film_shift == nullptr),
-                  "folded event router: the core broadcast's film_scale and film_shift must be given together");
+  SWAPFFN_ASSERT(folded_event_router_fits(a.d_model),
+                 "folded event router needs d_model % 128 == 0 and <= " + std::to_string(kFoldedRouterMaxDModel) +
+                     " (a warp holds its row in registers), got " + std::to_string(a.d_model));
+  SWAPFFN_ASSERT(a.router_fold != nullptr, "folded event router: router_fold (the folded router vectors) is not set");
+  SWAPFFN_ASSERT(a.io != nullptr, "folded event router: io (the step's StepIO) is not set");
+  SWAPFFN_ASSERT((a.film_scale == nullptr) == (a.film_shift == nullptr),
+                 "folded event router: the core broadcast's film_scale and film_shift must be given together");
   if (a.film_scale)
-    SWAPFFN_REQUIRE(a.cores > 0 && a.total_rows % a.cores == 0,
-                    "folded event router: the core broadcast needs total_rows (" + std::to_string(a.total_rows) +
-                        ") to be whole sequences of cores (" + std::to_string(a.cores) + ")");
+    SWAPFFN_ASSERT(a.cores > 0 && a.total_rows % a.cores == 0,
+                   "folded event router: the core broadcast needs total_rows (" + std::to_string(a.total_rows) +
+                       ") to be whole sequences of cores (" + std::to_string(a.cores) + ")");
   // float4 loads of the folded vectors, the norm gain, h, the core broadcast's rows and the FFN
   // operand's rows.
   for (const auto& [p, name] : {std::pair<const void*, const char*>{a.router_fold, "router_fold"},
@@ -236,8 +236,8 @@ void launch_folded_event_router(const EventRouterArgs& a, cudaStream_t stream, b
                                 {a.h, "h"},
                                 {a.film_scale, "film_scale"},
                                 {a.film_shift, "film_shift"}})
-    SWAPFFN_REQUIRE(reinterpret_cast<uintptr_t>(p) % 16 == 0,
-                    std::string("folded event router: ") + name + " is not 16-byte aligned (the kernel loads float4)");
+    SWAPFFN_ASSERT(reinterpret_cast<uintptr_t>(p) % 16 == 0,
+                   std::string("folded event router: ") + name + " is not 16-byte aligned (the kernel loads float4)");
   const int64_t ctas = (a.rows + kWarps - 1) / kWarps;
   launch_kernel_ex(folded_event_router_kernel, dim3(static_cast<unsigned>(ctas)), dim3(kWarps * 32), dim3(1, 1, 1), 0,
                    stream, pdl, a);

@@ -43,8 +43,8 @@ __global__ void __launch_bounds__(kThreads) router_select_swap_kernel(RouterSele
 }  // namespace
 
 void launch_router_select_swap(const RouterSelectSwapArgs& a, cudaStream_t stream) {
-  SWAPFFN_REQUIRE((a.norm_gain == nullptr) == (a.norm_out == nullptr),
-                  "router_select_swap: norm gain and output go together");
+  SWAPFFN_ASSERT((a.norm_gain == nullptr) == (a.norm_out == nullptr),
+                 "router_select_swap: norm gain and output go together");
   if (a.rows == 0) return;
   router_select_swap_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
   SWAPFFN_CHECK_LAUNCH();

@@ -1,5 +1,6 @@
-// CUDA / cuBLAS error checks: every call is checked; a failure throws swapffn::Error with file:line,
-// the failed call and the driver's message. SWAPFFN_CHECK_LAUNCH checks the last error after a launch.
+// CUDA / cuBLAS error checks: every call is checked; a failure is an internal error (swapffn/error.hpp):
+// swapffn::Error with file:line, the failed call and the driver's message. SWAPFFN_CHECK_LAUNCH
+// checks the last error after a launch.
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>

@@ -1,7 +1,9 @@
 // DeviceBuffer<T>: an owning cudaMalloc'd array (no managed memory) with checked copies.
-// Reallocation only grows; the contents are not preserved across a resize.
+// Reallocation only grows; the contents are not preserved across a resize. An allocation the GPU
+// cannot hold throws OutOfDeviceMemory naming the buffer and the sizes, and leaves the buffer empty.
 #pragma once
 #include <cstddef>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -9,11 +11,25 @@
 
 namespace swapffn::cuda {
 
+// A user-facing error (the caller asked for more than the GPU holds), not an internal one.
+class OutOfDeviceMemory : public Error {
+ public:
+  using Error::Error;
+};
+
+// cudaMalloc of n elements of elem_bytes (at least one), for the buffer `what`. Throws
+// OutOfDeviceMemory when the product overflows or the GPU cannot hold it (the runtime's
+// last-error slot is cleared, so no later launch check reports this allocation), Error otherwise.
+void* device_malloc(size_t n, size_t elem_bytes, const char* what);
+
+// "512 bytes", "8.0 MiB", "1.5 GiB": sizes in messages.
+std::string format_bytes(double bytes);
+
 template <class T>
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t n) { resize(n); }
+  explicit DeviceBuffer(size_t n, const char* what = "a device buffer") { resize(n, what); }
   ~DeviceBuffer() { release(); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -28,16 +44,20 @@ class DeviceBuffer {
   }
 
   // Ensures room for n elements; returns true when it reallocated (old pointers are then invalid).
-  bool reserve(size_t n) {
+  bool reserve(size_t n, const char* what = "a device buffer") {
     if (n <= n_ && p_) return false;
-    resize(n);
+    resize(n, what);
     return true;
   }
-  void resize(size_t n) {
+  void resize(size_t n, const char* what = "a device buffer") {
     release();
-    // Allocate at least one element so that every buffer has a valid, 256-byte aligned pointer.
-    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), (n == 0 ? 1 : n) * sizeof(T)));
+    p_ = static_cast<T*>(device_malloc(n, sizeof(T), what));
     n_ = n;
+  }
+  void release() {
+    if (p_) cudaFree(p_);  // a failing free at teardown has nobody left to report to
+    p_ = nullptr;
+    n_ = 0;
   }
   void upload(const T* host, size_t n) {
     reserve(n);
@@ -49,11 +69,6 @@ class DeviceBuffer {
   size_t size() const { return n_; }
 
  private:
-  void release() {
-    if (p_) cudaFree(p_);  // a failing free at teardown has nobody left to report to
-    p_ = nullptr;
-    n_ = 0;
-  }
   T* p_ = nullptr;
   size_t n_ = 0;
 };

@@ -66,9 +66,9 @@ template <class Compute>
 int once_per_device(std::atomic<int> (&table)[kMaxDevices], Compute compute) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  SWAPFFN_REQUIRE(dev >= 0 && dev < kMaxDevices,
-                  "device " + std::to_string(dev) + " is beyond the launchers' per-device tables (" +
-                      std::to_string(kMaxDevices) + " devices)");
+  SWAPFFN_ASSERT(dev >= 0 && dev < kMaxDevices,
+                 "device " + std::to_string(dev) + " is beyond the launchers' per-device tables (" +
+                     std::to_string(kMaxDevices) + " devices)");
   int v = table[dev].load(std::memory_order_relaxed);
   if (v == 0) {
     v = compute();

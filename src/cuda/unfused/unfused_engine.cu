@@ -34,6 +34,7 @@ class UnfusedEngine final : public GpuEngine {
 
  protected:
   void allocate_batch(int64_t batch) override;
+  void release_batch() override;
   void enqueue_step() override;
 
  private:
@@ -67,10 +68,17 @@ void UnfusedEngine::allocate_batch(int64_t batch) {
   up_gemm_->set_rows(M);
   down_gemm_->set_rows(M);
   const auto m = static_cast<size_t>(M);
-  z_.resize(m * cfg_.d_router);
-  nrm_.resize(m * D);
-  gu_.resize(m * 2 * F);
-  u_.resize(m * F);
+  z_.resize(m * cfg_.d_router, "the router logits");
+  nrm_.resize(m * D, "the normed GEMM operand");
+  gu_.resize(m * 2 * F, "the gate and up projections");
+  u_.resize(m * F, "the SwiGLU output");
+}
+
+void UnfusedEngine::release_batch() {
+  z_.release();
+  nrm_.release();
+  gu_.release();
+  u_.release();
 }
 
 void UnfusedEngine::enqueue_step() {
@@ -109,6 +117,7 @@ void UnfusedEngine::enqueue_step() {
 }  // namespace
 
 std::unique_ptr<Engine> make_unfused_engine(const Weights& w, const EngineOptions& opt) {
+  require_hopper_gpu("unfused");
   return std::make_unique<UnfusedEngine>(w, opt);
 }
 

@@ -1,0 +1,166 @@
+// Faults on the GPU path, for both backends: a batch whose buffers do not fit in the GPU's free
+// memory is refused with an error naming the allocation and its size; the host state, delta and
+// the trace are left as they were, the memory the attempt took is given back, and the next call
+// (host or device-resident) either refuses cleanly or gives the bits of a fresh engine.
+#include <gtest/gtest.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cuda/common/gpu_engine.hpp"
+#include "gpu_backend_test_util.hpp"
+#include "swapffn/backends.hpp"
+#include "swapffn/engine.hpp"
+#include "swapffn/error.hpp"
+#include "swapffn/random.hpp"
+#include "swapffn/state.hpp"
+
+namespace swapffn {
+namespace {
+
+using gpu_test::decode;
+using gpu_test::expect_bitwise_equal;
+using gpu_test::random_state;
+using gpu_test::weights_of;
+
+size_t free_device_bytes() {
+  size_t free = 0, total = 0;
+  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  return free;
+}
+
+// Holds all but about `left` bytes of the GPU's free memory until it goes out of scope.
+class MemoryHog {
+ public:
+  explicit MemoryHog(size_t left) {
+    size_t chunk = size_t{1} << 30;
+    for (size_t free = free_device_bytes(); free > left + (size_t{2} << 20);) {
+      void* p = nullptr;
+      const size_t want = std::min(chunk, free - left);
+      if (cudaMalloc(&p, want) == cudaSuccess) {
+        blocks_.push_back(p);
+        free = free_device_bytes();
+      } else {
+        cudaGetLastError();  // an expected refusal: no later check may see it
+        if (chunk <= (size_t{2} << 20)) break;
+        chunk /= 2;
+      }
+    }
+  }
+  ~MemoryHog() {
+    for (void* p : blocks_) cudaFree(p);
+  }
+  MemoryHog(const MemoryHog&) = delete;
+  MemoryHog& operator=(const MemoryHog&) = delete;
+
+ private:
+  std::vector<void*> blocks_;
+};
+
+constexpr size_t kLeft = size_t{256} << 20;  // free memory under the hog
+// Tiny config: ~40 KB of RAM banks and ~20 KB of h per sequence on the device, so 8192 sequences
+// need far more than kLeft, while their host state (335 MB) is cheap.
+constexpr int64_t kHugeBatch = 8192;
+
+bool all_nan(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float f) { return std::isnan(f); });
+}
+
+class GpuFaults : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuFaults, BatchBeyondFreeMemoryIsRefusedAndTheNextStepGivesFreshBits) {
+  const std::string backend = GetParam();
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 3, D = w.cfg.d_model;
+  auto e = make_engine(backend, w);
+  const State small = random_state(w.cfg, B, 41);
+  const std::vector<float> x = decode_inputs(42, 2, B, D);
+  decode(*e, x, 2, small);  // a captured graph and sized buffers before the fault
+
+  {
+    MemoryHog hog(kLeft);
+    State huge = random_state(w.cfg, kHugeBatch, 43);
+    const State huge_before = huge;
+    const std::vector<float> xh = decode_inputs(44, 1, kHugeBatch, D);
+    std::vector<float> delta(xh.size(), std::numeric_limits<float>::quiet_NaN());
+    std::vector<Trace> record(1);
+    record[0].resize(1, 1, 1);
+    const std::vector<Trace> record_before = record;
+    const size_t free_before = free_device_bytes();
+    std::string msg;
+    try {
+      e->decode(xh.data(), delta.data(), 1, huge, &record);
+    } catch (const Error& err) {
+      msg = err.what();
+    }
+    ASSERT_FALSE(msg.empty()) << "a batch of " << kHugeBatch << " ran in " << free_before << " free bytes";
+    EXPECT_EQ(msg.rfind(backend + ": batch " + std::to_string(kHugeBatch) + " does not fit in the GPU's memory: "
+                                                                          "cannot allocate ",
+                        0),
+              0u)
+        << msg;
+    for (const char* part : {" bytes = ", " free of "}) EXPECT_NE(msg.find(part), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("src/"), std::string::npos) << "a user error carries no source location: " << msg;
+    EXPECT_TRUE(huge == huge_before);
+    EXPECT_TRUE(all_nan(delta));
+    EXPECT_TRUE(record == record_before);
+    // What the refused batch took is given back (allocation granularity aside).
+    EXPECT_GE(free_device_bytes() + (size_t{8} << 20), free_before);
+
+    // Still under the hog, a second try refuses the same way rather than running half-sized.
+    EXPECT_THROW(e->decode(xh.data(), delta.data(), 1, huge, nullptr), Error);
+    EXPECT_TRUE(huge == huge_before);
+  }
+
+  auto fresh = make_engine(backend, w);
+  expect_bitwise_equal(decode(*e, x, 2, small), decode(*fresh, x, 2, small));
+}
+
+// The device-resident entry points: a failed upload leaves no batch, so enqueueing refuses until a
+// state fits; then the engine decodes what the host path does.
+TEST_P(GpuFaults, FailedUploadLeavesNoBatchToEnqueueOn) {
+  const std::string backend = GetParam();
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 2, D = w.cfg.d_model;
+  auto e = make_engine(backend, w);
+  cuda::GpuEngine* g = cuda::gpu_engine_of(*e);
+  ASSERT_NE(g, nullptr);
+  const State small = random_state(w.cfg, B, 51);
+  g->upload_state(small);
+
+  {
+    MemoryHog hog(kLeft);
+    const State huge = random_state(w.cfg, kHugeBatch, 52);
+    EXPECT_THROW(g->upload_state(huge), Error);
+  }
+  const std::vector<float> x = decode_inputs(53, 1, B, D);
+  cuda::DeviceBuffer<float> xd, dd(x.size());
+  xd.upload(x);
+  EXPECT_THROW(g->enqueue_decode(xd.get(), dd.get(), 1), Error);
+  State got = small;
+  EXPECT_THROW(g->download_state(got), Error);
+  EXPECT_TRUE(got == small);
+
+  g->upload_state(small);
+  g->enqueue_decode(xd.get(), dd.get(), 1);
+  g->download_state(got);
+  std::vector<float> delta(x.size());
+  ASSERT_EQ(cudaMemcpy(delta.data(), dd.get(), delta.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  auto fresh = make_engine(backend, w);
+  State want = small;
+  std::vector<float> want_delta(x.size(), std::numeric_limits<float>::quiet_NaN());
+  fresh->decode(x.data(), want_delta.data(), 1, want, nullptr);
+  EXPECT_TRUE(got == want);
+  EXPECT_EQ(0, std::memcmp(delta.data(), want_delta.data(), delta.size() * sizeof(float))) << "delta differs";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GpuFaults, ::testing::Values("unfused", "fused"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace
+}  // namespace swapffn
