@@ -80,10 +80,11 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   // At each batch size the anchor (cuBLAS's FFN GEMMs alone) first, then the backends.
-  ASSERT_EQ(j["rows"].size(), 6u) << j.dump();
-  const char* order[6][2] = {{"cublas-ffn-gemms", "1"}, {"unfused", "1"}, {"fused", "1"},
-                             {"cublas-ffn-gemms", "2"}, {"unfused", "2"}, {"fused", "2"}};
-  for (size_t i = 0; i < 6; ++i) {
+  // The fused row is followed by the same step through a state pool (fused[slots]).
+  ASSERT_EQ(j["rows"].size(), 8u) << j.dump();
+  const char* order[8][2] = {{"cublas-ffn-gemms", "1"}, {"unfused", "1"}, {"fused", "1"}, {"fused[slots]", "1"},
+                             {"cublas-ffn-gemms", "2"}, {"unfused", "2"}, {"fused", "2"}, {"fused[slots]", "2"}};
+  for (size_t i = 0; i < 8; ++i) {
     const auto& row = j["rows"][i];
     EXPECT_EQ(row["backend"], order[i][0]) << row;
     EXPECT_EQ(row["batch"], std::stoll(order[i][1])) << row;
@@ -108,7 +109,7 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
                 1e-9 * (1 + tflops))
         << row;
     // "vs GEMMs": the anchor's time at this batch size over the row's.
-    const double anchor_ms = j["rows"][i - i % 3]["ms_per_step"].get<double>();
+    const double anchor_ms = j["rows"][i - i % 4]["ms_per_step"].get<double>();
     EXPECT_NEAR(row["speedup_vs_gemms_alone"].get<double>(), anchor_ms / row["ms_per_step"].get<double>(), 1e-9) << row;
   }
   // The anchor's rate counts the FFN's GEMM FLOPs only: tiny has E = 3, k_ffn = 2, so 18 GEMMs per step
@@ -128,6 +129,9 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
   EXPECT_FALSE(j.contains("power_unavailable")) << j["power_unavailable"];  // an H100/H200 reads its power
   EXPECT_NE(r.out.find("GPU telemetry over each timed part"), std::string::npos) << r.out;
   EXPECT_GT(j["rows"][2]["speedup_vs_unfused"].get<double>(), 0.0);  // against the unfused row of its batch
+  // The slot row's ratio to the dense step of its batch.
+  EXPECT_NEAR(j["rows"][3]["slot_step_over_dense"].get<double>(),
+              j["rows"][3]["ms_per_step"].get<double>() / j["rows"][2]["ms_per_step"].get<double>(), 1e-9);
 }
 
 // Without NVML the bench still times every point, says why it has no telemetry, and writes none.
@@ -144,7 +148,7 @@ TEST_F(Cli, BenchWithoutNvmlSaysWhyAndStillTimes) {
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   EXPECT_NE(j["telemetry_unavailable"].get<std::string>().find("libswapffn-no-such-nvml.so"), std::string::npos);
   EXPECT_TRUE(j["floor_telemetry"].is_null());
-  ASSERT_EQ(j["rows"].size(), 2u);  // the anchor, then fused
+  ASSERT_EQ(j["rows"].size(), 3u);  // the anchor, fused, fused[slots]
   for (const auto& row : j["rows"]) {
     EXPECT_GT(row["ms_per_step"].get<double>(), 0.0) << row;
     EXPECT_TRUE(row["telemetry"].is_null()) << row;

@@ -34,6 +34,7 @@ def test_op_equals_engine_step_eager_and_compiled_on_the_host(model):
 
     compiled = torch.compile(two_steps, backend="aot_eager", fullgraph=True)
     pool = swapffn.StatePool(engine, 4)
+    st.register(pool)  # host bookkeeping happens outside the compiled region
     a, b = compiled(xs[0], xs[1], pool, ids)
     assert torch.equal(a, want[0]) and torch.equal(b, want[1])
     assert int(pool.token) == 2
@@ -44,7 +45,7 @@ def test_op_has_a_fake_implementation(model):
     pool = swapffn.StatePool(engine, 2)
     st.register(pool)
     from torch._subclasses.fake_tensor import FakeTensorMode
-    with FakeTensorMode():
+    with FakeTensorMode(allow_non_fake_inputs=True):
         x = torch.empty(2, engine.config["d_model"])
         out = torch.ops.swapffn.step(x, torch.tensor([0, 1], dtype=torch.int32), pool.token, pool._op_handle)
     assert out.shape == (2, engine.config["d_model"]) and out.dtype == torch.float32

@@ -22,6 +22,7 @@ _pools: "weakref.WeakValueDictionary[int, swapffn.StatePool]" = weakref.WeakValu
 _ids = itertools.count(1)
 
 
+@torch.compiler.disable  # host bookkeeping, outside any compiled graph
 def register(pool: "swapffn.StatePool") -> int:
     """The integer handle by which the custom op names `pool` (made once per pool)."""
     if getattr(pool, "_op_handle", None) is None:
@@ -52,5 +53,7 @@ def step(x: torch.Tensor, pool: "swapffn.StatePool", slot_ids: torch.Tensor) -> 
     (float32 or bfloat16), slot_ids [B] int32 on x's device (-1: padding). Returns delta [B, D]."""
     if not isinstance(slot_ids, torch.Tensor):
         slot_ids = torch.tensor(slot_ids, dtype=torch.int32, device=x.device)
-    handle = register(pool)
+    handle = getattr(pool, "_op_handle", None)
+    if handle is None:  # under torch.compile(fullgraph=True), register the pool first, outside
+        handle = register(pool)
     return _step(x, slot_ids, pool.token, handle)
