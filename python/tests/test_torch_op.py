@@ -1,6 +1,6 @@
 """swapffn.torch.step, the engine's slot step as a PyTorch custom op: the same bits as Engine.step,
-eagerly and under torch.compile (the pool's token orders the steps), on the host (reference) and,
-where torch sees a Hopper GPU, on CUDA tensors and under torch.cuda.graph."""
+eagerly and under torch.compile (the pool's token orders the steps) on the host (reference), and,
+where torch sees a Hopper GPU, eagerly on CUDA tensors and under torch.cuda.graph."""
 import numpy as np
 import pytest
 
@@ -52,14 +52,13 @@ def test_op_has_a_fake_implementation(model):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not swapffn.gpu()["hopper"], reason="needs a Hopper GPU")
-def test_op_on_cuda_under_compile_and_graph(model):
+def test_op_on_cuda_eagerly_and_under_a_cuda_graph(model):
     engine = swapffn.Engine.load(model, backend="fused")
     dev = torch.device("cuda", 0)
     xs = torch.from_numpy(np.random.default_rng(2).standard_normal((3, 2, engine.config["d_model"])).astype(np.float32))
     ids = torch.tensor([3, 1], dtype=torch.int32, device=dev)
     want = run_steps(lambda x, p, i: engine.step(x, p, i), engine, xs.to(dev), ids)
-    compiled = torch.compile(st.step, backend="aot_eager")
-    assert torch.equal(run_steps(compiled, engine, xs.to(dev), ids), want)
+    assert torch.equal(run_steps(st.step, engine, xs.to(dev), ids), want)
     pool = swapffn.StatePool(engine, 4)
     st.register(pool)
     x_static = xs[0].to(dev).clone()
