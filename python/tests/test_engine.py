@@ -150,7 +150,7 @@ def test_engine_refuses_a_foreign_pool_and_bad_backends(model):
 
 try:
     import torch
-except ImportError:  # torch is optional: the host tests above need none
+except ImportError:  # torch is optional (or unusable here): the host tests above need none
     torch = None
 needs_cuda = pytest.mark.skipif(torch is None or not torch.cuda.is_available() or not swapffn.gpu()["hopper"],
                                 reason="needs torch with a Hopper GPU")

@@ -6,7 +6,7 @@ import pytest
 
 import swapffn
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", exc_type=ImportError)
 import swapffn.torch as st  # noqa: E402  (needs torch)
 
 
