@@ -90,8 +90,8 @@ def read(path) -> Tuple[Dict[str, Tuple[str, np.ndarray]], Dict[str, str]]:
     covered = 0
     for begin, end, name, _, _ in entries:
         if begin != covered:
-            raise ValueError(where + f"tensor '{name}' starts at byte {begin}: "
-                             + ("overlaps the tensor before it" if begin < covered else "bytes before it belong to no tensor"))
+            why = "overlaps the tensor before it" if begin < covered else "bytes before it belong to no tensor"
+            raise ValueError(where + f"tensor '{name}' starts at byte {begin}: {why}")
         covered = end
     if covered != len(data):
         raise ValueError(where + f"the data section's last {len(data) - covered} bytes belong to no tensor")
@@ -100,7 +100,8 @@ def read(path) -> Tuple[Dict[str, Tuple[str, np.ndarray]], Dict[str, str]]:
     return tensors, dict(metadata)
 
 
-def write(path, tensors: Mapping[str, Tuple[str, np.ndarray]], metadata: Optional[Mapping[str, str]] = None) -> None:
+def write(path, tensors: Mapping[str, Tuple[str, np.ndarray]],
+          metadata: Optional[Mapping[str, str]] = None) -> None:
     """Writes {name: (dtype, array)} (BF16 as uint16 bits) in the mapping's order. A failed write
     leaves no file, or the old file, at `path`."""
     header, chunks, offset = {}, [], 0

@@ -275,13 +275,16 @@ class SwapFFN(nn.Module):
 
         scale, shift, alpha = self.core_tables()
         h = x.to(dt)[:, None, :] * scale + shift  # [B, C, D]
-        trace = []
+        trace = Trace(torch.zeros(E, B, C, dtype=torch.uint8, device=h.device),
+                      torch.zeros(E, B, C, dtype=torch.uint8, device=h.device),
+                      h.new_zeros(E, B, C), h.new_zeros(E, B, C, 4))
         for e in range(E):
             z = F.linear(F.rms_norm(h, (D,), self.router_norm, eps), self.router_w)  # [B, C, R]
             s = z @ self.router_swap_w + self.router_swap_b                         # [B, C]
             logits = z @ self.bank_w + self.bank_b                                   # [B, C, 4]
             own_gate, own_slot = s > 0, logits.argmax(dim=-1)  # argmax: first maximum on ties
-            trace.append((own_gate, own_slot, s.detach(), logits.detach()))
+            for field, value in zip(trace, (own_gate, own_slot, s, logits)):
+                field[e] = value.detach()
             gate, slot = (own_gate, own_slot) if gates is None else (gates[e], slots[e])
             h, ram, lanes = self._swap(h, ram, lanes, s, logits, gate, slot)
             for _ in range(c["k_ffn"]):
@@ -294,13 +297,7 @@ class SwapFFN(nn.Module):
             zc = F.silu(zc)
         delta = F.linear(zc, self.collapse_decoder)
 
-        new_state = State(ram.to(state.ram.dtype), _encode_map(lanes))
-        if E:
-            g, sl, s, lg = (torch.stack(v) for v in zip(*trace))
-        else:
-            g = sl = torch.zeros(0, B, C, dtype=torch.uint8, device=h.device)
-            s, lg = torch.zeros(0, B, C, dtype=dt, device=h.device), torch.zeros(0, B, C, 4, dtype=dt, device=h.device)
-        return Step(delta, new_state, Trace(g.to(torch.uint8), sl.to(torch.uint8), s, lg))
+        return Step(delta, State(ram.to(state.ram.dtype), _encode_map(lanes)), trace)
 
     @staticmethod
     def _swap(h, ram, lanes, s, logits, gate, slot):
@@ -335,7 +332,7 @@ class SwapFFN(nn.Module):
                              f"{tuple(ram.shape) if isinstance(ram, torch.Tensor) else type(ram).__name__}")
         if not isinstance(sm, torch.Tensor) or tuple(sm.shape) != (B, C) or sm.dtype != torch.uint8:
             raise ValueError(f"state.stream_map must be a uint8 tensor [{B}, {C}], got "
-                             f"{(tuple(sm.shape), sm.dtype) if isinstance(sm, torch.Tensor) else type(sm).__name__}")
+                             f"{(tuple(sm.shape), sm.dtype) if isinstance(sm, torch.Tensor) else type(sm)}")
         lanes = _decode_map(sm)
         bad = (lanes.sort(dim=-1).values != torch.arange(4, device=sm.device)).any(dim=-1).flatten().nonzero()
         if bad.numel():
