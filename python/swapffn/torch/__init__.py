@@ -1,5 +1,5 @@
 """The PyTorch layer of swapffn: the engine's slot step as a PyTorch custom op (`step`), so that it
-works under torch.compile and torch.cuda.graph.
+works under torch.compile and torch.cuda.graph, and SPEC as a trainable module (`SwapFFN`).
 
 The pool's state lives in the engine, not in a tensor, so each StatePool carries a one-element
 `token` tensor that the op declares as mutated and bumps: torch then orders every step of a pool
@@ -14,7 +14,9 @@ import torch
 
 import swapffn
 
-__all__ = ["step", "register"]
+from .module import SwapFFN
+
+__all__ = ["step", "SwapFFN", "register"]
 
 _pools: "weakref.WeakValueDictionary[int, swapffn.StatePool]" = weakref.WeakValueDictionary()
 _ids = itertools.count(1)
