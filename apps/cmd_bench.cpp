@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -29,6 +28,7 @@
 #include "swapffn/backends.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/file_output.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/state.hpp"
 #include "swapffn/weights.hpp"
@@ -393,15 +393,13 @@ void write_json(const std::string& path, const BenchArgs& a, const Config& cfg, 
   if (!res.telemetry_note.empty()) j["telemetry_unavailable"] = res.telemetry_note;
   if (!res.power_note.empty()) j["power_unavailable"] = res.power_note;
   j["rows"] = rows;
-  std::ofstream f(path);
-  SWAPFFN_REQUIRE(f.good(), "cannot write " + path);
-  f << j.dump(2) << "\n";
-  SWAPFFN_REQUIRE(f.good(), "failed writing " + path);
+  write_file_atomically(path, j.dump(2) + "\n");
   std::printf("wrote %s\n", path.c_str());
 }
 
 void run_bench(const BenchArgs& a) {
   check_args(a);
+  if (!a.json.empty()) check_writable(a.json);
   const Weights w = a.model.empty() ? Weights::random(Config::preset(a.preset), kSeed) : Weights::load(a.model);
   const GpuInfo gpu = query_gpu();
   std::printf("swapffn bench: %s, commit %s (binary built at %s), %s\n", gpu.present ? gpu.name.c_str() : "no GPU",

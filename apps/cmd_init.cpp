@@ -6,6 +6,7 @@
 
 #include "commands.hpp"
 #include "swapffn/config.hpp"
+#include "swapffn/file_output.hpp"
 #include "swapffn/weights.hpp"
 
 namespace swapffn::cli {
@@ -27,6 +28,7 @@ void add_init_command(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "random seed of the parameters")->capture_default_str();
   cmd->add_option("--set", a->sets, "override one config field: key=value (repeatable)");
   cmd->callback([a] {
+    check_writable(a->out);
     Config cfg = Config::preset(a->preset);
     for (const auto& kv : a->sets) cfg.set(kv);
     cfg.validate();

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -22,6 +21,7 @@
 #include "commands.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/file_output.hpp"
 #include "swapffn_commit.hpp"
 #ifdef SWAPFFN_WITH_CUDA
 #include <cublas_v2.h>
@@ -379,13 +379,14 @@ void write_json(const std::string& path, const GpuInfo& g, const Ceilings& ceil,
                             {"cublas_bf16_us", r.cublas_us}, {"default_config", r.default_config},
                             {"default_us", r.default_us}, {"best_config", r.config}, {"bytes", r.bytes},
                             {"flops", r.flops}, {"mismatches_vs_cublas", r.mismatches}});
-  std::ofstream(path) << j.dump(2) << "\n";
+  write_file_atomically(path, j.dump(2) + "\n");
   std::printf("wrote %s\n", path.c_str());
 }
 
 void run_bench(const Nvfp4BenchOptions& o) {
   const GpuInfo g = query_gpu();
   SWAPFFN_REQUIRE(g.is_hopper(), "swapffn nvfp4 needs a Hopper GPU: " + g.why_not_hopper());
+  if (!o.json.empty()) check_writable(o.json);
   Timer timer(o.reps, g.l2_bytes, o.flush != "none");
   Cublas blas;
   Bench bn{timer, blas, measure_ceilings(timer, blas), g.sm_count,

@@ -15,6 +15,7 @@
 #include "swapffn/backends.hpp"
 #include "swapffn/dump.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/file_output.hpp"
 #include "swapffn/limits.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/weights.hpp"
@@ -28,7 +29,7 @@ struct RunArgs {
   int64_t batch = 1, tokens = 8;
   uint64_t seed = 1;
   int threads = 0;
-  bool no_graph = false;
+  bool no_graph = false, allow_foreign_state = false;
   FusedFlags fused;
 };
 
@@ -49,11 +50,26 @@ void draw_progress(int64_t done, int64_t total, double seconds) {
   std::fflush(stderr);
 }
 
+// The --state-in file, refused when it cannot be shown to belong to this model unless the user
+// allows it.
+State load_state_in(const RunArgs& a, uint64_t model_fingerprint) {
+  try {
+    return State::load(a.state_in, model_fingerprint, a.model);
+  } catch (const ForeignStateError& e) {
+    SWAPFFN_REQUIRE(a.allow_foreign_state, std::string(e.what()) + " (--allow-foreign-state uses it anyway)");
+    std::fprintf(stderr, "swapffn: warning: %s; using it anyway (--allow-foreign-state)\n", e.what());
+    return State::load(a.state_in);
+  }
+}
+
 void run(const RunArgs& a, bool batch_given) {
   if (batch_given || a.state_in.empty()) require_in_range(a.batch, 1, kMaxBatch, "--batch");
   require_in_range(a.tokens, 1, kMaxTokens, "--tokens");
   require_in_range(a.threads, 0, kMaxThreads, "--threads");
+  if (!a.state_out.empty()) check_writable(a.state_out);
+  if (!a.dump.empty()) check_writable(a.dump);
   const Weights w = Weights::load(a.model);
+  const uint64_t fingerprint = w.fingerprint();
   const Config& cfg = w.cfg;
   EngineOptions eo;
   eo.threads = a.threads;
@@ -61,7 +77,7 @@ void run(const RunArgs& a, bool batch_given) {
   eo.fused = a.fused.resolve(cfg, a.backend);
   auto engine = make_engine(a.backend, w, eo);
 
-  State st = a.state_in.empty() ? State::init(cfg, a.batch) : State::load(a.state_in);
+  State st = a.state_in.empty() ? State::init(cfg, a.batch) : load_state_in(a, fingerprint);
   const int64_t B = (!a.state_in.empty() && !batch_given) ? st.batch : a.batch;
   st.check_matches(cfg, B);
   std::optional<State> initial;
@@ -108,7 +124,7 @@ void run(const RunArgs& a, bool batch_given) {
               sum, abs_sum, delta_hash, state_hash);
 
   if (!a.state_out.empty()) {
-    st.save(a.state_out);
+    st.save(a.state_out, fingerprint);
     std::printf("wrote state %s\n", a.state_out.c_str());
   }
   if (!a.dump.empty()) {
@@ -140,6 +156,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "seed of the inputs x ~ N(0,1)")->capture_default_str();
   cmd->add_option("--state-in", a->state_in, "start from this state file instead of the initial state");
   cmd->add_option("--state-out", a->state_out, "write the final state here");
+  cmd->add_flag("--allow-foreign-state", a->allow_foreign_state,
+                "use a --state-in file saved for another model (or before states recorded their model)");
   cmd->add_option("--dump", a->dump, "write x, delta, decision trace and states here (safetensors)");
   cmd->add_option("--threads", a->threads, "CPU threads of the reference (0 = all)")->capture_default_str();
   cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");

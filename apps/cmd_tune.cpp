@@ -5,7 +5,6 @@
 // 3) writes the winners per batch to a cache the engine reads (`--tune`, or SWAPFFN_TUNE_FILE).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -18,6 +17,7 @@
 #include "commands.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/file_output.hpp"
 #include "swapffn/weights.hpp"
 #ifdef SWAPFFN_WITH_CUDA
 #include "bench/bench_runner.hpp"
@@ -130,17 +130,14 @@ void write_cache(const std::string& path, const GpuInfo& gpu, const Config& cfg,
                        {"ms_per_step", p->ms},
                        {"sm_clock_mhz", p->sm_mhz}});
   const nlohmann::json j = {{"device", gpu.name}, {"d_model", cfg.d_model}, {"d_ff", cfg.d_ff}, {"entries", entries}};
-  std::ofstream out(path);
-  SWAPFFN_REQUIRE(out.good(), "cannot write " + path);
-  out << j.dump(2) << "\n";
-  out.close();
-  SWAPFFN_REQUIRE(out.good(), "failed writing " + path);
+  write_file_atomically(path, j.dump(2) + "\n");
   std::printf("\nwrote %s (use it with --tune on run, check or bench, or set SWAPFFN_TUNE_FILE)\n", path.c_str());
 }
 
 void run_tune(const TuneArgs& a) {
   const GpuInfo gpu = query_gpu();
   SWAPFFN_REQUIRE(gpu.is_hopper(), "swapffn tune needs a Hopper GPU: " + gpu.why_not_hopper());
+  if (!a.gemms_only) check_writable(a.out);
   const Weights w = a.model.empty() ? Weights::random(Config::preset(a.preset), a.seed) : Weights::load(a.model);
   print_gemm_timings(w.cfg, a);
   if (a.gemms_only) return;

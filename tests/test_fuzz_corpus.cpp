@@ -62,7 +62,7 @@ std::vector<Kind> kinds(const TempDir& dir) {
                file_bytes(dir, [&](const std::string& p) { Weights::random(cfg, 7).save(p); }),
                [](const std::string& p) { Weights::load(p); }});
   k.push_back({"state",
-               file_bytes(dir, [&](const std::string& p) { State::random(cfg, 3, 8).save(p); }),
+               file_bytes(dir, [&](const std::string& p) { State::random(cfg, 3, 8).save(p, 1); }),
                [](const std::string& p) { State::load(p); }});
   Dump d;
   d.cfg = cfg;

@@ -1,15 +1,19 @@
 // State (SPEC section 3): init, stream map lanes, validation naming the sequence/core/byte, the
-// state file round trip and refusal of bad files, leaving the caller's state bitwise unchanged.
+// state file round trip and refusal of bad files, leaving the caller's state bitwise unchanged,
+// and the model fingerprint that ties a state file to its model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
+#include <cinttypes>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 
 #include "io_test_util.hpp"
 #include "swapffn/safetensors.hpp"
 #include "swapffn/state.hpp"
+#include "swapffn/weights.hpp"
 
 namespace swapffn {
 namespace {
@@ -139,14 +143,22 @@ TEST(State, CopySequence) {
   expect_error([&] { a.copy_sequence_to(0, wrong, 0); }, {"differ in shape"});
 }
 
+std::string hex(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016" PRIx64, v);
+  return b;
+}
+
 TEST(StateIo, RoundTripIsBitwise) {
   TempDir dir;
+  const uint64_t fp = std::random_device{}() * 0x9E3779B97F4A7C15ull;
   const State s = random_state(small(), 3, 4);
   const std::string path = dir.file("s.safetensors");
-  s.save(path);
-  const State back = State::load(path);
-  EXPECT_EQ(back, s);
+  s.save(path, fp);
+  EXPECT_EQ(State::load(path), s);
+  EXPECT_EQ(State::load(path, fp, "m.safetensors"), s);
   st::Reader r(path);
+  EXPECT_EQ(r.metadata_at("swapffn.model_fingerprint"), hex(fp));
   EXPECT_EQ(r.at("ram").dtype, st::DType::BF16);
   EXPECT_EQ(r.at("ram").shape, (std::vector<int64_t>{3, 6, 4, 10}));
   EXPECT_EQ(r.at("stream_map").dtype, st::DType::U8);
@@ -157,8 +169,45 @@ TEST(StateIo, SavingAnInvalidStateWritesNothing) {
   TempDir dir;
   State s = random_state(small(), 2, 5);
   s.stream_map[3] = 0x00;
-  expect_error([&] { s.save(dir.file("s.safetensors")); }, {"0x00", "index 3"});
+  expect_error([&] { s.save(dir.file("s.safetensors"), 1); }, {"0x00", "index 3"});
   EXPECT_TRUE(dir.entries().empty());
+}
+
+// Two models of the same shapes (other seeds): a state of one is refused by the other, naming the
+// file, both fingerprints and the model, and the caller's state is unchanged.
+TEST(StateIo, StateOfAnotherModelIsRefusedNamingBothFingerprints) {
+  TempDir dir;
+  const Config cfg = Config::preset("tiny");
+  const uint64_t seed = std::random_device{}();
+  const uint64_t mine = Weights::random(cfg, seed).fingerprint();
+  const uint64_t other = Weights::random(cfg, seed + 1).fingerprint();
+  ASSERT_NE(mine, other) << "seed " << seed;
+  const std::string path = dir.file("s.safetensors");
+  const State s = State::random(cfg, 2, seed);
+  s.save(path, other);
+  State target = State::random(cfg, 2, seed + 2);
+  const State before = target;
+  expect_error([&] { target = State::load(path, mine, "mine.safetensors"); },
+               {path, hex(other), hex(mine), "mine.safetensors"});
+  EXPECT_THROW(State::load(path, mine, "mine.safetensors"), ForeignStateError);
+  EXPECT_EQ(target, before);
+  EXPECT_EQ(State::load(path), s);  // the caller may still choose to use it
+  EXPECT_EQ(State::load(path, other, ""), s);
+}
+
+// A state file saved before fingerprints were recorded cannot be shown to belong to any model.
+TEST(StateIo, StateWithoutAFingerprintIsRefusedForAModel) {
+  TempDir dir;
+  const State s = random_state(small(), 2, std::random_device{}());
+  const std::string path = dir.file("old.safetensors");
+  st::Writer wr;
+  wr.add_bf16("ram", {2, 6, 4, 10}, s.ram);
+  wr.add_u8("stream_map", {2, 6}, s.stream_map);
+  wr.write(path);
+  expect_error([&] { State::load(path, 0x1234, "m.safetensors"); },
+               {path, "records no model fingerprint", "0000000000001234", "m.safetensors"});
+  EXPECT_THROW(State::load(path, 0x1234, "m.safetensors"), ForeignStateError);
+  EXPECT_EQ(State::load(path), s);
 }
 
 class BadStateFile : public ::testing::Test {
@@ -227,6 +276,16 @@ TEST_F(BadStateFile, WrongShapes) {
   c.add_bf16("ram", {2, 0, 4, 10}, {});
   c.add_u8("stream_map", {2, 0}, {});
   expect_refused(c, {"'ram'", "wrong shape"});
+}
+
+TEST_F(BadStateFile, MalformedFingerprint) {
+  for (const std::string bad : {"", "123", "00000000000000001", "000000000000000G", "ABCDEF0123456789"}) {
+    st::Writer wr;
+    wr.set_metadata("swapffn.model_fingerprint", bad);
+    wr.add_bf16("ram", ram_shape, s.ram);
+    wr.add_u8("stream_map", map_shape, s.stream_map);
+    expect_refused(wr, {"'swapffn.model_fingerprint'", "16 lowercase hex digits"});
+  }
 }
 
 TEST_F(BadStateFile, NonFiniteRam) {

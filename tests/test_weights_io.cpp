@@ -349,5 +349,28 @@ TEST(CoreTables, MatchADirectComputation) {
   EXPECT_NE(t.shift[0], t.shift[D]);
 }
 
+// The fingerprint that state files record: the same for the same parameters (a save and load
+// included), different when any bit of any tensor or any config field differs.
+TEST(WeightsFingerprint, ChangesWithAnyParameterBitAndTheConfig) {
+  TempDir dir;
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  const Config cfg = Config::preset("tiny");
+  const Weights w = Weights::random(cfg, seed);
+  const uint64_t fp = w.fingerprint();
+  EXPECT_EQ(Weights::random(cfg, seed).fingerprint(), fp);
+  w.save(dir.file("m.safetensors"));
+  EXPECT_EQ(Weights::load(dir.file("m.safetensors")).fingerprint(), fp);
+  for (const Spec& t : spec_tensors(cfg)) {
+    Weights v = w;
+    std::vector<bf16>& tensor = v.*t.member;
+    tensor[rng() % tensor.size()].bits ^= static_cast<uint16_t>(1u << (rng() % 16));
+    EXPECT_NE(v.fingerprint(), fp) << t.name << ", seed " << seed;
+  }
+  Weights v = w;
+  v.cfg.norm_eps *= 2;
+  EXPECT_NE(v.fingerprint(), fp);
+}
+
 }  // namespace
 }  // namespace swapffn

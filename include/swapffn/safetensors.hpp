@@ -2,8 +2,8 @@
 // (tensor name -> dtype, shape, data_offsets; optional __metadata__ string map), then the data.
 // The reader memory-maps the file and validates the whole header, in time linear in its size,
 // before anything is read; every error names the file, the tensor (escaped) and the problem. The
-// writer goes through a temporary file and a rename, so a failed save never leaves a partial file
-// at the destination.
+// writer replaces its file atomically (write_file_atomically), so a failed save never leaves a
+// partial file at the destination.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -96,7 +96,7 @@ class Writer {
                const std::vector<float>& v);
   void add_u8(const std::string& name, const std::vector<int64_t>& shape,
               const std::vector<uint8_t>& v);
-  // Writes path via a temporary file in the same directory and a rename.
+  // Replaces path atomically (swapffn/file_output.hpp: mode kept, fsynced, nothing left on error).
   void write(const std::string& path) const;
 
  private:

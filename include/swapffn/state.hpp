@@ -7,8 +7,17 @@
 
 #include "swapffn/bf16.hpp"
 #include "swapffn/config.hpp"
+#include "swapffn/error.hpp"
 
 namespace swapffn {
+
+// A valid state file that cannot be shown to belong to the model it is loaded for: saved for
+// another model, or saved before state files recorded their model. A caller may choose to load it
+// anyway with State::load(path).
+class ForeignStateError : public Error {
+ public:
+  using Error::Error;
+};
 
 inline constexpr uint8_t kIdentityStreamMap = 0xE4;  // lanes (0,1,2,3)
 
@@ -34,8 +43,14 @@ struct State {
   // Throws unless the state fits cfg (cores, d_model) and holds `batch` sequences.
   void check_matches(const Config& cfg, int64_t batch) const;
 
-  // safetensors with tensors `ram` (BF16 [B,C,4,D]) and `stream_map` (U8 [B,C]).
-  void save(const std::string& path) const;
+  // safetensors with tensors `ram` (BF16 [B,C,4,D]) and `stream_map` (U8 [B,C]), and the
+  // fingerprint of the model the state belongs to (Weights::fingerprint) in the metadata.
+  void save(const std::string& path, uint64_t model_fingerprint) const;
+  // Loads a state file for the model with this fingerprint (model_name, e.g. its path, is for
+  // messages). A file that is valid but saved for another model, or without a fingerprint, is
+  // refused with ForeignStateError naming the file, both fingerprints and the model.
+  static State load(const std::string& path, uint64_t model_fingerprint, const std::string& model_name);
+  // Loads a state file whichever model it was saved for.
   static State load(const std::string& path);
 
   // Copies sequence b of this state into sequence dst_b of out (same C, D).

@@ -43,6 +43,11 @@ struct Weights {
 
   // Throws naming the tensor whose size does not match cfg.
   void validate() const;
+
+  // The model's identity, which state files record: FNV-1a 64 over the config JSON and every
+  // tensor's name and bf16 bytes (docs/FORMATS.md, "State"). It reads every parameter (about 40 ms
+  // for the default model), so compute it once per Weights.
+  uint64_t fingerprint() const;
 };
 
 // Tables that depend on parameters only, computed once at load in fp32 (SPEC section 2).

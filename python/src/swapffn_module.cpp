@@ -40,6 +40,8 @@ using Map = nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>;
 
 struct PyEngine {
   Weights weights;
+  std::string path;
+  uint64_t fingerprint = 0;  // of weights, which the pool's state files record
   std::string backend;
   int device;
   std::unique_ptr<Engine> engine;
@@ -55,6 +57,8 @@ std::shared_ptr<PyEngine> load_engine(const std::string& path, const std::string
   select_gpu(device);
   auto e = std::make_shared<PyEngine>();
   e->weights = Weights::load(path);
+  e->path = path;
+  e->fingerprint = e->weights.fingerprint();
   e->backend = backend;
   e->device = device;
   EngineOptions opt;
@@ -180,11 +184,13 @@ NB_MODULE(_swapffn, m) {
       .def("get", &pool_get)
       .def("set", &pool_set)
       .def("load", [](PyPool& p, int32_t slot, const std::string& path) {
-        const State s = State::load(path);
+        const State s = State::load(path, p.owner->fingerprint, p.owner->path);
         s.check_matches(p.owner->weights.cfg, 1);
         p.pool->set(slot, s);
       })
-      .def("save", [](PyPool& p, int32_t slot, const std::string& path) { p.pool->get(slot).save(path); });
+      .def("save", [](PyPool& p, int32_t slot, const std::string& path) {
+        p.pool->get(slot).save(path, p.owner->fingerprint);
+      });
   m.def("make_pool", [](std::shared_ptr<PyEngine> e, int64_t slots) {
     auto p = std::make_unique<PyPool>();
     p->owner = e;

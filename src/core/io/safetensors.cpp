@@ -1,4 +1,4 @@
-// safetensors reader (mmap + full header validation) and writer (temp file + rename).
+// safetensors reader (mmap + full header validation) and writer (write_file_atomically).
 #include "swapffn/safetensors.hpp"
 
 #include <fcntl.h>
@@ -7,19 +7,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cmath>
 #include <limits>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/io/strict_json.hpp"
 #include "core/printable.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/file_output.hpp"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; this reader copies bytes as they are");
@@ -375,29 +373,10 @@ void Writer::write(const std::string& path) const {
   std::string h = header.dump();
   h.append((8 - (h.size() % 8)) % 8, ' ');  // spaces keep the data section 8-byte aligned
 
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" +
-                          std::to_string(counter.fetch_add(1));
-  std::FILE* fp = std::fopen(tmp.c_str(), "wb");
-  SWAPFFN_REQUIRE(fp != nullptr, "cannot write " + path + " (temporary " + tmp +
-                                     "): " + std::strerror(errno));
   const uint64_t hlen = h.size();
-  bool ok = std::fwrite(&hlen, 8, 1, fp) == 1 && std::fwrite(h.data(), 1, h.size(), fp) == h.size();
-  for (const auto& e : entries_)
-    ok = ok && (e.bytes.empty() || std::fwrite(e.bytes.data(), 1, e.bytes.size(), fp) == e.bytes.size());
-  ok = ok && std::fflush(fp) == 0 && ::fsync(::fileno(fp)) == 0;
-  const int write_errno = errno;
-  ok = (std::fclose(fp) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    SWAPFFN_FAIL("cannot write " + path + ": " + std::strerror(write_errno));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    SWAPFFN_FAIL("cannot write " + path + ": rename from temporary file failed: " + ec.message());
-  }
+  std::vector<std::span<const std::byte>> parts = {std::as_bytes(std::span(&hlen, 1)), std::as_bytes(std::span(h))};
+  for (const auto& e : entries_) parts.emplace_back(e.bytes);
+  write_file_atomically(path, parts);
 }
 
 }  // namespace swapffn::safetensors

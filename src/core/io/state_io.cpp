@@ -1,5 +1,9 @@
-// State::save / State::load: the state file of SPEC section 3 (tensors `ram` and `stream_map`).
+// State::save / State::load: the state file of SPEC section 3 (tensors `ram` and `stream_map`) and
+// the fingerprint of the model it belongs to.
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
+#include <optional>
 
 #include "core/printable.hpp"
 #include "swapffn/error.hpp"
@@ -10,16 +14,27 @@ namespace swapffn {
 
 namespace st = safetensors;
 
-void State::save(const std::string& path) const {
-  validate();
-  st::Writer wr;
-  wr.add_bf16("ram", {batch, cores, 4, d_model}, ram);
-  wr.add_u8("stream_map", {batch, cores}, stream_map);
-  wr.write(path);
+namespace {
+
+constexpr const char* kModelKey = "swapffn.model_fingerprint";
+
+std::string fingerprint_text(uint64_t fp) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016" PRIx64, fp);
+  return hex;
 }
 
-State State::load(const std::string& path) {
-  st::Reader r(path);
+// The fingerprint recorded in the file, nullopt in a file saved before they were recorded.
+std::optional<uint64_t> recorded_fingerprint(const st::Reader& r, const std::string& f) {
+  const auto it = r.metadata().find(kModelKey);
+  if (it == r.metadata().end()) return std::nullopt;
+  const std::string& v = it->second;
+  SWAPFFN_REQUIRE(v.size() == 16 && v.find_first_not_of("0123456789abcdef") == std::string::npos,
+                  f + "metadata '" + kModelKey + "' is " + in_quotes(v) + ", expected 16 lowercase hex digits");
+  return std::stoull(v, nullptr, 16);
+}
+
+State read_state(const st::Reader& r, const std::string& path) {
   const std::string f = "state " + path + ": ";
   for (const auto& t : r.tensors())
     SWAPFFN_REQUIRE(t.name == "ram" || t.name == "stream_map",
@@ -54,6 +69,38 @@ State State::load(const std::string& path) {
   } catch (const Error& e) {
     SWAPFFN_FAIL(f + e.what());
   }
+  return s;
+}
+
+}  // namespace
+
+void State::save(const std::string& path, uint64_t model_fingerprint) const {
+  validate();
+  st::Writer wr;
+  wr.set_metadata(kModelKey, fingerprint_text(model_fingerprint));
+  wr.add_bf16("ram", {batch, cores, 4, d_model}, ram);
+  wr.add_u8("stream_map", {batch, cores}, stream_map);
+  wr.write(path);
+}
+
+State State::load(const std::string& path) {
+  const st::Reader r(path);
+  recorded_fingerprint(r, "state " + path + ": ");
+  return read_state(r, path);
+}
+
+State State::load(const std::string& path, uint64_t model_fingerprint, const std::string& model_name) {
+  const st::Reader r(path);
+  const std::optional<uint64_t> recorded = recorded_fingerprint(r, "state " + path + ": ");
+  State s = read_state(r, path);
+  const std::string model =
+      (model_name.empty() ? "this model" : "model " + model_name) + " (fingerprint " + fingerprint_text(model_fingerprint) + ")";
+  if (!recorded)
+    throw ForeignStateError("state " + path + " records no model fingerprint (saved before swapffn recorded them), " +
+                            "so it cannot be shown to belong to " + model);
+  if (*recorded != model_fingerprint)
+    throw ForeignStateError("state " + path + " belongs to the model with fingerprint " + fingerprint_text(*recorded) +
+                            ", not to " + model);
   return s;
 }
 
