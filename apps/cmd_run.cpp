@@ -69,7 +69,8 @@ void run(const RunArgs& a, bool batch_given) {
   if (!a.state_out.empty()) check_writable(a.state_out);
   if (!a.dump.empty()) check_writable(a.dump);
   const Weights w = Weights::load(a.model);
-  const uint64_t fingerprint = w.fingerprint();
+  // It reads every parameter, so only when a state file needs it.
+  const uint64_t fingerprint = a.state_in.empty() && a.state_out.empty() ? 0 : w.fingerprint();
   const Config& cfg = w.cfg;
   EngineOptions eo;
   eo.threads = a.threads;

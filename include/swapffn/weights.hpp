@@ -45,7 +45,7 @@ struct Weights {
   void validate() const;
 
   // The model's identity, which state files record: FNV-1a 64 over the config JSON and every
-  // tensor's name and bf16 bytes (docs/FORMATS.md, "State"). It reads every parameter (about 40 ms
+  // tensor's name and bf16 bytes (docs/FORMATS.md, "State"). It reads every parameter (about 70 ms
   // for the default model), so compute it once per Weights.
   uint64_t fingerprint() const;
 };

@@ -232,9 +232,10 @@ class StatePool:
         self._h.set(int(slot), ram.view(np.uint16), stream_map)
 
     def load(self, slot: int, path: str) -> None:
-        """A state file of one sequence (as `swapffn run --state-out` writes for B = 1) into a slot."""
+        """A state file of one sequence (as `swapffn run --state-out` writes for B = 1) into a slot; refused
+        when it was saved for another model or records no model (docs/FORMATS.md, "State")."""
         self._h.load(int(slot), str(path))
 
     def save(self, slot: int, path: str) -> None:
-        """One slot as a state file of one sequence, written atomically."""
+        """One slot as a state file of one sequence, written atomically, recording this engine's model."""
         self._h.save(int(slot), str(path))
