@@ -103,6 +103,19 @@ def test_pool_round_trips(model, tmp_path):
     assert not fresh_ram.any() and (fresh_map == 0xE4).all()
 
 
+def test_pool_refuses_a_state_of_another_model(model, tmp_path):
+    other = tmp_path / "other.safetensors"
+    swapffn.init_model(str(other), config="tiny", seed=2)  # the same shapes as `model`, another seed
+    mine = swapffn.StatePool(swapffn.Engine.load(model, backend="reference"), 1)
+    theirs = swapffn.StatePool(swapffn.Engine.load(other, backend="reference"), 1)
+    path = tmp_path / "s.safetensors"
+    theirs.save(0, path)
+    with pytest.raises(swapffn.Error) as refused:
+        mine.load(0, path)
+    assert "not to model " + str(model) in str(refused.value)
+    theirs.load(0, path)
+
+
 @pytest.mark.parametrize("case", ["duplicate", "range", "count", "dtype", "shape", "nonfinite", "map", "ram"])
 def test_bad_input_names_the_argument_and_leaves_the_pool(model, case):
     engine = swapffn.Engine.load(model, backend="reference")
