@@ -24,6 +24,17 @@ class StatePool {
   virtual void set(int32_t slot, const State& one) = 0;
 };
 
+// The non-padding rows of a slot step, in order (what a step over them computes and its trace holds):
+// their slots and their rows of x [B, D].
+struct NamedRows {
+  std::vector<int32_t> slots;
+  std::vector<float> x;
+};
+NamedRows named_rows(const float* x, const std::vector<int32_t>& slot_ids, int64_t d_model);
+// delta [B, D] of the whole step from the named rows' delta: zero in every padding row.
+void spread_named_deltas(const std::vector<float>& named_delta, const std::vector<int32_t>& slot_ids, int64_t d_model,
+                         float* delta);
+
 // Throws naming the first slot id that is out of [0, slots) (and not kPaddingSlot when padding is
 // allowed) or named twice.
 void check_slot_ids(const std::vector<int32_t>& slot_ids, int64_t slots, bool allow_padding);

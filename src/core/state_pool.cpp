@@ -58,6 +58,27 @@ void HostStatePool::scatter(const State& rows, const std::vector<int32_t>& slot_
   for (size_t b = 0; b < slot_ids.size(); ++b) rows.copy_sequence_to(int64_t(b), state_, slot_ids[b]);
 }
 
+NamedRows named_rows(const float* x, const std::vector<int32_t>& slot_ids, int64_t d_model) {
+  NamedRows out;
+  for (size_t b = 0; b < slot_ids.size(); ++b)
+    if (slot_ids[b] != kPaddingSlot) {
+      out.slots.push_back(slot_ids[b]);
+      out.x.insert(out.x.end(), x + int64_t(b) * d_model, x + int64_t(b + 1) * d_model);
+    }
+  return out;
+}
+
+void spread_named_deltas(const std::vector<float>& named_delta, const std::vector<int32_t>& slot_ids, int64_t d_model,
+                         float* delta) {
+  for (size_t b = 0, r = 0; b < slot_ids.size(); ++b) {
+    float* out = delta + int64_t(b) * d_model;
+    if (slot_ids[b] == kPaddingSlot)
+      std::fill(out, out + d_model, 0.f);
+    else
+      std::copy_n(named_delta.data() + int64_t(r++) * d_model, d_model, out);
+  }
+}
+
 std::unique_ptr<StatePool> Engine::make_pool(int64_t slots) {
   require_in_range(slots, 1, kMaxBatch, "state pool slots");
   return std::make_unique<HostStatePool>(config(), slots);
@@ -70,26 +91,14 @@ void Engine::step_slots(const float* x, const std::vector<int32_t>& slot_ids, fl
   check_slot_ids(slot_ids, pool.slots(), true);
   const int64_t D = config().d_model, B = int64_t(slot_ids.size());
   check_finite(x, B * D, "x");
-  std::vector<int32_t> named;
-  std::vector<float> x_rows;
-  for (int64_t b = 0; b < B; ++b)
-    if (slot_ids[size_t(b)] != kPaddingSlot) {
-      named.push_back(slot_ids[size_t(b)]);
-      x_rows.insert(x_rows.end(), x + b * D, x + (b + 1) * D);
-    }
-  std::vector<float> delta_rows(x_rows.size());
-  if (!named.empty()) {
-    State rows = host->gather(named);
-    step(x_rows.data(), delta_rows.data(), rows, opt);
-    host->scatter(rows, named);
+  const NamedRows rows = named_rows(x, slot_ids, D);
+  std::vector<float> delta_rows(rows.x.size());
+  if (!rows.slots.empty()) {
+    State state = host->gather(rows.slots);
+    step(rows.x.data(), delta_rows.data(), state, opt);
+    host->scatter(state, rows.slots);
   }
-  for (int64_t b = 0, r = 0; b < B; ++b) {
-    float* out = delta + b * D;
-    if (slot_ids[size_t(b)] == kPaddingSlot)
-      std::fill(out, out + D, 0.f);
-    else
-      std::copy_n(delta_rows.data() + (r++) * D, D, out);
-  }
+  spread_named_deltas(delta_rows, slot_ids, D, delta);
 }
 
 }  // namespace swapffn

@@ -266,14 +266,9 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
   check_slot_ids(slot_ids, dev.slots(), true);
   const int64_t D = cfg_.d_model, B = int64_t(slot_ids.size());
   check_finite(x, B * D, "x");
-  // The named rows only, in order (what the trace holds); padding rows get zero delta here.
-  std::vector<int32_t> named;
-  std::vector<float> x_rows;
-  for (int64_t b = 0; b < B; ++b)
-    if (slot_ids[size_t(b)] != kPaddingSlot) {
-      named.push_back(slot_ids[size_t(b)]);
-      x_rows.insert(x_rows.end(), x + b * D, x + (b + 1) * D);
-    }
+  const NamedRows rows = named_rows(x, slot_ids, D);  // what the trace holds; padding gets zero delta
+  const std::vector<int32_t>& named = rows.slots;
+  const std::vector<float>& x_rows = rows.x;
   std::vector<float> delta_rows(x_rows.size());
   if (!named.empty()) {
     const int64_t n = int64_t(named.size()), E = cfg_.n_events, M = n * cfg_.core_count;
@@ -301,13 +296,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
       *opt.record = std::move(t);
     }
   }
-  for (int64_t b = 0, r = 0; b < B; ++b) {
-    float* out = delta + b * D;
-    if (slot_ids[size_t(b)] == kPaddingSlot)
-      std::fill(out, out + D, 0.f);
-    else
-      std::copy_n(delta_rows.data() + (r++) * D, D, out);
-  }
+  spread_named_deltas(delta_rows, slot_ids, D, delta);
 }
 
 void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
