@@ -262,6 +262,7 @@ DeviceStatePool& GpuEngine::own_pool(StatePool& pool) const {
 void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids, float* delta, StatePool& pool,
                            const StepOptions& opt) {
   SWAPFFN_REQUIRE(opt.follow == nullptr, "backend '" + name() + "' does not follow traces");
+  require_usable();
   DeviceStatePool& dev = own_pool(pool);
   check_slot_ids(slot_ids, dev.slots(), true);
   const int64_t D = cfg_.d_model, B = int64_t(slot_ids.size());
@@ -273,27 +274,32 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
   if (!named.empty()) {
     const int64_t n = int64_t(named.size()), E = cfg_.n_events, M = n * cfg_.core_count;
     ensure_batch(n);  // every allocation before the pool is touched
-    x_dev_.reserve(x_rows.size());
-    delta_dev_.reserve(x_rows.size());
-    slot_ids_dev_.reserve(size_t(n));
-    if (opt.record) {
-      gate_dev_.reserve(size_t(E * M));
-      slot_dev_.reserve(size_t(E * M));
-    }
-    CUDA_CHECK(cudaMemcpyAsync(x_dev_.get(), x_rows.data(), x_rows.size() * sizeof(float), cudaMemcpyHostToDevice,
-                               stream_));
-    CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), named.data(), size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               stream_));
-    enqueue_slot_step(x_dev_.get(), slot_ids_dev_.get(), n, delta_dev_.get(), opt.record ? gate_dev_.get() : nullptr,
-                      opt.record ? slot_dev_.get() : nullptr, dev, nullptr);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    CUDA_CHECK(cudaMemcpy(delta_rows.data(), delta_dev_.get(), delta_rows.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    if (opt.record) {
-      Trace t;
-      t.resize(E, n, cfg_.core_count);
-      CUDA_CHECK(cudaMemcpy(t.gate.data(), gate_dev_.get(), size_t(E * M), cudaMemcpyDeviceToHost));
-      CUDA_CHECK(cudaMemcpy(t.slot.data(), slot_dev_.get(), size_t(E * M), cudaMemcpyDeviceToHost));
-      *opt.record = std::move(t);
+    try {
+      x_dev_.reserve(x_rows.size());
+      delta_dev_.reserve(x_rows.size());
+      slot_ids_dev_.reserve(size_t(n));
+      if (opt.record) {
+        gate_dev_.reserve(size_t(E * M));
+        slot_dev_.reserve(size_t(E * M));
+      }
+      CUDA_CHECK(cudaMemcpyAsync(x_dev_.get(), x_rows.data(), x_rows.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                 stream_));
+      CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), named.data(), size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 stream_));
+      enqueue_slot_step(x_dev_.get(), slot_ids_dev_.get(), n, delta_dev_.get(), opt.record ? gate_dev_.get() : nullptr,
+                        opt.record ? slot_dev_.get() : nullptr, dev, nullptr);
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      CUDA_CHECK(cudaMemcpy(delta_rows.data(), delta_dev_.get(), delta_rows.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      if (opt.record) {
+        Trace t;
+        t.resize(E, n, cfg_.core_count);
+        CUDA_CHECK(cudaMemcpy(t.gate.data(), gate_dev_.get(), size_t(E * M), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(t.slot.data(), slot_dev_.get(), size_t(E * M), cudaMemcpyDeviceToHost));
+        *opt.record = std::move(t);
+      }
+    } catch (...) {  // a failed step leaves no batch behind: the next call sizes afresh or refuses
+      forget_batch_after_failure();
+      throw;
     }
   }
   spread_named_deltas(delta_rows, slot_ids, D, delta);
@@ -301,6 +307,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
 
 void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
                                    cudaStream_t stream) {
+  require_usable();
   DeviceStatePool& dev = own_pool(pool);
   require_in_range(batch, 1, kMaxBatch, "rows in one slot step");
   ensure_batch(batch);
