@@ -80,6 +80,10 @@ class ForeignState : public Cli {
  protected:
   void SetUp() override {
     Cli::SetUp();
+    // The paths lie in the test's own directory, known only after Cli::SetUp (tests run in parallel).
+    a = path("a.safetensors");
+    b = path("b.safetensors");
+    s = path("s.safetensors");
     const uint64_t seed = std::random_device{}();
     ASSERT_EQ(cli("init --config tiny --seed " + std::to_string(seed) + " --out " + a).code, 0);
     ASSERT_EQ(cli("init --config tiny --seed " + std::to_string(seed + 1) + " --out " + b).code, 0);
@@ -87,7 +91,7 @@ class ForeignState : public Cli {
     fb = Weights::load(b).fingerprint();
     ASSERT_NE(fa, fb) << "seed " << seed;
   }
-  std::string a = path("a.safetensors"), b = path("b.safetensors"), s = path("s.safetensors");
+  std::string a, b, s;
   uint64_t fa = 0, fb = 0;
 };
 
