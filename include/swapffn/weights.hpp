@@ -2,11 +2,13 @@
 // deterministic random initialisation, and the per-core FiLM/alpha tables derived from them.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "swapffn/bf16.hpp"
 #include "swapffn/config.hpp"
+#include "swapffn/fp8.hpp"
 
 namespace swapffn {
 
@@ -32,6 +34,9 @@ struct Weights {
   std::vector<bf16> w2;                // w2.weight              [D, F]
   std::vector<bf16> collapse_basis;    // collapse_basis         [K, Rc, D]
   std::vector<bf16> collapse_decoder;  // collapse_decoder       [D, Rc]
+  // Set when the model's FFN is stored in e4m3 (docs/FORMATS.md, "fp8 models"); w1, w3 and w2 then
+  // hold its dequantised values rounded to bf16, which the bf16 paths and the reference use.
+  std::optional<fp8::FfnWeights> fp8_ffn;
 
   // Deterministic random parameters for cfg (validated first). Distribution: see docs/MODEL.md.
   static Weights random(const Config& cfg, uint64_t seed);
