@@ -34,7 +34,7 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--tokens", a->tokens, "tokens to decode")->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the inputs x ~ N(0,1)")->capture_default_str();
   cmd->add_option("--tolerance", a->tolerance,
-                  "tolerance preset: bf16 or fp32 (default: fp32 for the reference, else bf16)");
+                  "tolerance preset: bf16, fp8 or fp32 (default: the backend's precision)");
   cmd->add_option("--tau", a->tau, "decision margin tolerance (overrides the preset's)");
   cmd->add_option("--threads", a->threads, "CPU threads of the reference (0 = all)")->capture_default_str();
   cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
@@ -49,8 +49,7 @@ void add_check_command(CLI::App& app) {
     eo.graph = !a->no_graph;
     eo.fused = a->fused.resolve(w.cfg, a->backend);
     auto engine = make_engine(a->backend, w, eo);
-    Tolerance tol = Tolerance::preset(
-        !a->tolerance.empty() ? a->tolerance : (a->backend == "reference" ? "fp32" : "bf16"));
+    Tolerance tol = Tolerance::preset(!a->tolerance.empty() ? a->tolerance : engine->precision());
     if (a->tau >= 0) {
       tol.tau = a->tau;
       tol.name += " with tau " + std::to_string(a->tau);

@@ -21,7 +21,9 @@ struct Tolerance {
   static Tolerance bf16();
   // fp32 operands throughout (and the reference against itself).
   static Tolerance fp32();
-  // By name: "bf16" or "fp32"; throws naming the unknown preset.
+  // e4m3 GEMM operands with block scales (SPEC section 5, fp8 paths), for runs of at most 4 tokens.
+  static Tolerance fp8();
+  // By name: "bf16", "fp8" or "fp32"; throws naming the unknown preset.
   static Tolerance preset(const std::string& name);
 };
 

@@ -42,6 +42,9 @@ class Engine {
   virtual ~Engine() = default;
   virtual std::string name() const = 0;
   virtual const Config& config() const = 0;
+  // The precision of its GEMM operands, which names its check tolerance (Tolerance::preset):
+  // "fp32" (the reference), "bf16" or "fp8".
+  virtual std::string precision() const { return "bf16"; }
 
   // One decode step for state.batch sequences. x and delta are host arrays [B, D] fp32.
   // Validation (shapes, non-finite x, trace sizes) happens before anything changes: on an error the

@@ -12,12 +12,14 @@
 namespace swapffn {
 
 Tolerance Tolerance::bf16() { return {0.05, 2e-2, 2e-2, "bf16"}; }
+Tolerance Tolerance::fp8() { return {0.25, 6e-2, 8e-2, "fp8"}; }
 Tolerance Tolerance::fp32() { return {1e-3, 1e-4, 1e-4, "fp32"}; }
 
 Tolerance Tolerance::preset(const std::string& name) {
   if (name == "bf16") return bf16();
+  if (name == "fp8") return fp8();
   if (name == "fp32") return fp32();
-  SWAPFFN_FAIL("unknown tolerance preset '" + name + "' (known: bf16, fp32)");
+  SWAPFFN_FAIL("unknown tolerance preset '" + name + "' (known: bf16, fp8, fp32)");
 }
 
 double rel_l2(const float* a, const float* b, int64_t n) {
