@@ -9,16 +9,20 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/runtime/device_buffer.hpp"
 #include "cuda/common/gpu_engine.hpp"
 #include "cuda/kernels/random_fill.hpp"
+#include "cuda/runtime/device_buffer.hpp"
 
 namespace swapffn::cuda {
 
 namespace {
 // cuBLAS is column-major: out^T [n x rows] = W^T-view [n x k] (op T on the col-major [k x n] view of
-// the row-major W) times X^T-view [k x rows] (the row-major X read as col-major, op N).
+// the row-major W) times X^T-view [k x rows] (the row-major X read as col-major, op N). Both operands
+// are k-major, the one layout (TN) in which Hopper's fp8 tensor cores take e4m3.
 constexpr cublasOperation_t kTransW = CUBLAS_OP_T, kTransX = CUBLAS_OP_N;
+// Block-scaled operands: W (cuBLAS's A) in 128x128 blocks, X (cuBLAS's B) in 1x128 blocks along k.
+constexpr int32_t kWScaleMode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+constexpr int32_t kXScaleMode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
 
 uint32_t config_u32(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
   uint32_t v = 0;
@@ -38,6 +42,7 @@ int32_t split_k_of(const cublasLtMatmulAlgo_t& a) {
   CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof(v), &written));
   return v;
 }
+size_t bytes_of(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 1; }
 }  // namespace
 
 std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo) {
@@ -53,24 +58,61 @@ std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo) {
   return buf;
 }
 
+std::vector<float> weight_scales(const fp8::BlockScaledWeight& w) {
+  const int64_t row_blocks = fp8::blocks(w.rows), col_blocks = fp8::blocks(w.cols), stride = weight_scale_stride(w.cols);
+  SWAPFFN_ASSERT(w.scale.size() == size_t(row_blocks * col_blocks), "weight_scales: the weight's scales do not match it");
+  std::vector<float> out(size_t(row_blocks * stride), 1.0f);
+  for (int64_t r = 0; r < row_blocks; ++r)
+    std::copy_n(&w.scale[size_t(r * col_blocks)], col_blocks, &out[size_t(r * stride)]);
+  return out;
+}
+
 BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k, cudaDataType_t out_type,
-                                       bool accumulate, int64_t reference_rows, size_t workspace_bytes)
-    : lt_(lt), n_(n), k_(k), out_type_(out_type), beta_(accumulate ? 1.f : 0.f), workspace_bytes_(workspace_bytes) {
+                                       bool accumulate, int64_t reference_rows, size_t workspace_bytes,
+                                       GemmOperands operands)
+    : lt_(lt),
+      n_(n),
+      k_(k),
+      out_type_(out_type),
+      beta_(accumulate ? 1.f : 0.f),
+      workspace_bytes_(workspace_bytes),
+      operands_(operands) {
   SWAPFFN_REQUIRE(n > 0 && k > 0 && reference_rows > 0, "GEMM shape must be positive");
   SWAPFFN_REQUIRE(out_type == CUDA_R_32F || out_type == CUDA_R_16BF, "GEMM output must be fp32 or bf16");
+  // cuBLASLt's fp8 kernels need 16-byte aligned rows of both operands.
+  SWAPFFN_REQUIRE(!block_scaled() || (n % 16 == 0 && k % 16 == 0),
+                  what() + ": n and k must be multiples of 16 for e4m3 operands");
   cublasLtMatmulDesc_t op = nullptr;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   op_.reset(op);
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &kTransW, sizeof(kTransW)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &kTransX, sizeof(kTransX)));
+  if (block_scaled()) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &kWScaleMode, sizeof(kWScaleMode)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &kXScaleMode, sizeof(kXScaleMode)));
+    placeholder_scales_.upload(std::vector<float>(16, 1.f));
+  }
   cublasLtMatrixLayout_t w_layout = nullptr;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout, block_scaled() ? CUDA_R_8F_E4M3 : CUDA_R_16BF,
+                                          static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
   w_layout_.reset(w_layout);
 
   const RowLayouts reference = make_row_layouts(reference_rows);
   SWAPFFN_REQUIRE(heuristic_best(reference.x.get(), reference.out.get(), algo_),
-                  "cuBLASLt offers no split-K-free bf16 GEMM for n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                      " (this shape cannot run batch-invariantly)");
+                  "cuBLASLt " + std::to_string(cublasLtGetVersion()) + " offers no split-K-free algorithm for the " +
+                      what() + " at " + std::to_string(reference_rows) +
+                      " rows (this product cannot run batch-invariantly on this GPU and library)");
+}
+
+std::string BatchInvariantGemm::what() const {
+  const std::string shape = "n=" + std::to_string(n_) + " k=" + std::to_string(k_);
+  const std::string out = std::string(out_type_ == CUDA_R_32F ? "fp32" : "bf16") + " out, beta " +
+                          (beta_ != 0.f ? "1" : "0");
+  if (!block_scaled()) return "bf16 GEMM " + shape + " (" + out + ")";
+  return "e4m3 GEMM " + shape +
+         " with block scales (W: CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, X: "
+         "CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F; " +
+         out + ")";
 }
 
 std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cublasLtMatrixLayout_t x,
@@ -78,6 +120,13 @@ std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cubla
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const cublaslt::Preference owns_pref(pref);
+  if (block_scaled()) {
+    // Scale pointers are attributes of the operation: a query sees valid ones, not those of a
+    // product run (and freed) before.
+    const float* p = placeholder_scales_.get();
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p, sizeof(p)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p, sizeof(p)));
+  }
   const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;  // excludes split-K
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                     &no_reduction, sizeof(no_reduction)));
@@ -88,7 +137,9 @@ std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cubla
   int found = 0;
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(lt_, op_.get(), w_layout_.get(), x, out, out, pref, kWanted, results, &found);
-  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+    SWAPFFN_INTERNAL("cublasLtMatmulAlgoGetHeuristic for the " + what() + " failed: " + cublasGetStatusName(st) +
+                     " (" + cublasGetStatusString(st) + ")");
   std::vector<cublasLtMatmulAlgo_t> algos;
   for (int i = 0; i < found; ++i)
     if (results[i].state == CUBLAS_STATUS_SUCCESS && split_k_of(results[i].algo) <= 1) algos.push_back(results[i].algo);
@@ -103,17 +154,60 @@ bool BatchInvariantGemm::heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrix
   return true;
 }
 
-const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublasLtMatmulAlgo_t>& algos, int64_t rows,
-                                                        cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const {
+void BatchInvariantGemm::matmul(const RowLayouts& l, const cublasLtMatmulAlgo_t& algo, const void* w,
+                                const float* w_scale, const void* x, const float* x_scale, void* out, void* workspace,
+                                cudaStream_t stream) const {
+  if (block_scaled()) {
+    // Attributes of the operation, set per call: host-only work, and a captured graph keeps each
+    // call's pointers.
+    SWAPFFN_ASSERT(w_scale && x_scale, "block-scaled product without scales");
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
+                                                sizeof(w_scale)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
+                                                sizeof(x_scale)));
+  }
+  const float alpha = 1.f;
+  CUBLAS_CHECK(cublasLtMatmul(lt_, op_.get(), &alpha, w, w_layout_.get(), x, l.x.get(), &beta_, out, l.out.get(), out,
+                              l.out.get(), &algo, workspace, workspace_bytes_, stream));
+}
+
+// Random operands of the product at `rows` rows: bf16 uniform in [-0.05, 0.05) (W) and [-1, 1) (X),
+// or e4m3 codes over most of the format's range with positive scales.
+struct BatchInvariantGemm::RandomOperands {
+  DeviceBuffer<uint8_t> w, x;
+  DeviceBuffer<float> w_scale, x_scale;
+  RandomOperands(const BatchInvariantGemm& g, int64_t rows, uint64_t seed) {
+    const size_t in_bytes = g.block_scaled() ? 1 : 2;
+    w.resize(size_t(g.n_ * g.k_) * in_bytes, "random GEMM weights");
+    x.resize(size_t(rows * g.k_) * in_bytes, "random GEMM inputs");
+    if (g.block_scaled()) {
+      fill_random_e4m3(w.get(), g.n_ * g.k_, seed, 400.f, nullptr);
+      fill_random_e4m3(x.get(), rows * g.k_, seed + 1, 400.f, nullptr);
+      const int64_t nw = fp8::blocks(g.n_) * weight_scale_stride(g.k_), nx = fp8::blocks(g.k_) * rows;
+      w_scale.resize(size_t(nw), "random weight scales");
+      x_scale.resize(size_t(nx), "random input scales");
+      // Uniform in [-1e-3, 1e-3): signs do not matter to a bitwise comparison or a timing.
+      fill_random_f32(w_scale.get(), nw, seed + 2, 1e-3f, nullptr);
+      fill_random_f32(x_scale.get(), nx, seed + 3, 1e-3f, nullptr);
+    } else {
+      fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(w.get()), g.n_ * g.k_, seed, 0.05f, nullptr);
+      fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(x.get()), rows * g.k_, seed + 1, 1.f, nullptr);
+    }
+  }
+  void run(const BatchInvariantGemm& g, const RowLayouts& l, const cublasLtMatmulAlgo_t& algo, void* out,
+           void* workspace) const {
+    g.matmul(l, algo, w.get(), w_scale.get(), x.get(), x_scale.get(), out, workspace, nullptr);
+  }
+};
+
+const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublasLtMatmulAlgo_t>& algos,
+                                                        const RowLayouts& l) const {
   if (algos.size() == 1) return algos.front();
-  const size_t out_bytes = size_t(rows * n_) * (out_type_ == CUDA_R_32F ? 4 : 2);
-  DeviceBuffer<__nv_bfloat16> w(size_t(n_ * k_)), xs(size_t(rows * k_));
+  const size_t out_bytes = size_t(l.rows * n_) * bytes_of(out_type_);
+  const RandomOperands ops(*this, l.rows, 0x71e1);
   DeviceBuffer<uint8_t> c(out_bytes), ws(workspace_bytes_);
-  fill_random_bf16(w.get(), n_ * k_, 0x71e1, 0.05f, nullptr);
-  fill_random_bf16(xs.get(), rows * k_, 0x71e2, 1.f, nullptr);
   CUDA_CHECK(cudaMemset(c.get(), 0, out_bytes));
   const OwnedTimingEvents ev;
-  const float alpha = 1.f;
   size_t best = 0;
   float best_ms = 0.f;
   // A sample is 10 back-to-back launches between two events: one launch alone carries the ~3-4 us
@@ -122,15 +216,12 @@ const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublas
   constexpr int kLaunches = 10, kSamples = 5;
   constexpr float kMargin = 0.98f;
   for (size_t i = 0; i < algos.size(); ++i) {
-    const auto launch = [&] {
-      CUBLAS_CHECK(cublasLtMatmul(lt_, op_.get(), &alpha, w.get(), w_layout_.get(), xs.get(), x, &beta_, c.get(), out, c.get(), out,
-                                  &algos[i], ws.get(), workspace_bytes_, nullptr));
-    };
+    const auto launch = [&] { ops.run(*this, l, algos[i], c.get(), ws.get()); };
     for (int r = 0; r < 3; ++r) launch();
     std::vector<float> ms;
     for (int r = 0; r < kSamples; ++r) {
       CUDA_CHECK(cudaEventRecord(ev.start, nullptr));
-      for (int l = 0; l < kLaunches; ++l) launch();
+      for (int j = 0; j < kLaunches; ++j) launch();
       CUDA_CHECK(cudaEventRecord(ev.stop, nullptr));
       ms.push_back(ev.elapsed_ms());
     }
@@ -156,7 +247,7 @@ struct BatchInvariantGemm::Probe {
   const BatchInvariantGemm& gemm;
   RowLayouts layouts;
   size_t out_bytes;
-  DeviceBuffer<__nv_bfloat16> w, xs;
+  RandomOperands ops;
   DeviceBuffer<uint8_t> c0, c, ws;  // c0: random starting outputs (read when accumulating), c: each run's outputs
   std::vector<uint8_t> anchor;      // the anchor's outputs, copied to the host
 };
@@ -164,14 +255,11 @@ struct BatchInvariantGemm::Probe {
 BatchInvariantGemm::Probe::Probe(const BatchInvariantGemm& owner, int64_t rows)
     : gemm(owner),
       layouts(owner.make_row_layouts(std::min<int64_t>(rows, 1024))),
-      out_bytes(size_t(layouts.rows * owner.n_) * (owner.out_type_ == CUDA_R_32F ? 4 : 2)),
-      w(size_t(owner.n_ * owner.k_)),
-      xs(size_t(layouts.rows * owner.k_)),
+      out_bytes(size_t(layouts.rows * owner.n_) * bytes_of(owner.out_type_)),
+      ops(owner, layouts.rows, 0x5eed1),
       c0(out_bytes),
       c(out_bytes),
       ws(owner.workspace_bytes_) {
-  fill_random_bf16(w.get(), gemm.n_ * gemm.k_, 0x5eed1, 0.05f, nullptr);
-  fill_random_bf16(xs.get(), layouts.rows * gemm.k_, 0x5eed2, 1.f, nullptr);
   if (gemm.out_type_ == CUDA_R_32F)
     fill_random_f32(reinterpret_cast<float*>(c0.get()), layouts.rows * gemm.n_, 0x5eed3, 1.f, nullptr);
   else
@@ -181,10 +269,7 @@ BatchInvariantGemm::Probe::Probe(const BatchInvariantGemm& owner, int64_t rows)
 
 std::vector<uint8_t> BatchInvariantGemm::Probe::outputs(const cublasLtMatmulAlgo_t& algo) const {
   CUDA_CHECK(cudaMemcpy(c.get(), c0.get(), out_bytes, cudaMemcpyDeviceToDevice));
-  const float alpha = 1.f;
-  CUBLAS_CHECK(cublasLtMatmul(gemm.lt_, gemm.op_.get(), &alpha, w.get(), gemm.w_layout_.get(), xs.get(), layouts.x.get(),
-                              &gemm.beta_, c.get(), layouts.out.get(), c.get(), layouts.out.get(), &algo, ws.get(),
-                              gemm.workspace_bytes_, nullptr));
+  ops.run(gemm, layouts, algo, c.get(), ws.get());
   std::vector<uint8_t> h(out_bytes);
   CUDA_CHECK(cudaMemcpy(h.data(), c.get(), out_bytes, cudaMemcpyDeviceToHost));
   return h;
@@ -205,11 +290,14 @@ BatchInvariantGemm::RowLayouts BatchInvariantGemm::make_row_layouts(int64_t rows
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), cols));
     return Layout(l);
   };
-  return {rows, make(CUDA_R_16BF, k_), make(out_type_, n_), {}};
+  return {rows, make(block_scaled() ? CUDA_R_8F_E4M3 : CUDA_R_16BF, k_), make(out_type_, n_), {}};
 }
 
 void BatchInvariantGemm::set_rows(int64_t rows) {
   SWAPFFN_REQUIRE(rows > 0, "GEMM row count must be positive");
+  SWAPFFN_REQUIRE(!block_scaled() || rows % 4 == 0, what() + ": " + std::to_string(rows) +
+                                                        " rows is not a multiple of 4 (the 1x128 scales' columns "
+                                                        "must be 16-byte aligned)");
   for (const RowLayouts& l : row_layouts_)
     if (l.rows == rows) {
       rows_ = rows;
@@ -221,7 +309,7 @@ void BatchInvariantGemm::set_rows(int64_t rows) {
       cublasLtMatmulAlgoCheck(lt_, op_.get(), w_layout_.get(), l.x.get(), l.out.get(), l.out.get(), &algo_, &check);
   if (st != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace_bytes_)
     SWAPFFN_FAIL("the pinned cuBLASLt algorithm (" + describe() + ") cannot run " + std::to_string(rows) +
-                 " rows for n=" + std::to_string(n_) + " k=" + std::to_string(k_) + ": " +
+                 " rows of the " + what() + ": " +
                  (st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusString(st) : "workspace too small"));
   // Candidates: the anchor and the heuristic's split-K-free algorithms at this row count that give
   // the anchor's bits; the fastest of them on this GPU (timed here, once per row count) runs.
@@ -236,7 +324,7 @@ void BatchInvariantGemm::set_rows(int64_t rows) {
       if (same_bits_as_anchor(c, *probe)) same.push_back(c);
     }
   }
-  l.algo = fastest(same, rows, l.x.get(), l.out.get());
+  l.algo = fastest(same, l);
   row_layouts_.push_back(std::move(l));
   rows_ = rows;
 }
@@ -254,10 +342,16 @@ void BatchInvariantGemm::run(const void* w, const void* x, void* out, void* work
 
 void BatchInvariantGemm::run(int64_t rows, const void* w, const void* x, void* out, void* workspace,
                              cudaStream_t stream) const {
+  SWAPFFN_ASSERT(!block_scaled(), "the " + what() + " needs its operands' scales");
   const RowLayouts& l = layouts_of(rows);
-  const float alpha = 1.f;
-  CUBLAS_CHECK(cublasLtMatmul(lt_, op_.get(), &alpha, w, w_layout_.get(), x, l.x.get(), &beta_, out, l.out.get(), out, l.out.get(),
-                              &l.algo, workspace, workspace_bytes_, stream));
+  matmul(l, l.algo, w, nullptr, x, nullptr, out, workspace, stream);
+}
+
+void BatchInvariantGemm::run(int64_t rows, ScaledOperand w, ScaledOperand x, void* out, void* workspace,
+                             cudaStream_t stream) const {
+  SWAPFFN_ASSERT(block_scaled(), "the " + what() + " has no block scales");
+  const RowLayouts& l = layouts_of(rows);
+  matmul(l, l.algo, w.data, w.scale, x.data, x.scale, out, workspace, stream);
 }
 
 std::string BatchInvariantGemm::describe() const { return describe_cublaslt_algo(algo_); }

@@ -1,5 +1,7 @@
 // BatchInvariantGemm: out[rows, n] = X[rows, k] . W[n, k]^T (+ out when accumulating) through cuBLASLt,
-// bf16 operands, fp32 accumulation, output fp32 or bf16 (row-major throughout, W in nn.Linear layout).
+// fp32 accumulation, output fp32 or bf16 (row-major throughout, W in nn.Linear layout). The operands
+// are bf16, or e4m3 with fp32 block scales (the fp8 recipe of swapffn/fp8.hpp): W in 128x128 blocks,
+// X in 1x128 blocks along k, cuBLASLt's BLK128x128_32F and VEC128_32F scale modes (Hopper only).
 //
 // Why pinned: cuBLAS picks its kernel (tile, split-K) per problem size, so the same row could be
 // summed in a different order when the batch (the row count) changes, breaking bitwise batch
@@ -23,28 +25,53 @@
 
 #include "cuda/common/cublaslt_handles.hpp"
 #include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/device_buffer.hpp"
+#include "swapffn/fp8.hpp"
 
 namespace swapffn::cuda {
 
 // "algo=<id> tile=<id> stages=<id> splitk=<n> ..." of a cuBLASLt algorithm, for logs and reports.
 std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo);
 
+enum class GemmOperands {
+  bf16,
+  // e4m3 codes with fp32 block scales, in cuBLASLt's layouts:
+  //   W scales [blocks(n), weight_scale_stride(k)] row-major, entry (n / 128, k / 128): the k blocks
+  //     innermost, padded to a multiple of 4 (weight_scales() packs an fp8::BlockScaledWeight so);
+  //   X scales [blocks(k), rows] row-major, entry (k / 128, row): the rows innermost, so a product's
+  //     rows must be a multiple of 4 (16-byte aligned columns).
+  e4m3_block_scaled,
+};
+
+// An e4m3 operand of a block-scaled product: its codes and its scales (layouts: GemmOperands).
+struct ScaledOperand {
+  const void* data;
+  const float* scale;
+};
+
+// The row stride of a weight's scales: its k blocks padded to a multiple of 4.
+inline int64_t weight_scale_stride(int64_t k) { return (fp8::blocks(k) + 3) / 4 * 4; }
+// w's scales in the W layout of GemmOperands::e4m3_block_scaled (padding entries 1).
+std::vector<float> weight_scales(const fp8::BlockScaledWeight& w);
+
 class BatchInvariantGemm {
  public:
   // out_type: CUDA_R_32F or CUDA_R_16BF. accumulate: out += X.W^T (beta = 1) instead of out = X.W^T.
   BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k, cudaDataType_t out_type, bool accumulate,
-                     int64_t reference_rows, size_t workspace_bytes);
+                     int64_t reference_rows, size_t workspace_bytes, GemmOperands operands = GemmOperands::bf16);
   BatchInvariantGemm(const BatchInvariantGemm&) = delete;
   BatchInvariantGemm& operator=(const BatchInvariantGemm&) = delete;
 
   // Prepares the layouts for `rows` rows and makes it the row count of run() without one (host-only
   // work; call outside graph capture). Row counts prepared earlier stay available to run(rows, ...).
   void set_rows(int64_t rows);
-  // Enqueues the product on stream. w: [n, k] bf16, x: [rows, k] bf16, out: [rows, n].
+  // Enqueues the product on stream (bf16 operands). w: [n, k] bf16, x: [rows, k] bf16, out: [rows, n].
   void run(const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const;
   // The same for a row count given to set_rows() before (row chunks of one batch; same algorithm, so
   // every row's bits are those of a whole-batch run).
   void run(int64_t rows, const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const;
+  // The product of block-scaled e4m3 operands (GemmOperands::e4m3_block_scaled) at a prepared row count.
+  void run(int64_t rows, ScaledOperand w, ScaledOperand x, void* out, void* workspace, cudaStream_t stream) const;
 
   // "algo=<id> tile=<id> stages=<id> ..." of the anchor, or of the algorithm used at `rows` rows
   // (given to set_rows before), for logs and benchmark reports.
@@ -62,17 +89,25 @@ class BatchInvariantGemm {
     Layout x, out;
     cublasLtMatmulAlgo_t algo;  // the anchor, or an algorithm that reproduced its bits
   };
+  // Random operands (and their scales) of a product at `rows` rows (defined in the .cpp).
+  struct RandomOperands;
   // Random operands at min(rows, 1024) rows and the anchor's outputs on them (defined in the .cpp).
   struct Probe;
+  bool block_scaled() const { return operands_ == GemmOperands::e4m3_block_scaled; }
+  // "bf16 GEMM n=.. k=.." or "e4m3 GEMM n=.. k=.. with block scales (...)", the out type and beta:
+  // what an error about this product names.
+  std::string what() const;
   // The x and out layouts at `rows` rows (algo left unset).
   RowLayouts make_row_layouts(int64_t rows) const;
   // The split-K-free algorithms the heuristic offers for these layouts (fitting the workspace),
   // best first; heuristic_best() takes the first.
   std::vector<cublasLtMatmulAlgo_t> heuristic_candidates(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const;
   bool heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out, cublasLtMatmulAlgo_t& algo) const;
+  // One product with `algo` (the scale pointers of block-scaled operands set first).
+  void matmul(const RowLayouts& l, const cublasLtMatmulAlgo_t& algo, const void* w, const float* w_scale,
+              const void* x, const float* x_scale, void* out, void* workspace, cudaStream_t stream) const;
   // The fastest of `algos` at `rows` rows on random operands (median of 5 runs each).
-  const cublasLtMatmulAlgo_t& fastest(const std::vector<cublasLtMatmulAlgo_t>& algos, int64_t rows,
-                                      cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const;
+  const cublasLtMatmulAlgo_t& fastest(const std::vector<cublasLtMatmulAlgo_t>& algos, const RowLayouts& l) const;
   // Whether `candidate` gives bitwise the anchor's outputs on the probe.
   bool same_bits_as_anchor(const cublasLtMatmulAlgo_t& candidate, const Probe& probe) const;
   const RowLayouts& layouts_of(int64_t rows) const;
@@ -82,8 +117,11 @@ class BatchInvariantGemm {
   cudaDataType_t out_type_;
   float beta_;
   size_t workspace_bytes_;
+  GemmOperands operands_;
   MatmulDesc op_;
   Layout w_layout_;
+  // Block-scaled products: the scale pointers the heuristic queries see.
+  DeviceBuffer<float> placeholder_scales_;
   std::vector<RowLayouts> row_layouts_;  // every row count prepared so far
   cublasLtMatmulAlgo_t algo_{};
 };

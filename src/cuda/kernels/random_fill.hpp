@@ -11,5 +11,7 @@ namespace swapffn::cuda {
 
 void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 void fill_random_f32(float* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+// e4m3 codes (OCP E4M3FN, as bytes) of uniform values in [-scale, scale), saturated to +-448: never NaN.
+void fill_random_e4m3(uint8_t* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 
 }  // namespace swapffn::cuda
