@@ -11,7 +11,7 @@ namespace swapffn {
 
 std::vector<std::string> backend_names() {
 #ifdef SWAPFFN_WITH_CUDA
-  return {"reference", "unfused", "fused"};
+  return {"reference", "unfused", "fused", "fused-fp8"};
 #else
   return {"reference"};
 #endif
@@ -19,8 +19,8 @@ std::vector<std::string> backend_names() {
 
 std::unique_ptr<Engine> make_engine(const std::string& backend, const Weights& w, const EngineOptions& opt) {
   w.validate();
-  // Kernel choices exist only in the fused backend; another backend given them would ignore them.
-  if (backend != "fused") {
+  // Kernel choices exist only in the fused backends; another backend given them would ignore them.
+  if (backend != "fused" && backend != "fused-fp8") {
     SWAPFFN_REQUIRE(!opt.fused.any(), "kernel choices (" + opt.fused.describe() +
                                           ") apply to the fused backend only, not '" + backend + "'");
   }
@@ -28,8 +28,9 @@ std::unique_ptr<Engine> make_engine(const std::string& backend, const Weights& w
 #ifdef SWAPFFN_WITH_CUDA
   if (backend == "unfused") return cuda::make_unfused_engine(w, opt);
   if (backend == "fused") return cuda::make_fused_engine(w, opt);
+  if (backend == "fused-fp8") return cuda::make_fused_fp8_engine(w, opt);
 #else
-  if (backend == "unfused" || backend == "fused")
+  if (backend == "unfused" || backend == "fused" || backend == "fused-fp8")
     SWAPFFN_FAIL("backend '" + backend + "' needs a CUDA build (this build has no CUDA)");
 #endif
   std::string known;

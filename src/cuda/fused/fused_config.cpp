@@ -70,9 +70,9 @@ std::vector<std::pair<int64_t, int64_t>> row_group_ranges(int64_t rows, int grou
   return out;
 }
 
-void check_fused_supports(const Config& cfg) {
-  const auto need = [](bool ok, const std::string& what) {
-    SWAPFFN_REQUIRE(ok, "backend 'fused' cannot run this config: " + what + " (use backend 'unfused')");
+void check_fused_supports(const Config& cfg, const std::string& backend) {
+  const auto need = [&backend](bool ok, const std::string& what) {
+    SWAPFFN_REQUIRE(ok, "backend '" + backend + "' cannot run this config: " + what + " (use backend 'unfused')");
   };
   need(cfg.d_model % 128 == 0, "d_model = " + std::to_string(cfg.d_model) + " is not a multiple of 128");
   // d_ff: whole 8-row W1/W3 pairs for the dual GEMM's interleave, and 64-k steps for cuBLAS's tiles.

@@ -2,6 +2,7 @@
 // one place: select_fused_config(), a line of reason per choice in the .cpp.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,8 +24,9 @@ struct FusedKernelConfig {
 // 64-row blocks (the GEMMs' M tiles), at most `groups`, none empty.
 std::vector<std::pair<int64_t, int64_t>> row_group_ranges(int64_t rows, int groups);
 
-// Throws naming the first dimension the fused kernels cannot run (before any allocation).
-void check_fused_supports(const Config& cfg);
+// Throws naming the first dimension the fused kernels cannot run (before any allocation) and the
+// backend (`fused`, or `fused-fp8`, which shares the event heads and row groups).
+void check_fused_supports(const Config& cfg, const std::string& backend = "fused");
 
 // The configuration for `batch` sequences: the defaults, then the tuned entry for this batch, then
 // the pinned choices. Throws when the result cannot run (the folded head on d_model > 1024, row

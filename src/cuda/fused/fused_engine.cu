@@ -1,157 +1,47 @@
 // Backend `fused`: the token step with the FFN as two GEMMs that keep the GEMM structure (a weight
 // tile loaded once serves 128 core rows) and fuse what surrounds them: the SwiGLU lives in our
 // Hopper up-projection's epilogue (no [M, 2F] intermediate), the residual add in the down
-// projection's (cuBLASLt with beta = 1, h updated in place in fp32). Per event: the event head (the
-// folded event router: five dot products per row, decisions, swap and the FFN's RMSNorm; the first
-// event's also does the core broadcast; or, for d_model > 1024, the cuBLASLt router GEMM and the
-// decision/swap kernel), then k_ffn x {dual GEMM, down GEMM, RMSNorm of the next GEMM's operand}.
-// Our kernels are programmatic dependent launches. A token step is one CUDA graph (GpuEngine); with
-// row groups each group's events are a branch of it on its own stream.
-#include <algorithm>
+// projection's (cuBLASLt with beta = 1, h updated in place in fp32). The event heads, row groups and
+// RMSNorms around the FFN are FusedEngineBase's. Our kernels are programmatic dependent launches.
 #include <string>
-#include <vector>
 
 #include "cuda/backends.hpp"
-#include "cuda/common/batch_invariant_gemm.hpp"
-#include "cuda/common/gpu_engine.hpp"
-#include "cuda/fused/fused_config.hpp"
-#include "cuda/kernels/core_film.hpp"
-#include "cuda/kernels/folded_event_router.hpp"
-#include "cuda/kernels/rmsnorm.hpp"
-#include "cuda/kernels/router_select_swap.hpp"
+#include "cuda/fused/fused_engine_base.hpp"
 #include "cuda/kernels/sm90_bf16_dual_gemm_swiglu.hpp"
 
 namespace swapffn::cuda {
 namespace {
 
-class FusedEngine final : public GpuEngine {
+class FusedEngine final : public FusedEngineBase {
  public:
-  FusedEngine(const Weights& w, const EngineOptions& opt) : GpuEngine(w, opt) {
+  FusedEngine(const Weights& w, const EngineOptions& opt) : FusedEngineBase(w, opt) {
     w13_.upload(interleave_w13(w.w1, w.w3, cfg_.d_ff, cfg_.d_model));
     w2_.upload(w.w2);
-    router_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_router, cfg_.d_model, CUDA_R_32F, false,
-                                                        cfg_.core_count, kGemmWorkspaceBytes);
     down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_model, cfg_.d_ff, CUDA_R_32F, cfg_.ffn_residual,
                                                       cfg_.core_count, kGemmWorkspaceBytes);
-    if (folded_event_router_fits(cfg_.d_model))
-      router_fold_.upload(fold_router(widen_bf16(w.router_norm), widen_bf16(w.router_w), widen_bf16(w.router_swap_w),
-                                      widen_bf16(w.bank_w), cfg_.d_model, cfg_.d_router));
   }
   std::string name() const override { return "fused"; }
 
  protected:
-  void allocate_batch(int64_t batch) override {
-    const int64_t M = batch * cfg_.core_count, D = cfg_.d_model, F = cfg_.d_ff;
-    kcfg_ = select_fused_config(cfg_, batch, opt_.fused);
-    nrm_.resize(size_t(M * D), "the normed GEMM operand");
-    router_gemm_->set_rows(M);
-    groups_ = row_group_ranges(M, kcfg_.row_groups);
-    group_rows_ = 0;
-    for (const auto& [r0, rows] : groups_) {
-      down_gemm_->set_rows(rows);
-      group_rows_ = std::max(group_rows_, rows);
-    }
-    z_.resize(size_t(M * cfg_.d_router), "the router logits");
-    // Per group an intermediate and a cuBLAS workspace, since the groups run side by side.
-    u_.resize(size_t(groups_.size()) * size_t(group_rows_ * F), "the SwiGLU outputs");
-    gemm_workspace_.resize(groups_.size() * kGemmWorkspaceBytes, "the cuBLAS workspaces");
-    while (group_streams_.size() + 1 < groups_.size()) {
-      group_streams_.push_back(std::make_unique<OwnedStream>());
-      group_done_.push_back(std::make_unique<OwnedEvent>());
-    }
+  void allocate_ffn(int64_t) override {
+    for (const auto& [r0, rows] : groups_) down_gemm_->set_rows(rows);
+    // Per group an intermediate, since the groups run side by side.
+    u_.resize(groups_.size() * size_t(group_rows_ * cfg_.d_ff), "the SwiGLU outputs");
   }
 
-  void release_batch() override {
-    nrm_.release();
-    z_.release();
-    u_.release();
-    gemm_workspace_.release();
-  }
+  void release_ffn() override { u_.release(); }
 
-  void enqueue_step() override {
-    const int64_t B = batch_, C = cfg_.core_count, D = cfg_.d_model;
-    const bool cublas_head = kcfg_.router == EventHead::cublas;
-    // The folded head's first event does the core broadcast itself (one kernel fewer per step); with
-    // the cuBLAS head the FiLM kernel also writes the first router operand rms(h) * router_norm.
-    if (!film_in_head())
-      launch_core_film({io_.get(), scale_.get(), shift_.get(), h_.get(), B, C, D,
-                        cublas_head ? router_norm_.get() : nullptr, cublas_head ? as_nv(nrm_.get()) : nullptr,
-                        static_cast<float>(cfg_.norm_eps)},
-                       stream_);
-    // Row groups run side by side, each on its own stream: a fork and a join of the graph.
-    if (groups_.size() > 1) {
-      CUDA_CHECK(cudaEventRecord(fork_.e, stream_));
-      for (size_t g = 1; g < groups_.size(); ++g) CUDA_CHECK(cudaStreamWaitEvent(group_streams_[g - 1]->s, fork_.e, 0));
-    }
-    for (size_t g = 0; g < groups_.size(); ++g) enqueue_group_events(g, g > 0 ? group_streams_[g - 1]->s : stream_);
-    for (size_t g = 1; g < groups_.size(); ++g) {
-      CUDA_CHECK(cudaEventRecord(group_done_[g - 1]->e, group_streams_[g - 1]->s));
-      CUDA_CHECK(cudaStreamWaitEvent(stream_, group_done_[g - 1]->e, 0));
-    }
-    enqueue_collapse_and_advance();
+  void enqueue_ffn(size_t g, int64_t g0, int64_t rows, cudaStream_t stream) override {
+    const int64_t D = cfg_.d_model, F = cfg_.d_ff;
+    bf16* u = u_.get() + int64_t(g) * group_rows_ * F;
+    launch_dual_gemm_swiglu({as_nv(nrm_.get() + g0 * D), as_nv(w13_.get()), as_nv(u), int(rows), int(2 * F), int(D)},
+                            kcfg_.up, stream);
+    down_gemm_->run(rows, w2_.get(), u, h_.get() + g0 * D, workspace(g), stream);
   }
 
  private:
-  // Whether the first event's head does the core broadcast; with no events the FiLM kernel runs.
-  bool film_in_head() const { return kcfg_.router == EventHead::folded && cfg_.n_events > 0; }
-
-  // Every event of row group g (rows [g0, g0 + g_rows)) on `stream`: the head, then the FFN steps.
-  void enqueue_group_events(size_t g, cudaStream_t stream) {
-    const auto [g0, g_rows] = groups_[g];
-    const int64_t M = batch_ * cfg_.core_count, D = cfg_.d_model, F = cfg_.d_ff;
-    const float eps = static_cast<float>(cfg_.norm_eps);
-    const bool cublas_head = kcfg_.router == EventHead::cublas;
-    const float* ffn_gain = cfg_.k_ffn > 0 ? norm_w_.get() : nullptr;
-    bf16* u = u_.get() + int64_t(g) * group_rows_ * F;
-    bf16* nrm = nrm_.get() + g0 * D;
-    float* h = h_.get() + g0 * D;
-    uint8_t* workspace = gemm_workspace_.get() + g * kGemmWorkspaceBytes;
-    for (int64_t e = 0; e < cfg_.n_events; ++e) {
-      const bool last_event = e + 1 == cfg_.n_events;
-      if (cublas_head) {  // one group (select_fused_config)
-        // What the swap kernel's RMSNorm feeds next: the FFN, else the next event's router.
-        const float* gain = ffn_gain ? ffn_gain : !last_event ? router_norm_.get() : nullptr;
-        router_gemm_->run(router_w_.get(), nrm_.get(), z_.get(), workspace, stream);
-        launch_router_select_swap({z_.get(), swap_w_.get(), swap_b_.get(), bank_w_.get(), bank_b_.get(), h_.get(),
-                                   as_nv(ram_.get()), map_.get(), io_.get(), static_cast<int>(e), M, D, cfg_.d_router,
-                                   gain, gain ? as_nv(nrm_.get()) : nullptr, eps},
-                                  stream);
-      } else {
-        EventRouterArgs args{h_.get(), swap_b_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
-                             static_cast<int>(e), g0, g_rows, M, D, ffn_gain, ffn_gain ? as_nv(nrm_.get()) : nullptr,
-                             eps, router_fold_.get()};
-        if (e == 0) {
-          args.film_scale = scale_.get();
-          args.film_shift = shift_.get();
-          args.cores = cfg_.core_count;
-        }
-        launch_folded_event_router(args, stream, /*pdl=*/true);
-      }
-      for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
-        launch_dual_gemm_swiglu({as_nv(nrm), as_nv(w13_.get()), as_nv(u), int(g_rows), int(2 * F), int(D)}, kcfg_.up,
-                                stream);
-        down_gemm_->run(g_rows, w2_.get(), u, h, workspace, stream);
-        // The operand of the next GEMM: this event's next FFN step, or (cuBLAS head) the next event's
-        // router; the folded head and the collapse read h directly.
-        const float* gain = i + 1 < cfg_.k_ffn ? norm_w_.get() : (cublas_head && !last_event ? router_norm_.get() : nullptr);
-        if (gain) launch_rmsnorm_bf16(h, gain, as_nv(nrm), g_rows, D, eps, stream, /*pdl=*/true);
-      }
-    }
-  }
-
-  static constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
-  FusedKernelConfig kcfg_;
-  OwnedLtHandle lt_;
-  std::unique_ptr<BatchInvariantGemm> router_gemm_, down_gemm_;
-  DeviceBuffer<uint8_t> gemm_workspace_;
-  DeviceBuffer<float> z_;
-  DeviceBuffer<float> router_fold_;  // [5, D]: the folded router's vectors (fold_router)
-  DeviceBuffer<bf16> w13_, w2_, nrm_, u_;  // w13_: W1 and W3 interleaved (interleave_w13)
-  int64_t group_rows_ = 0;  // the most rows of any group
-  std::vector<std::pair<int64_t, int64_t>> groups_;  // first row, rows (row_group_ranges)
-  std::vector<std::unique_ptr<OwnedStream>> group_streams_;  // groups 1.. (group 0 runs on stream_)
-  std::vector<std::unique_ptr<OwnedEvent>> group_done_;
-  OwnedEvent fork_;
+  std::unique_ptr<BatchInvariantGemm> down_gemm_;
+  DeviceBuffer<bf16> w13_, w2_, u_;  // w13_: W1 and W3 interleaved (interleave_w13)
 };
 
 }  // namespace
