@@ -1,4 +1,4 @@
-// Faults on the GPU path, for both backends: a batch whose buffers do not fit in the GPU's free
+// Faults on the GPU path, for every GPU backend: a batch whose buffers do not fit in the GPU's free
 // memory is refused with an error naming the allocation and its size; the host state, delta and
 // the trace are left as they were, the memory the attempt took is given back, and the next call
 // (host or device-resident) either refuses cleanly or gives the bits of a fresh engine.
@@ -159,8 +159,12 @@ TEST_P(GpuFaults, FailedUploadLeavesNoBatchToEnqueueOn) {
   EXPECT_EQ(0, std::memcmp(delta.data(), want_delta.data(), delta.size() * sizeof(float))) << "delta differs";
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, GpuFaults, ::testing::Values("unfused", "fused"),
-                         [](const auto& info) { return std::string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Backends, GpuFaults, ::testing::Values("unfused", "fused", "fused-fp8"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');  // test names take no '-'
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace swapffn

@@ -13,8 +13,8 @@
 namespace swapffn {
 namespace {
 
-TEST(GpuStatePool, FusedAndUnfusedKeepTheSlotContract) {
-  for (const char* backend : {"fused", "unfused"}) {
+TEST(GpuStatePool, EveryGpuBackendKeepsTheSlotContract) {
+  for (const char* backend : {"fused", "unfused", "fused-fp8"}) {
     SCOPED_TRACE(backend);
     auto e = make_engine(backend, gpu_test::weights_of("tiny"));
     testing::expect_pool_contract(*e, 4);

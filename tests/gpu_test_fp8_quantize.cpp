@@ -1,0 +1,151 @@
+// The fp8 backend's activation quantisers against the recipe on the host (fp8::quantize_row):
+// - bf16 rows -> e4m3 and 1x128 scales: bit-exact (codes and scales), on rows holding every case
+//   the recipe names: an all-zero block, negative zeros, values that saturate at 448 after the
+//   division, subnormal codes, blocks of very different magnitudes;
+// - SwiGLU then quantisation: the device's expf is not the host's std::exp (both within an ulp or
+//   two), so a code may differ where u lies on a rounding boundary: scales within 4 ulp, at most
+//   0.1% of the codes different and each only to its neighbour.
+// The scales' layout is cuBLASLt's [k / 128, rows] (rows innermost). Outputs are poisoned first.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda/kernels/fp8_quantize_rows.hpp"
+#include "cuda/kernels/fp8_swiglu_quantize.hpp"
+#include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/device_buffer.hpp"
+#include "swapffn/bf16.hpp"
+#include "swapffn/error.hpp"
+#include "swapffn/fp8.hpp"
+
+namespace swapffn::cuda {
+namespace {
+
+template <class T>
+std::vector<T> download(const DeviceBuffer<T>& d, size_t n) {
+  std::vector<T> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), d.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Poisoned device outputs: codes 0x7F (NaN, which no finite input quantises to) and NaN scales.
+struct QuantOut {
+  DeviceBuffer<uint8_t> q;
+  DeviceBuffer<float> s;
+  QuantOut(int64_t rows, int64_t k) {
+    q.upload(std::vector<uint8_t>(size_t(rows * k), 0x7F));
+    s.upload(std::vector<float>(size_t(rows * (k / 128)), std::nanf("")));
+  }
+};
+
+// Rows of bf16 values exercising the recipe's cases, block by block.
+std::vector<bf16> special_rows(int64_t rows, int64_t k, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<bf16> x(size_t(rows * k));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < k; ++c) {
+      const int64_t kind = (r * 5 + c / 128) % 7;
+      float v = nd(rng);
+      if (kind == 0) v = (c % 2) ? 0.0f : -0.0f;              // an all-zero block (with negative zeros)
+      if (kind == 1) v *= 1e-30f;                              // tiny block: its own small scale
+      if (kind == 2) v *= 3e4f;                                // large block
+      if (kind == 3 && c % 128 == 5) v = 1e3f;                 // one outlier: the rest become subnormal codes
+      if (kind == 4 && c % 128 == 0) v = 0.0f;                 // a zero inside an ordinary block
+      if (kind == 5 && c % 128 == 9) v = -std::fabs(v) * 40;   // a negative maximum
+      x[size_t(r * k + c)] = float_to_bf16(v);
+    }
+  return x;
+}
+
+TEST(Fp8Quantize, Bf16RowsAreBitExactWithTheRecipe) {
+  for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{37, 1024}, {512, 128}, {3, 4096}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + ", k " + std::to_string(k));
+    const std::vector<bf16> x = special_rows(rows, k, 17 + uint64_t(rows));
+    DeviceBuffer<bf16> xd;
+    xd.upload(x);
+    QuantOut out(rows, k);
+    launch_quantize_rows_e4m3(reinterpret_cast<const __nv_bfloat16*>(xd.get()), rows, k, out.q.get(), out.s.get(),
+                              nullptr, /*pdl=*/true);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> q = download(out.q, size_t(rows * k));
+    const std::vector<float> s = download(out.s, size_t(rows * (k / 128)));
+    std::vector<float> row(static_cast<size_t>(k)), want_s(static_cast<size_t>(k / 128));
+    std::vector<uint8_t> want_q(static_cast<size_t>(k));
+    int64_t subnormal_codes = 0, saturated = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < k; ++c) row[size_t(c)] = bf16_to_float(x[size_t(r * k + c)]);
+      fp8::quantize_row(row.data(), k, want_q.data(), want_s.data());
+      for (int64_t b = 0; b < k / 128; ++b)
+        ASSERT_EQ(0, std::memcmp(&want_s[size_t(b)], &s[size_t(b * rows + r)], sizeof(float)))
+            << "scale of row " << r << " block " << b << ": " << s[size_t(b * rows + r)] << " vs " << want_s[size_t(b)];
+      for (int64_t c = 0; c < k; ++c) {
+        ASSERT_EQ(int(want_q[size_t(c)]), int(q[size_t(r * k + c)])) << "code of row " << r << " column " << c;
+        subnormal_codes += (want_q[size_t(c)] & 0x78) == 0 && (want_q[size_t(c)] & 0x07) != 0;
+        saturated += (want_q[size_t(c)] & 0x7F) == 0x7E;
+      }
+    }
+    EXPECT_GT(subnormal_codes, 0) << "the rows exercise no subnormal code";
+    EXPECT_GT(saturated, 0) << "the rows exercise no block maximum";
+  }
+}
+
+TEST(Fp8Quantize, SwigluThenQuantiseFollowsTheRecipe) {
+  constexpr int64_t rows = 200, F = 384;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  std::vector<bf16> gu(size_t(rows * 2 * F));
+  for (size_t i = 0; i < gu.size(); ++i) gu[i] = float_to_bf16(nd(rng) * ((i / 128) % 3 == 0 ? 1e-3f : 1.f));
+  for (int64_t f = 0; f < 128; ++f) gu[size_t(7 * 2 * F + F + f)] = bf16{};  // row 7's first up block: u = 0
+  DeviceBuffer<bf16> gd;
+  gd.upload(gu);
+  QuantOut out(rows, F);
+  launch_swiglu_quantize_e4m3(reinterpret_cast<const __nv_bfloat16*>(gd.get()), rows, F, out.q.get(), out.s.get(),
+                              nullptr, /*pdl=*/true);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> q = download(out.q, size_t(rows * F));
+  const std::vector<float> s = download(out.s, size_t(rows * (F / 128)));
+  std::vector<float> u(static_cast<size_t>(F)), want_s(static_cast<size_t>(F / 128));
+  std::vector<uint8_t> want_q(static_cast<size_t>(F));
+  int64_t differ = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t f = 0; f < F; ++f) {
+      const float g = bf16_to_float(gu[size_t(r * 2 * F + f)]), up = bf16_to_float(gu[size_t(r * 2 * F + F + f)]);
+      u[size_t(f)] = g / (1.f + std::exp(-g)) * up;
+    }
+    fp8::quantize_row(u.data(), F, want_q.data(), want_s.data());
+    for (int64_t b = 0; b < F / 128; ++b) {
+      const float got = s[size_t(b * rows + r)], want = want_s[size_t(b)];
+      ASSERT_TRUE(std::isfinite(got)) << "scale of row " << r << " block " << b << " not written";
+      EXPECT_LE(std::fabs(got - want), 4 * std::ldexp(std::fabs(want), -23)) << "row " << r << " block " << b;
+    }
+    for (int64_t f = 0; f < F; ++f) {
+      const uint8_t a = q[size_t(r * F + f)], w = want_q[size_t(f)];
+      ASSERT_NE(a & 0x7F, 0x7F) << "code of row " << r << " column " << f << " not written";
+      if (a == w) continue;
+      ++differ;
+      EXPECT_EQ(a & 0x80, w & 0x80) << "row " << r << " column " << f;
+      EXPECT_LE(std::abs(int(a & 0x7F) - int(w & 0x7F)), 1) << "row " << r << " column " << f;
+    }
+  }
+  EXPECT_EQ(s[size_t(0 * rows + 7)], 1.0f) << "an all-zero block's scale is 1";
+  EXPECT_LE(differ, rows * F / 1000) << differ << " codes differ";
+}
+
+TEST(Fp8Quantize, RefusesWidthsThatAreNotWholeBlocks) {
+  DeviceBuffer<bf16> x(size_t(4 * 200));
+  QuantOut out(4, 256);
+  EXPECT_THROW(launch_quantize_rows_e4m3(reinterpret_cast<const __nv_bfloat16*>(x.get()), 4, 200, out.q.get(),
+                                         out.s.get(), nullptr),
+               Error);
+  EXPECT_THROW(launch_swiglu_quantize_e4m3(reinterpret_cast<const __nv_bfloat16*>(x.get()), 2, 100, out.q.get(),
+                                           out.s.get(), nullptr),
+               Error);
+}
+
+}  // namespace
+}  // namespace swapffn::cuda

@@ -1,0 +1,241 @@
+// The fused-fp8 backend: agreement with the reference following its trace under SPEC section 5's fp8
+// tolerance (Tolerance::fp8: tau 0.25, relative L2 error of delta <= 0.06 and of the final RAM <=
+// 0.08, runs of at most 4 tokens; stream maps exact) for both event heads and row groups; bitwise
+// determinism (graph vs eager, run vs run, engine vs engine); bitwise batch invariance; the model's
+// own fp8 weights used when it has them; refusal of configs the path cannot run and of bad input,
+// with the state unchanged.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "gpu_backend_test_util.hpp"
+#include "swapffn/check.hpp"
+#include "swapffn/error.hpp"
+#include "swapffn/fp8.hpp"
+
+namespace swapffn {
+namespace {
+
+using gpu_test::decode;
+using gpu_test::Decoded;
+using gpu_test::expect_bitwise_equal;
+using gpu_test::random_state;
+using gpu_test::weights_of;
+
+std::unique_ptr<Engine> fused_fp8(const Weights& w, bool graph = true, const std::string& kernels = "") {
+  EngineOptions o;
+  o.graph = graph;
+  o.fused.pinned = parse_fused_choice(kernels);
+  return make_engine("fused-fp8", w, o);
+}
+
+struct CheckCase {
+  const char* preset;
+  int64_t batch, tokens;
+  const char* kernels;  // pinned choices ("" = the built-in choice)
+};
+
+class FusedFp8Check : public ::testing::TestWithParam<CheckCase> {};
+
+TEST_P(FusedFp8Check, AgreesWithReferenceWithinFp8Tolerance) {
+  const auto [preset, batch, tokens, kernels] = GetParam();
+  const Weights& w = weights_of(preset);
+  auto e = fused_fp8(w, true, kernels);
+  EXPECT_EQ(e->precision(), "fp8");
+  const CheckReport r = check_backend(w, *e, batch, tokens, 401 + static_cast<uint64_t>(batch), Tolerance::fp8());
+  std::printf("[fused-fp8 %s B=%lld T=%lld %s] %s\n", preset, static_cast<long long>(batch),
+              static_cast<long long>(tokens), kernels, r.summary().c_str());
+  EXPECT_TRUE(r.passed()) << r.summary();
+  EXPECT_TRUE(r.stream_maps_equal);
+  EXPECT_GT(r.gate_checked, 0);
+}
+
+// Both event heads, row groups (120 rows as 64 + 56; 640 rows as 3 x 192 + 64; the default model's
+// 512 rows as 2 x 256), and the built-in choice at 16,000 rows (two groups on a 132-SM Hopper).
+INSTANTIATE_TEST_SUITE_P(
+    Paths, FusedFp8Check,
+    ::testing::Values(CheckCase{"tiny", 1, 4, ""}, CheckCase{"tiny", 3, 4, ""}, CheckCase{"tiny", 16, 2, ""},
+                      CheckCase{"tiny", 3, 4, "router=cublas"}, CheckCase{"tiny", 3, 4, "groups=2"},
+                      CheckCase{"tiny", 16, 2, "groups=4"}, CheckCase{"default", 1, 2, ""},
+                      CheckCase{"default", 2, 1, "router=cublas"}, CheckCase{"default", 1, 2, "groups=2"},
+                      CheckCase{"tiny", 400, 2, ""}),
+    [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
+
+// The e4m3 operands really run: fused-fp8's delta differs from the bf16 fused path's by the order of
+// e4m3's rounding (SPEC section 5's simulation: 0.03 against fp32), not by bf16's or by more.
+TEST(FusedFp8, DiffersFromTheBf16PathByE4m3Rounding) {
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 3, T = 1;
+  const State s0 = random_state(w.cfg, B, 71);
+  const auto x = decode_inputs(72, T, B, w.cfg.d_model);
+  const Decoded e4m3 = decode(*fused_fp8(w), x, T, s0);
+  const Decoded bf16_path = decode(*make_engine("fused", w), x, T, s0);
+  const double diff = rel_l2(e4m3.delta.data(), bf16_path.delta.data(), int64_t(e4m3.delta.size()));
+  std::printf("fused-fp8 vs fused: relative L2 difference of delta %.3g\n", diff);
+  EXPECT_GT(diff, 3e-3);
+  EXPECT_LT(diff, 0.1);
+}
+
+TEST(FusedFp8, NoResidualNoSiluAndDegenerateCountsAgree) {
+  for (const std::vector<std::string>& sets : std::vector<std::vector<std::string>>{
+           {"ffn_residual=false", "collapse_silu=false", "core_count=8"}, {"n_events=0"}, {"k_ffn=0"}}) {
+    Config cfg = Config::preset("tiny");
+    std::string label;
+    for (const auto& kv : sets) {
+      cfg.set(kv);
+      label += kv + " ";
+    }
+    cfg.validate();
+    const Weights w = Weights::random(cfg, 17);
+    for (const char* kernels : {"router=folded", "router=cublas"}) {
+      auto e = fused_fp8(w, true, kernels);
+      const CheckReport r = check_backend(w, *e, 2, 3, 5, Tolerance::fp8());
+      EXPECT_TRUE(r.passed()) << label << kernels << ": " << r.summary();
+    }
+  }
+}
+
+TEST(FusedFp8, RefusesShapesAndChoicesItCannotRunNamingThem) {
+  for (const auto& [kv, field] : std::vector<std::pair<std::string, std::string>>{
+           {"d_model=96", "d_model"}, {"d_ff=320", "d_ff"}, {"core_count=6", "core_count"}, {"d_router=6", "d_router"}}) {
+    Config cfg = Config::preset("tiny");
+    cfg.set(kv);
+    cfg.validate();
+    const Weights w = Weights::random(cfg, 3);
+    try {
+      fused_fp8(w);
+      ADD_FAILURE() << kv << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fused-fp8"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(fused_fp8(weights_of("tiny"), true, "up=bn256_st4_sk1_mc1"), Error);  // no dual GEMM tile here
+  EXPECT_THROW(fused_fp8(weights_of("tiny"), true, "router=cublas,groups=2"), Error);
+}
+
+TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 3, T = 4;
+  const State s0 = random_state(w.cfg, B, 21);
+  const auto x = decode_inputs(22, T, B, w.cfg.d_model);
+  auto g = fused_fp8(w, true), n = fused_fp8(w, false);
+  const Decoded rg = decode(*g, x, T, s0);
+  expect_bitwise_equal(rg, decode(*n, x, T, s0));
+  expect_bitwise_equal(rg, decode(*g, x, T, s0));
+  expect_bitwise_equal(rg, decode(*fused_fp8(w, true), x, T, s0));
+}
+
+// A sequence's bits must not depend on its batch-mates or on B, whether its rows run in groups side
+// by side, with either event head.
+TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
+  for (const auto& [preset, B, batch_kernels, head] :
+       {std::tuple<const char*, int64_t, const char*, const char*>{"tiny", 5, "", "folded"},
+        {"default", 9, "", "folded"},
+        {"default", 9, "groups=3", "folded"},
+        {"tiny", 400, "", "folded"},  // the built-in choice: two groups on 132 SMs
+        {"default", 9, "", "cublas"}}) {
+    const Weights& w = weights_of(preset);
+    const bool tiny = preset[0] == 't';
+    const int64_t T = tiny ? 3 : 2, D = w.cfg.d_model, pick = 3;
+    const State batch_state = random_state(w.cfg, B, 31);
+    const auto x = decode_inputs(32, T, B, D);
+    const std::string router = std::string("router=") + head;
+    const Decoded all = decode(*fused_fp8(w, true, router + (*batch_kernels ? "," : "") + batch_kernels), x, T, batch_state);
+
+    State one = State::init(w.cfg, 1);
+    batch_state.copy_sequence_to(pick, one, 0);
+    std::vector<float> x1(static_cast<size_t>(T * D));
+    for (int64_t t = 0; t < T; ++t)
+      std::copy_n(&x[static_cast<size_t>((t * B + pick) * D)], D, &x1[static_cast<size_t>(t * D)]);
+    const Decoded alone = decode(*fused_fp8(w, true, router), x1, T, one);
+
+    for (int64_t t = 0; t < T; ++t)
+      EXPECT_EQ(0, std::memcmp(&alone.delta[static_cast<size_t>(t * D)], &all.delta[static_cast<size_t>((t * B + pick) * D)],
+                               static_cast<size_t>(D) * sizeof(float)))
+          << preset << ": delta of token " << t << " differs alone vs in the batch";
+    State got = State::init(w.cfg, 1);
+    all.state.copy_sequence_to(pick, got, 0);
+    EXPECT_TRUE(got == alone.state) << preset << ": final state differs alone vs in the batch";
+  }
+}
+
+TEST(FusedFp8, RowGroupsGiveTheSameBitsAsOneGroup) {
+  for (const auto& [preset, B, T] : {std::tuple<const char*, int64_t, int64_t>{"tiny", 5, 3}, {"default", 1, 2}}) {
+    const Weights& w = weights_of(preset);
+    const State s0 = random_state(w.cfg, B, 51);
+    const auto x = decode_inputs(52, T, B, w.cfg.d_model);
+    const Decoded one = decode(*fused_fp8(w, true, "groups=1"), x, T, s0);
+    for (const char* kernels : {"groups=2", "groups=3", "groups=8"}) {
+      SCOPED_TRACE(std::string(preset) + " " + kernels);
+      expect_bitwise_equal(one, decode(*fused_fp8(w, true, kernels), x, T, s0));
+      expect_bitwise_equal(one, decode(*fused_fp8(w, false, kernels), x, T, s0));
+    }
+  }
+}
+
+// A model that carries its e4m3 FFN (Weights::fp8_ffn) runs those codes and scales: the recipe's own
+// quantisation of the bf16 weights gives the bits of an engine that quantises at construction; a
+// changed scale changes the output; a weight of the wrong shape is refused by name.
+TEST(FusedFp8, UsesTheModelsOwnFp8Weights) {
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 2, T = 2;
+  const State s0 = random_state(w.cfg, B, 61);
+  const auto x = decode_inputs(62, T, B, w.cfg.d_model);
+  const Decoded plain = decode(*fused_fp8(w), x, T, s0);
+
+  Weights carried = w;
+  carried.fp8_ffn = fp8::quantize_ffn(w.w1, w.w3, w.w2, w.cfg.d_model, w.cfg.d_ff);
+  expect_bitwise_equal(plain, decode(*fused_fp8(carried), x, T, s0));
+
+  for (float& s : carried.fp8_ffn->w2.scale) s *= 2.0f;
+  const Decoded doubled = decode(*fused_fp8(carried), x, T, s0);
+  EXPECT_NE(0, std::memcmp(plain.delta.data(), doubled.delta.data(), plain.delta.size() * sizeof(float)))
+      << "the model's fp8 w2 scales were not used";
+
+  Weights wrong = w;
+  wrong.fp8_ffn = fp8::quantize_ffn(w.w1, w.w3, w.w2, w.cfg.d_model, w.cfg.d_ff);
+  wrong.fp8_ffn->w2 = fp8::quantize_weight(std::vector<bf16>(size_t(w.cfg.d_model * 256), float_to_bf16(0.5f)),
+                                           w.cfg.d_model, 256, "w2.weight");
+  try {
+    fused_fp8(wrong);
+    ADD_FAILURE() << "an fp8 w2 of the wrong shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("w2.weight"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FusedFp8, BadInputIsRefusedAndStateLeftUnchanged) {
+  const Weights& w = weights_of("tiny");
+  auto e = fused_fp8(w);
+  const int64_t B = 2, D = w.cfg.d_model;
+  State s = random_state(w.cfg, B, 41);
+  const State before = s;
+  auto x = decode_inputs(42, 1, B, D);
+  x[static_cast<size_t>(D + 5)] = std::numeric_limits<float>::infinity();
+  std::vector<float> delta(x.size(), 7.f);
+  try {
+    e->step(x.data(), delta.data(), s);
+    ADD_FAILURE() << "non-finite x accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find(std::to_string(D + 5)), std::string::npos) << err.what();
+  }
+  EXPECT_TRUE(s == before);
+  EXPECT_EQ(delta[0], 7.f);
+
+  x[static_cast<size_t>(D + 5)] = 0.5f;
+  s.stream_map[1] = 0x00;  // lanes (0,0,0,0): not a permutation
+  const State bad = s;
+  EXPECT_THROW(e->step(x.data(), delta.data(), s), Error);
+  EXPECT_TRUE(s == bad);
+}
+
+}  // namespace
+}  // namespace swapffn
