@@ -6,7 +6,8 @@
 // each GPU point starts after --cooldown seconds idle and gets a matched floor: the floor GEMM after
 // the same pause for as long as the point ran, so a point's distance to the floor splits into the
 // machine's sustained clock and the kernels. NVML telemetry (SM clock, temperature, power, clock
-// limits) over each point and floor shows the clock itself.
+// limits) over each point and floor shows the clock itself. An fp8 backend (fused-fp8) is set against
+// cuBLAS's fp8 FFN GEMMs (`cublas-fp8-gemms`) and against its bf16 twin (fused) in the same run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +43,7 @@ namespace swapffn::cli {
 namespace {
 
 constexpr const char* kAnchor = "cublas-ffn-gemms";  // cuBLAS's FFN GEMMs alone (bench/cublas_ffn_gemms.hpp)
+constexpr const char* kFp8Anchor = "cublas-fp8-gemms";  // the same in e4m3 with block scales
 constexpr const char* kSlotsSuffix = "[slots]";  // a backend's step through a state pool of 4B slots
 constexpr int kFloorN = 8192;                         // the square GEMM that sets the floor
 constexpr uint64_t kSeed = 1;                         // parameters (without --model), state and inputs
@@ -60,9 +62,10 @@ struct BenchArgs {
 };
 
 struct Row {
-  Row(std::string b, int64_t n) : backend(std::move(b)), batch(n) {}
+  Row(std::string b, int64_t n, std::string p = "bf16") : backend(std::move(b)), batch(n), precision(std::move(p)) {}
   std::string backend;
   int64_t batch = 0;
+  std::string precision;  // of the GEMM operands: an fp8 row is set against the fp8 anchor
   double ms = 0;
   double matched_floor_tflops = 0;  // the floor GEMM under this point's load history (GPU points)
   double spread = 0;                // (slowest - fastest) / median of the timed runs (GPU points)
@@ -70,6 +73,15 @@ struct Row {
 };
 
 bool is_gpu_backend(const std::string& b) { return b != "reference"; }
+// The bf16 row an fp8 row is set against: fused-fp8 -> fused, the fp8 anchor -> the bf16 anchor.
+std::string bf16_twin(const std::string& fp8_row) {
+  if (fp8_row == kFp8Anchor) return kAnchor;
+  const std::string suffix = "-fp8";
+  const size_t n = fp8_row.size();
+  return n > suffix.size() && fp8_row.compare(n - suffix.size(), suffix.size(), suffix) == 0
+             ? fp8_row.substr(0, n - suffix.size())
+             : "";
+}
 bool power_known(const TelemetrySummary& t) { return t.power_w_mean > 0 && t.seconds >= kPowerMinSeconds; }
 
 // The commit to report: SWAPFFN_COMMIT when set (a binary carried to another machine), else the build's.
@@ -220,9 +232,11 @@ struct Results {
   std::optional<TelemetrySummary> floor_telemetry;
   std::string telemetry_note, power_note;
   nlohmann::json anchor_algorithms = nlohmann::json::object();  // cuBLASLt's picks for the anchor, per batch
+  nlohmann::json fp8_anchor_algorithms = nlohmann::json::object();  // and for the fp8 anchor
 };
 
-// Every row of every batch size: the anchor first (GPU), then each backend.
+// Every row of every batch size: the anchor first (GPU; then the fp8 anchor when an fp8 backend runs), then
+// each backend.
 Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::string>& backends) {
   std::vector<std::pair<std::string, std::unique_ptr<Engine>>> engines;
   SWAPFFN_REQUIRE(a.fused.tune_file.empty() || std::find(backends.begin(), backends.end(), "fused") != backends.end(),
@@ -235,6 +249,7 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
   Results res;
   const bool on_gpu = std::any_of(backends.begin(), backends.end(), is_gpu_backend);
 #ifdef SWAPFFN_WITH_CUDA
+  const bool any_fp8 = std::any_of(engines.begin(), engines.end(), [](const auto& e) { return e.second->precision() == "fp8"; });
   std::unique_ptr<GpuTimer> gpu;
   if (on_gpu) {
     gpu = std::make_unique<GpuTimer>(a.cooldown_s);
@@ -262,9 +277,19 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
       res.rows.push_back(r);
       log(r);
     }
+    if (gpu && any_fp8) {
+      Row r{kFp8Anchor, batch, "fp8"};
+      std::string algorithms;
+      gpu->point(r, [&](const cuda::TimedWindow& win) {
+        return cuda::time_cublas_fp8_ffn_gemms(w, batch, a.tokens, a.warmup, a.repeats, kSeed, win, &algorithms);
+      });
+      res.fp8_anchor_algorithms[std::to_string(batch)] = algorithms;
+      res.rows.push_back(r);
+      log(r);
+    }
 #endif
     for (auto& [name, engine] : engines) {
-      Row r{name, batch};
+      Row r{name, batch, engine->precision()};
 #ifdef SWAPFFN_WITH_CUDA
       if (is_gpu_backend(name))
         gpu->point(r, [&](const cuda::TimedWindow& win) {
@@ -302,12 +327,16 @@ nlohmann::json report(const Results& res, const Config& cfg) {
               "% floor", "vs unfused", "vs GEMMs", "spread", "matched floor", "% matched");
   bool spread_noted = false;
   std::vector<std::string> telemetry_lines, slot_lines;
+  std::vector<std::string> fp8_lines;
   for (const auto& r : res.rows) {
-    const double flops = r.backend == kAnchor ? cfg.ffn_flops_per_token() : cfg.flops_per_token();
+    const bool anchor_row = r.backend == kAnchor || r.backend == kFp8Anchor;
+    const double flops = anchor_row ? cfg.ffn_flops_per_token() : cfg.flops_per_token();
     const double tok_s = r.batch / (r.ms * 1e-3), tflops = flops * r.batch / (r.ms * 1e-3) / 1e12;
     const double pct = res.floor_tflops > 0 ? 100 * tflops / res.floor_tflops : 0;
     const double pct_matched = r.matched_floor_tflops > 0 ? 100 * tflops / r.matched_floor_tflops : 0;
-    const double base = ms_of(res, "unfused", r.batch), anchor = ms_of(res, kAnchor, r.batch);
+    const double base = ms_of(res, "unfused", r.batch),
+                 anchor = ms_of(res, r.precision == "fp8" ? kFp8Anchor : kAnchor, r.batch);
+    const double twin = r.precision == "fp8" ? ms_of(res, bf16_twin(r.backend), r.batch) : 0;
     const bool slots = r.backend.size() > std::strlen(kSlotsSuffix) &&
                        r.backend.compare(r.backend.size() - std::strlen(kSlotsSuffix), std::string::npos, kSlotsSuffix) == 0;
     const double dense = slots ? ms_of(res, r.backend.substr(0, r.backend.size() - std::strlen(kSlotsSuffix)), r.batch) : 0;
@@ -342,13 +371,24 @@ nlohmann::json report(const Results& res, const Config& cfg) {
                      {"telemetry", telemetry_json(r.telemetry)},
                      {"matched_floor_telemetry", telemetry_json(r.matched_floor_telemetry)},
                      {"pct_of_matched_floor_per_clock", per_clock},
-                     {"slot_step_over_dense", dense > 0 ? r.ms / dense : 0.0}});
+                     {"slot_step_over_dense", dense > 0 ? r.ms / dense : 0.0}, {"precision", r.precision},
+                     {"fp8_over_bf16", twin > 0 ? twin / r.ms : 0.0}});
     if (dense > 0) slot_lines.push_back(r.backend + " B=" + std::to_string(r.batch) + ": " + fmt_ratio(r.ms / dense));
+    if (twin > 0) fp8_lines.push_back(r.backend + " B=" + std::to_string(r.batch) + ": " + fmt_ratio(twin / r.ms));
   }
   if (ms_of(res, kAnchor, res.rows.front().batch) > 0)
     std::printf("%s: cuBLAS's FFN GEMMs alone (x W1^T, x W3^T, u W2^T per FFN step, %lld GEMMs per token step, one "
                 "CUDA graph); its TF/s count the FFN's FLOPs only. \"vs GEMMs\": its time over the row's\n",
                 kAnchor, static_cast<long long>(3 * cfg.n_events * cfg.k_ffn));
+  if (ms_of(res, kFp8Anchor, res.rows.front().batch) > 0)
+    std::printf("%s: the same GEMMs in e4m3 with the fp8 recipe's block scales (cuBLASLt's block-scaled fp8 matmul); "
+                "fp8 rows' \"vs GEMMs\" is against it\n",
+                kFp8Anchor);
+  if (!fp8_lines.empty()) {
+    std::printf("fp8 over bf16 (tok/s of each fp8 row over its bf16 twin's, same run):");
+    for (const auto& l : fp8_lines) std::printf("  %s", l.c_str());
+    std::printf("\n");
+  }
   if (!slot_lines.empty()) {
     std::printf("slot steps (a pool of 4B slots, the batch in every fourth slot: gather, step, scatter) over the dense "
                 "step:");
@@ -390,6 +430,10 @@ void write_json(const std::string& path, const BenchArgs& a, const Config& cfg, 
     j["gemms_alone"] = {{"row", kAnchor},
                         {"gemms_per_step", 3 * cfg.n_events * cfg.k_ffn},
                         {"algorithms", res.anchor_algorithms}};
+  if (!res.fp8_anchor_algorithms.empty())
+    j["fp8_gemms_alone"] = {{"row", kFp8Anchor},
+                            {"gemms_per_step", 3 * cfg.n_events * cfg.k_ffn},
+                            {"algorithms", res.fp8_anchor_algorithms}};
   if (!res.telemetry_note.empty()) j["telemetry_unavailable"] = res.telemetry_note;
   if (!res.power_note.empty()) j["power_unavailable"] = res.power_note;
   j["rows"] = rows;

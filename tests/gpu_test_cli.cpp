@@ -134,6 +134,31 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
               j["rows"][3]["ms_per_step"].get<double>() / j["rows"][2]["ms_per_step"].get<double>(), 1e-9);
 }
 
+// An fp8 backend brings the fp8 anchor (cuBLAS's block-scaled fp8 FFN GEMMs) after the bf16 one; its
+// "vs GEMMs" is against the fp8 anchor, and its fp8/bf16 ratio against fused's time in the same run.
+TEST_F(Cli, BenchSetsTheFp8BackendAgainstTheFp8AnchorAndFused) {
+  const std::string json = path("bench.json");
+  const Result r = cli("bench --config tiny --backends fused,fused-fp8 --batches 2 --tokens 2 --warmup 1 --repeats 3 "
+                       "--cooldown 0 --json " + json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(j["rows"].size(), 5u) << j.dump();
+  const char* order[5] = {"cublas-ffn-gemms", "cublas-fp8-gemms", "fused", "fused[slots]", "fused-fp8"};
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(j["rows"][i]["backend"], order[i]) << j["rows"][i];
+  const auto ms = [&](size_t i) { return j["rows"][i]["ms_per_step"].get<double>(); };
+  const auto& fp8 = j["rows"][4];
+  EXPECT_EQ(fp8["precision"], "fp8");
+  EXPECT_NEAR(fp8["speedup_vs_gemms_alone"].get<double>(), ms(1) / ms(4), 1e-9) << fp8;
+  EXPECT_NEAR(fp8["fp8_over_bf16"].get<double>(), ms(2) / ms(4), 1e-9) << fp8;
+  EXPECT_NEAR(j["rows"][1]["fp8_over_bf16"].get<double>(), ms(0) / ms(1), 1e-9) << j["rows"][1];
+  EXPECT_EQ(j["rows"][2]["fp8_over_bf16"].get<double>(), 0.0);  // a bf16 row has no twin
+  EXPECT_NEAR(j["rows"][2]["speedup_vs_gemms_alone"].get<double>(), ms(0) / ms(2), 1e-9);
+  EXPECT_NE(j["fp8_gemms_alone"]["algorithms"]["2"].get<std::string>().find("gate/up algo="), std::string::npos)
+      << j["fp8_gemms_alone"];
+  EXPECT_NE(r.out.find("fp8 over bf16"), std::string::npos) << r.out;
+  EXPECT_NE(line_with(r.out, "fp8 over bf16").find("fused-fp8 B=2: "), std::string::npos) << r.out;
+}
+
 // Without NVML the bench still times every point, says why it has no telemetry, and writes none.
 TEST_F(Cli, BenchWithoutNvmlSaysWhyAndStillTimes) {
   const std::string json = path("bench.json");

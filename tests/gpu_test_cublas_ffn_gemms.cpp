@@ -1,8 +1,8 @@
-// CublasFfnGemms (src/cuda/cublas_ffn_gemms.hpp), the anchor that `bench` sets every backend
-// against: one token step must compute the three products of an FFN step on the model's weights at
-// the asked row count (a wrong shape or operand would make the anchor faster than what it stands
-// for), and its timing must run. Checked against host products of the same bf16 operands, with the
-// outputs poisoned first. Skips without a Hopper GPU.
+// CublasFfnGemms (src/bench/cublas_ffn_gemms.hpp), the anchors that `bench` sets every backend
+// against (bf16, and e4m3 with block scales for the fp8 backends): one token step must compute the
+// three products of an FFN step on the model's weights at the asked row count (a wrong shape or
+// operand would make the anchor faster than what it stands for), and its timing must run. Checked
+// against host products of the same operands, with the outputs poisoned first.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +17,7 @@
 #include "gpu_backend_test_util.hpp"
 #include "swapffn/bf16.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/fp8.hpp"
 #include "swapffn/weights.hpp"
 
 namespace swapffn::cuda {
@@ -24,7 +25,7 @@ namespace {
 
 using gpu_test::weights_of;
 
-std::vector<float> download_bf16(const __nv_bfloat16* p, size_t n) {
+std::vector<float> download_bf16(const void* p, size_t n) {
   std::vector<bf16> raw(n);
   CUDA_CHECK(cudaMemcpy(raw.data(), p, n * sizeof(bf16), cudaMemcpyDeviceToHost));
   std::vector<float> out(n);
@@ -116,6 +117,62 @@ TEST(CublasFfnGemms, OneGemmAloneWritesOnlyItsOutput) {
   EXPECT_GT(nonzero, 64 * 256 / 2);
 }
 
+template <class T>
+std::vector<T> download(const void* p, size_t n) {
+  std::vector<T> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// The fp8 anchor (cublas-fp8-gemms): the same three products on e4m3 operands, the model's weights
+// quantised by the recipe, against fp8::gemm_reference on the codes and scales it multiplies:
+// relative L2 error <= 4e-3 (bf16 outputs; why: gpu_test_fp8_gemm.cpp), outputs poisoned first.
+TEST(CublasFfnGemms, Fp8StepComputesTheThreeProductsOnTheRecipesWeights) {
+  const Weights& w = weights_of("tiny");
+  const int64_t rows = 2 * w.cfg.core_count, d = w.cfg.d_model, f = w.cfg.d_ff;
+  const CublasFfnGemms g(w, rows, 7, GemmOperands::e4m3_block_scaled);
+  EXPECT_EQ(g.operands(), GemmOperands::e4m3_block_scaled);
+  EXPECT_EQ(g.gemms_per_step(), 3 * w.cfg.n_events * w.cfg.k_ffn);
+  CUDA_CHECK(cudaMemset(g.gate(), 0xFF, size_t(rows * f) * sizeof(bf16)));
+  CUDA_CHECK(cudaMemset(g.up(), 0xFF, size_t(rows * f) * sizeof(bf16)));
+  CUDA_CHECK(cudaMemset(g.down(), 0xFF, size_t(rows * d) * sizeof(bf16)));
+  g.enqueue_step(nullptr);
+  SWAPFFN_CHECK_LAUNCH();
+  CUDA_CHECK(cudaDeviceSynchronize());
+
+  const fp8::FfnWeights q = fp8::quantize_ffn(w.w1, w.w3, w.w2, d, f);
+  const auto x = download<uint8_t>(g.x(), size_t(rows * d)), u = download<uint8_t>(g.u(), size_t(rows * f));
+  const auto xs = download<float>(g.x_scale(), size_t(rows * d / 128)), us = download<float>(g.u_scale(), size_t(rows * f / 128));
+  const auto check = [&](const std::vector<float>& got, const std::vector<uint8_t>& in, const std::vector<float>& in_scale,
+                         const fp8::BlockScaledWeight& wq, const char* what) {
+    const int64_t k = wq.cols, n = wq.rows, kb = k / 128;
+    double err2 = 0, ref2 = 0;
+    std::vector<float> sa(static_cast<size_t>(kb)), want(static_cast<size_t>(n));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < kb; ++b) sa[size_t(b)] = in_scale[size_t(b * rows + r)];  // [k / 128, rows]
+      fp8::gemm_reference(&in[size_t(r * k)], sa.data(), wq, 1, want.data());
+      for (int64_t j = 0; j < n; ++j) {
+        const double e = double(got[size_t(r * n + j)]) - want[size_t(j)];
+        err2 += e * e;
+        ref2 += double(want[size_t(j)]) * want[size_t(j)];
+      }
+    }
+    EXPECT_GT(ref2, 0.0) << what;
+    EXPECT_LE(std::sqrt(err2 / ref2), 4e-3) << what;  // NaN (an unwritten output) fails too
+  };
+  check(download_bf16(g.gate(), size_t(rows * f)), x, xs, q.w1, "gate");
+  check(download_bf16(g.up(), size_t(rows * f)), x, xs, q.w3, "up");
+  check(download_bf16(g.down(), size_t(rows * d)), u, us, q.w2, "down");
+
+  // On random weights of a given shape: every output of the down GEMM written, finite.
+  const CublasFfnGemms r(256, 512, 1, 64, 4, GemmOperands::e4m3_block_scaled);
+  CUDA_CHECK(cudaMemset(r.down(), 0xFF, size_t(64 * 256) * sizeof(bf16)));
+  r.enqueue_gemm(CublasFfnGemms::Gemm::down, nullptr);
+  SWAPFFN_CHECK_LAUNCH();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (float v : download_bf16(r.down(), size_t(64 * 256))) ASSERT_TRUE(std::isfinite(v));
+}
+
 TEST(CublasFfnGemms, RefusesAnEmptyRowCountAndMisshapenWeights) {
   try {
     CublasFfnGemms g(weights_of("tiny"), 0, 1);
@@ -146,6 +203,10 @@ TEST(CublasFfnGemms, TimingRunsAGraphOfTokenSteps) {
   EXPECT_NE(algorithms.find("algo="), std::string::npos) << algorithms;
   EXPECT_THROW(time_cublas_ffn_gemms(w, 0, 3, 1, 3, 5), Error);
   EXPECT_THROW(time_cublas_ffn_gemms(w, 2, 0, 1, 3, 5), Error);
+  std::string fp8_algorithms;
+  const DecodeTiming t8 = time_cublas_fp8_ffn_gemms(w, 2, 3, 1, 3, 5, {}, &fp8_algorithms);
+  EXPECT_GT(t8.min_ms_per_step, 0.0);
+  EXPECT_NE(fp8_algorithms.find("algo="), std::string::npos) << fp8_algorithms;
 }
 
 }  // namespace

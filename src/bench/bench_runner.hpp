@@ -44,5 +44,9 @@ DecodeTiming time_device_decode_slots(Engine& engine, const State& initial, int 
 // time_device_decode times a backend. `algorithms`, when given, receives cuBLASLt's picks.
 DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
                                    const TimedWindow& window = {}, std::string* algorithms = nullptr);
+// The same with e4m3 operands and the fp8 recipe's block scales (cuBLASLt's block-scaled fp8 matmul):
+// the anchor of the fp8 backends.
+DecodeTiming time_cublas_fp8_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats,
+                                       uint64_t seed, const TimedWindow& window = {}, std::string* algorithms = nullptr);
 
 }  // namespace swapffn::cuda
