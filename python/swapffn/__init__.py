@@ -29,7 +29,7 @@ PADDING = -1  # a slot id that marks a padding row
 
 
 def backends() -> list:
-    """The backends compiled into this build ("reference", and "unfused"/"fused" with CUDA)."""
+    """The backends compiled into this build ("reference", and "unfused", "fused", "fused-fp8" with CUDA)."""
     return list(_swapffn.backends())
 
 
@@ -59,7 +59,7 @@ def _is_torch(a) -> bool:
 
 
 class Engine:
-    """One model on one backend ("reference", "unfused" or "fused") and device."""
+    """One model on one backend ("reference", "unfused", "fused" or "fused-fp8") and device."""
 
     def __init__(self, handle, path: str):
         self._h = handle
@@ -72,7 +72,7 @@ class Engine:
         """Loads a model file (safetensors, as `swapffn init` writes) onto `backend`.
 
         threads: CPU threads of the reference (0: all). graph: GPU backends capture a step in a CUDA
-        graph. kernels: the fused backend's pinned kernel choices, as `swapffn run --kernels`.
+        graph. kernels: the fused backends' pinned kernel choices, as `swapffn run --kernels`.
         """
         if not isinstance(device, int) or device < 0:
             raise Error(f"device must be a CUDA device index >= 0, got {device!r}")
