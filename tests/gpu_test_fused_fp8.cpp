@@ -58,14 +58,17 @@ TEST_P(FusedFp8Check, AgreesWithReferenceWithinFp8Tolerance) {
 }
 
 // Both event heads, row groups (120 rows as 64 + 56; 640 rows as 3 x 192 + 64; the default model's
-// 512 rows as 2 x 256), and the built-in choice at 16,000 rows (two groups on a 132-SM Hopper).
+// 512 rows as 2 x 256), and the built-in choice at 16,000 rows (two groups on a 132-SM Hopper); each
+// up projection (cuBLASLt's GEMM then the SwiGLU kernel, or ours with both fused).
 INSTANTIATE_TEST_SUITE_P(
     Paths, FusedFp8Check,
     ::testing::Values(CheckCase{"tiny", 1, 4, ""}, CheckCase{"tiny", 3, 4, ""}, CheckCase{"tiny", 16, 2, ""},
                       CheckCase{"tiny", 3, 4, "router=cublas"}, CheckCase{"tiny", 3, 4, "groups=2"},
                       CheckCase{"tiny", 16, 2, "groups=4"}, CheckCase{"default", 1, 2, ""},
                       CheckCase{"default", 2, 1, "router=cublas"}, CheckCase{"default", 1, 2, "groups=2"},
-                      CheckCase{"tiny", 400, 2, ""}),
+                      CheckCase{"tiny", 400, 2, ""}, CheckCase{"tiny", 3, 4, "fp8up=sm90"},
+                      CheckCase{"tiny", 16, 2, "fp8up=sm90,groups=4"}, CheckCase{"default", 1, 2, "fp8up=sm90"},
+                      CheckCase{"default", 2, 1, "fp8up=sm90,router=cublas"}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
 
 // The e4m3 operands really run: fused-fp8's delta differs from the bf16 fused path's by the order of
@@ -119,6 +122,9 @@ TEST(FusedFp8, RefusesShapesAndChoicesItCannotRunNamingThem) {
   }
   EXPECT_THROW(fused_fp8(weights_of("tiny"), true, "up=bn256_st4_sk1_mc1"), Error);  // no dual GEMM tile here
   EXPECT_THROW(fused_fp8(weights_of("tiny"), true, "router=cublas,groups=2"), Error);
+  EngineOptions bf16_with_fp8_choice;
+  bf16_with_fp8_choice.fused.pinned = parse_fused_choice("fp8up=sm90");
+  EXPECT_THROW(make_engine("fused", weights_of("tiny"), bf16_with_fp8_choice), Error);
 }
 
 TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
@@ -126,28 +132,33 @@ TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
   const int64_t B = 3, T = 4;
   const State s0 = random_state(w.cfg, B, 21);
   const auto x = decode_inputs(22, T, B, w.cfg.d_model);
-  auto g = fused_fp8(w, true), n = fused_fp8(w, false);
-  const Decoded rg = decode(*g, x, T, s0);
-  expect_bitwise_equal(rg, decode(*n, x, T, s0));
-  expect_bitwise_equal(rg, decode(*g, x, T, s0));
-  expect_bitwise_equal(rg, decode(*fused_fp8(w, true), x, T, s0));
+  for (const char* up : {"fp8up=cublas", "fp8up=sm90"}) {
+    SCOPED_TRACE(up);
+    auto g = fused_fp8(w, true, up), n = fused_fp8(w, false, up);
+    const Decoded rg = decode(*g, x, T, s0);
+    expect_bitwise_equal(rg, decode(*n, x, T, s0));
+    expect_bitwise_equal(rg, decode(*g, x, T, s0));
+    expect_bitwise_equal(rg, decode(*fused_fp8(w, true, up), x, T, s0));
+  }
 }
 
 // A sequence's bits must not depend on its batch-mates or on B, whether its rows run in groups side
-// by side, with either event head.
+// by side, with either event head and either up projection (`both`: the choices of both runs).
 TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
-  for (const auto& [preset, B, batch_kernels, head] :
-       {std::tuple<const char*, int64_t, const char*, const char*>{"tiny", 5, "", "folded"},
-        {"default", 9, "", "folded"},
-        {"default", 9, "groups=3", "folded"},
-        {"tiny", 400, "", "folded"},  // the built-in choice: two groups on 132 SMs
-        {"default", 9, "", "cublas"}}) {
+  for (const auto& [preset, B, batch_kernels, both] :
+       {std::tuple<const char*, int64_t, const char*, const char*>{"tiny", 5, "", "router=folded"},
+        {"default", 9, "", "router=folded"},
+        {"default", 9, "groups=3", "router=folded"},
+        {"tiny", 400, "", "router=folded"},  // the built-in choice: two groups on 132 SMs
+        {"default", 9, "", "router=cublas"},
+        {"default", 9, "", "router=folded,fp8up=sm90"},
+        {"tiny", 400, "", "router=folded,fp8up=sm90"}}) {
     const Weights& w = weights_of(preset);
     const bool tiny = preset[0] == 't';
     const int64_t T = tiny ? 3 : 2, D = w.cfg.d_model, pick = 3;
     const State batch_state = random_state(w.cfg, B, 31);
     const auto x = decode_inputs(32, T, B, D);
-    const std::string router = std::string("router=") + head;
+    const std::string router = both;
     const Decoded all = decode(*fused_fp8(w, true, router + (*batch_kernels ? "," : "") + batch_kernels), x, T, batch_state);
 
     State one = State::init(w.cfg, 1);
@@ -168,12 +179,14 @@ TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
 }
 
 TEST(FusedFp8, RowGroupsGiveTheSameBitsAsOneGroup) {
-  for (const auto& [preset, B, T] : {std::tuple<const char*, int64_t, int64_t>{"tiny", 5, 3}, {"default", 1, 2}}) {
+  for (const auto& [preset, B, T, up] : {std::tuple<const char*, int64_t, int64_t, std::string>{"tiny", 5, 3, ""},
+                                         {"default", 1, 2, ""}, {"tiny", 5, 3, ",fp8up=sm90"}}) {
     const Weights& w = weights_of(preset);
     const State s0 = random_state(w.cfg, B, 51);
     const auto x = decode_inputs(52, T, B, w.cfg.d_model);
-    const Decoded one = decode(*fused_fp8(w, true, "groups=1"), x, T, s0);
-    for (const char* kernels : {"groups=2", "groups=3", "groups=8"}) {
+    const Decoded one = decode(*fused_fp8(w, true, "groups=1" + up), x, T, s0);
+    for (const char* groups : {"groups=2", "groups=3", "groups=8"}) {
+      const std::string kernels = groups + up;
       SCOPED_TRACE(std::string(preset) + " " + kernels);
       expect_bitwise_equal(one, decode(*fused_fp8(w, true, kernels), x, T, s0));
       expect_bitwise_equal(one, decode(*fused_fp8(w, false, kernels), x, T, s0));

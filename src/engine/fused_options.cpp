@@ -25,6 +25,12 @@ EventHead parse_head(const std::string& v) {
   SWAPFFN_FAIL("kernel choice router=" + v + ": must be folded or cublas");
 }
 
+Fp8UpGemm parse_fp8_up(const std::string& v) {
+  if (v == "cublas") return Fp8UpGemm::cublas;
+  if (v == "sm90") return Fp8UpGemm::sm90;
+  SWAPFFN_FAIL("kernel choice fp8up=" + v + ": must be cublas or sm90");
+}
+
 int parse_groups(const std::string& v) {
   size_t used = 0;
   int n = 0;
@@ -63,12 +69,15 @@ const char* to_string(DualGemmTile t) {
 
 const char* to_string(EventHead h) { return h == EventHead::folded ? "folded" : "cublas"; }
 
+const char* to_string(Fp8UpGemm g) { return g == Fp8UpGemm::cublas ? "cublas" : "sm90"; }
+
 std::string FusedChoice::describe() const {
   std::string s;
   const auto add = [&](const std::string& part) { s += (s.empty() ? "" : ",") + part; };
   if (up) add(std::string("up=") + to_string(*up));
   if (router) add(std::string("router=") + to_string(*router));
   if (row_groups) add("groups=" + std::to_string(*row_groups));
+  if (fp8_up) add(std::string("fp8up=") + to_string(*fp8_up));
   return s;
 }
 
@@ -93,8 +102,10 @@ FusedChoice parse_fused_choice(const std::string& spec) {
       c.router = parse_head(val);
     else if (key == "groups")
       c.row_groups = parse_groups(val);
+    else if (key == "fp8up")
+      c.fp8_up = parse_fp8_up(val);
     else
-      SWAPFFN_FAIL("unknown kernel choice '" + key + "' (known: up, router, groups)");
+      SWAPFFN_FAIL("unknown kernel choice '" + key + "' (known: up, router, groups, fp8up)");
     pos = end + 1;
   }
   return c;

@@ -33,6 +33,7 @@ void apply(FusedKernelConfig& k, const FusedChoice& c) {
   if (c.up) k.up = *c.up;
   if (c.router) k.router = *c.router;
   if (c.row_groups) k.row_groups = *c.row_groups;
+  if (c.fp8_up) k.fp8_up = *c.fp8_up;
 }
 
 FusedKernelConfig resolve(const Config& cfg, int64_t batch, const FusedOptions& opt) {
@@ -52,6 +53,10 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const Fu
   SWAPFFN_REQUIRE(k.router == one.router, std::string("fused: the event head must be the same at every batch size ") +
                                               "(batch invariance); batch " + std::to_string(batch) + " would use " +
                                               to_string(k.router) + ", batch 1 " + to_string(one.router));
+  SWAPFFN_REQUIRE(k.fp8_up == one.fp8_up, std::string("fused-fp8: the up projection must be the same at every batch "
+                                                       "size (batch invariance); batch ") +
+                                              std::to_string(batch) + " would use " + to_string(k.fp8_up) +
+                                              ", batch 1 " + to_string(one.fp8_up));
   SWAPFFN_REQUIRE(k.router == EventHead::cublas || folded_event_router_fits(cfg.d_model),
                   "fused: the folded event head needs d_model <= " + std::to_string(kFoldedRouterMaxDModel) +
                       " (d_model = " + std::to_string(cfg.d_model) + "); use router=cublas");

@@ -18,6 +18,8 @@ struct FusedKernelConfig {
   // on its own stream inside the step's graph, so one group's head and RMSNorms run under another
   // group's GEMMs. Rows are independent: no numerics change. Needs the folded head.
   int row_groups = 1;
+  // fused-fp8's up projection (fused_options.hpp): a numerics class, the same at every batch size.
+  Fp8UpGemm fp8_up = Fp8UpGemm::cublas;
 };
 
 // The first row and the row count of each group when `rows` rows split into `groups` groups: whole

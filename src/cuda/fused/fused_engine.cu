@@ -8,6 +8,7 @@
 #include "cuda/backends.hpp"
 #include "cuda/fused/fused_engine_base.hpp"
 #include "cuda/kernels/sm90_bf16_dual_gemm_swiglu.hpp"
+#include "swapffn/error.hpp"
 
 namespace swapffn::cuda {
 namespace {
@@ -50,6 +51,7 @@ std::unique_ptr<Engine> make_fused_engine(const Weights& w, const EngineOptions&
   require_hopper_gpu("fused");
   w.cfg.validate();
   check_fused_supports(w.cfg);
+  SWAPFFN_REQUIRE(!opt.fused.pinned.fp8_up, "kernel choice fp8up= applies to backend 'fused-fp8' only");
   select_fused_config(w.cfg, 1, opt.fused);  // a choice that cannot run: fail now
   return std::make_unique<FusedEngine>(w, opt);
 }

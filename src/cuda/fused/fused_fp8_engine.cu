@@ -1,11 +1,13 @@
 // Backend `fused-fp8`: the fused token step (FusedEngineBase: event heads, row groups, RMSNorms, the
 // fp32 residual h) with the FFN in e4m3, the recipe of SPEC section 5's fp8 paths (swapffn/fp8.hpp):
 // weights in 128x128 blocks, activations in 1x128 blocks along k, fp32 scales, fp32 accumulation.
-// Per FFN step: the bf16 normed operand quantised (fp8_quantize_rows), the w1|w3 GEMM into bf16
-// [rows, 2F], SwiGLU and quantisation (fp8_swiglu_quantize), the w2 GEMM adding into h in place
-// (fp32, beta = 1). The GEMMs are cuBLASLt's block-scaled fp8 matmul (Hopper), pinned per shape for
-// batch invariance (BatchInvariantGemm). The up GEMM writes bf16: its output is quantised to e4m3
-// next, and bf16's rounding (2^-9) is far below e4m3's (2^-4) at half the bytes of fp32.
+// Per FFN step: the bf16 normed operand quantised (fp8_quantize_rows); the up projection into e4m3 u
+// (fp8up=cublas: cuBLASLt's w1|w3 GEMM into bf16 [rows, 2F], then SwiGLU and quantisation,
+// fp8_swiglu_quantize; fp8up=sm90: our kernel with both in its epilogue, sm90_fp8_dual_gemm_swiglu);
+// the w2 GEMM adding into h in place (fp32, beta = 1). The cuBLASLt GEMMs are its block-scaled fp8
+// matmul (Hopper), pinned per shape for batch invariance (BatchInvariantGemm). Its up GEMM writes
+// bf16: the output is quantised to e4m3 next, and bf16's rounding (2^-9) is far below e4m3's (2^-4)
+// at half the bytes of fp32.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +19,7 @@
 #include "cuda/fused/fused_engine_base.hpp"
 #include "cuda/kernels/fp8_quantize_rows.hpp"
 #include "cuda/kernels/fp8_swiglu_quantize.hpp"
+#include "cuda/kernels/sm90_fp8_dual_gemm_swiglu.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/fp8.hpp"
 
@@ -33,7 +36,8 @@ void check_shape(const fp8::BlockScaledWeight& w, int64_t rows, int64_t cols, co
 
 class FusedFp8Engine final : public FusedEngineBase {
  public:
-  FusedFp8Engine(const Weights& w, const EngineOptions& opt) : FusedEngineBase(w, opt) {
+  FusedFp8Engine(const Weights& w, const EngineOptions& opt)
+      : FusedEngineBase(w, opt), up_(select_fused_config(cfg_, 1, opt_.fused).fp8_up) {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff, C = cfg_.core_count;
     // The model's own e4m3 weights when it has them, else the recipe applied to its bf16 ones.
     std::optional<fp8::FfnWeights> quantised;
@@ -42,10 +46,15 @@ class FusedFp8Engine final : public FusedEngineBase {
     check_shape(q.w1, F, D, "w1.weight");
     check_shape(q.w3, F, D, "w3.weight");
     check_shape(q.w2, D, F, "w2.weight");
-    // One up GEMM over [W1; W3] (rows [0, F) gate, [F, 2F) up): F % 128 == 0, so the two weights'
-    // 128-row scale blocks stack without straddling.
-    std::vector<uint8_t> w13 = q.w1.data;
-    w13.insert(w13.end(), q.w3.data.begin(), q.w3.data.end());
+    // cuBLASLt's up GEMM runs over [W1; W3] (rows [0, F) gate, [F, 2F) up); ours reads them interleaved
+    // in blocks of 8 rows. Scales: W1's, then W3's (F % 128 == 0: the 128-row blocks do not straddle).
+    std::vector<uint8_t> w13;
+    if (up_ == Fp8UpGemm::sm90) {
+      w13 = interleave_w13_e4m3(q.w1.data, q.w3.data, F, D);
+    } else {
+      w13 = q.w1.data;
+      w13.insert(w13.end(), q.w3.data.begin(), q.w3.data.end());
+    }
     std::vector<float> w13_scale = weight_scales(q.w1);
     const std::vector<float> w3_scale = weight_scales(q.w3);
     w13_scale.insert(w13_scale.end(), w3_scale.begin(), w3_scale.end());
@@ -53,13 +62,14 @@ class FusedFp8Engine final : public FusedEngineBase {
     w13_scale_.upload(w13_scale);
     w2_.upload(q.w2.data);
     w2_scale_.upload(weight_scales(q.w2));
-    up_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, 2 * F, D, CUDA_R_16BF, false, C, kGemmWorkspaceBytes,
-                                                    GemmOperands::e4m3_block_scaled);
+    if (up_ == Fp8UpGemm::cublas)
+      up_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, 2 * F, D, CUDA_R_16BF, false, C, kGemmWorkspaceBytes,
+                                                      GemmOperands::e4m3_block_scaled);
     down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, D, F, CUDA_R_32F, cfg_.ffn_residual, C,
                                                       kGemmWorkspaceBytes, GemmOperands::e4m3_block_scaled);
     if (const char* v = std::getenv("SWAPFFN_LOG_GEMMS"); v && *v && std::strcmp(v, "0") != 0)
-      std::fprintf(stderr, "fused-fp8: w1|w3 GEMM %s\nfused-fp8: w2 GEMM %s\n", up_gemm_->describe().c_str(),
-                   down_gemm_->describe().c_str());
+      std::fprintf(stderr, "fused-fp8: w1|w3 GEMM %s\nfused-fp8: w2 GEMM %s\n",
+                   up_gemm_ ? up_gemm_->describe().c_str() : "sm90_fp8_dual_gemm_swiglu", down_gemm_->describe().c_str());
   }
   std::string name() const override { return "fused-fp8"; }
   std::string precision() const override { return "fp8"; }
@@ -68,14 +78,14 @@ class FusedFp8Engine final : public FusedEngineBase {
   void allocate_ffn(int64_t rows) override {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff;
     for (const auto& [r0, n] : groups_) {
-      up_gemm_->set_rows(n);
+      if (up_gemm_) up_gemm_->set_rows(n);
       down_gemm_->set_rows(n);
     }
     // Indexed by row (each group uses its own rows), the scales of a group's rows in its own
     // [k / 128, rows] block at the group's first row times k / 128.
     xq_.resize(size_t(rows * D), "the quantised FFN operand");
     xs_.resize(size_t(rows * D / fp8::kBlock), "the FFN operand's scales");
-    gu_.resize(size_t(rows * 2 * F), "the gate and up projections");
+    if (up_gemm_) gu_.resize(size_t(rows * 2 * F), "the gate and up projections");
     uq_.resize(size_t(rows * F), "the quantised SwiGLU output");
     us_.resize(size_t(rows * F / fp8::kBlock), "the SwiGLU output's scales");
   }
@@ -92,23 +102,33 @@ class FusedFp8Engine final : public FusedEngineBase {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff;
     uint8_t* xq = xq_.get() + g0 * D;
     float* xs = xs_.get() + g0 * (D / fp8::kBlock);
-    bf16* gu = gu_.get() + g0 * 2 * F;
+    bf16* gu = gu_.get() + g0 * 2 * F;  // the cuBLASLt up GEMM's
     uint8_t* uq = uq_.get() + g0 * F;
     float* us = us_.get() + g0 * (F / fp8::kBlock);
     launch_quantize_rows_e4m3(as_nv(nrm_.get() + g0 * D), rows, D, xq, xs, stream, /*pdl=*/true);
-    up_gemm_->run(rows, ScaledOperand{w13_.get(), w13_scale_.get()}, ScaledOperand{xq, xs}, gu, workspace(g), stream);
-    launch_swiglu_quantize_e4m3(as_nv(gu), rows, F, uq, us, stream, /*pdl=*/true);
+    if (up_ == Fp8UpGemm::sm90) {
+      const int64_t stride = weight_scale_stride(D);
+      launch_fp8_dual_gemm_swiglu({xq, xs, w13_.get(), w13_scale_.get(),
+                                   w13_scale_.get() + fp8::blocks(F) * stride, int(stride), uq, us, int(rows), int(F),
+                                   int(D)},
+                                  stream);
+    } else {
+      up_gemm_->run(rows, ScaledOperand{w13_.get(), w13_scale_.get()}, ScaledOperand{xq, xs}, gu, workspace(g),
+                    stream);
+      launch_swiglu_quantize_e4m3(as_nv(gu), rows, F, uq, us, stream, /*pdl=*/true);
+    }
     down_gemm_->run(rows, ScaledOperand{w2_.get(), w2_scale_.get()}, ScaledOperand{uq, us}, h_.get() + g0 * D,
                     workspace(g), stream);
   }
 
  private:
-  std::unique_ptr<BatchInvariantGemm> up_gemm_, down_gemm_;
-  DeviceBuffer<uint8_t> w13_, w2_;           // e4m3 [2F, D] ([W1; W3]) and [D, F]
+  Fp8UpGemm up_;                                       // at every batch size (select_fused_config)
+  std::unique_ptr<BatchInvariantGemm> up_gemm_, down_gemm_;  // up_gemm_: fp8up=cublas only
+  DeviceBuffer<uint8_t> w13_, w2_;           // e4m3 [2F, D] ([W1; W3], or interleaved for sm90) and [D, F]
   DeviceBuffer<float> w13_scale_, w2_scale_;  // their block scales (weight_scales' layout)
   DeviceBuffer<uint8_t> xq_, uq_;             // e4m3 [M, D] and [M, F]
   DeviceBuffer<float> xs_, us_;               // their scales
-  DeviceBuffer<bf16> gu_;                     // [M, 2F]
+  DeviceBuffer<bf16> gu_;                     // [M, 2F] (fp8up=cublas)
 };
 
 }  // namespace
