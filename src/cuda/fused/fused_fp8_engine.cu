@@ -145,8 +145,8 @@ std::unique_ptr<Engine> make_fused_fp8_engine(const Weights& w, const EngineOpti
   need(w.cfg.core_count % 4 == 0, "core_count = " + std::to_string(w.cfg.core_count) +
                                       " is not a multiple of 4 (cuBLASLt's 1x128 scales need row counts that are)");
   SWAPFFN_REQUIRE(!opt.fused.pinned.up && opt.fused.tuned.empty(),
-                  "backend 'fused-fp8' takes the kernel choices router= and groups= only (no dual GEMM tile, no "
-                  "tuning cache)");
+                  "backend 'fused-fp8' takes the kernel choices router=, groups= and fp8up= only (no dual GEMM tile, "
+                  "no tuning cache)");
   select_fused_config(w.cfg, 1, opt.fused);  // a choice that cannot run: fail now
   return std::make_unique<FusedFp8Engine>(w, opt);
 }
