@@ -89,8 +89,8 @@ nv::Operand operand(const Bytes& data, const Bytes& scales, bool blocked, Dims d
   require_layout(data, name, {rows, kb, d.l}, {kb, 1, rows * kb}, device);
   if (blocked) {
     const int64_t rm = (rows + 127) / 128, rk = (ks + 3) / 4;
-    require_layout(scales, name + " scales (blocked)", {32, 4, rm, 4, rk, d.l}, {16, 4, rk * 512, 1, 512, rm * rk * 512},
-                   device);
+    require_layout(scales, name + " scales (blocked)", {32, 4, rm, 4, rk, d.l},
+                   {16, 4, rk * 512, 1, 512, rm * rk * 512}, device);
   } else {
     require_layout(scales, name + " scales (plain)", {rows, ks, d.l}, {ks, 1, rows * ks}, device);
   }
@@ -198,8 +198,8 @@ int64_t grouped_gemm(const std::vector<Bytes>& a, const std::vector<Bytes>& sfa,
     q.a = operand(a[i], sfa[i], a_blocked[i], d, dev, group + "a");
     q.b = operand(b[i], sfb[i], b_blocked[i], d, dev, group + "b");
     q.n = int64_t(b[i].shape(0));
-    SWAPFFN_REQUIRE(c[i].device_id() == dev, group + "c: on cuda:" + str(c[i].device_id()) + ", group 0's c is on cuda:" +
-                                                 str(dev));
+    SWAPFFN_REQUIRE(c[i].device_id() == dev,
+                    group + "c: on cuda:" + str(c[i].device_id()) + ", group 0's c is on cuda:" + str(dev));
     q.c = output(c[i], q.m, q.n, d.l);
     p.groups.push_back(q);
   }

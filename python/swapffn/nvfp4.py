@@ -107,7 +107,8 @@ class _Call:
 
     def k_multiple(self, name: str, k: int, multiple: int) -> None:
         if k % multiple:
-            self.fail(name, f"K = 2 * {name}.shape[1] = {k} is not a multiple of {multiple} (the {self.op} kernels' k step)")
+            self.fail(name, f"K = 2 * {name}.shape[1] = {k} is not a multiple of {multiple} (the {self.op} "
+                            "kernels' k step)")
 
     def data(self, name: str, t, rows: Optional[int], k: int, l: int) -> torch.Tensor:
         """Packed e2m1 (rows, K/2, L); rows None: any number >= 1 (the GEMV's b)."""

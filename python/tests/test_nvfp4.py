@@ -274,7 +274,8 @@ DUAL = dual_inputs(100, 70, 256, 2)
 
 
 @pytest.mark.parametrize("args,kind,fragment", [
-    (put(DUAL, 2, dual_inputs(100, 71, 256, 2)[2]), ValueError, "nvfp4.dual_gemm_swiglu: b2: expected shape (70, 128, 2)"),
+    (put(DUAL, 2, dual_inputs(100, 71, 256, 2)[2]), ValueError,
+     "nvfp4.dual_gemm_swiglu: b2: expected shape (70, 128, 2)"),
     (put(DUAL, 8, DUAL[8].float()), TypeError, "nvfp4.dual_gemm_swiglu: sfb2_permuted: expected dtype float8_e4m3fn"),
     (put(DUAL, 9, DUAL[9].half().float()), TypeError, "nvfp4.dual_gemm_swiglu: c: expected dtype float16"),
 ], ids=["b2-rows", "sfb2_permuted-dtype", "c-dtype"])
@@ -430,8 +431,10 @@ def test_gemm_runs_on_the_current_stream_and_in_a_cuda_graph():
 @needs_hopper
 def test_cuda_tensors_on_the_host_or_mixed_are_refused_naming_them():
     x = gemm_inputs(128, 256, 256, 1, device="cuda")
-    expect_refusal(nvfp4.gemm, put(x, 6, x[6].cpu()), ValueError, "nvfp4.gemm: c: expected a CUDA tensor, got one on cpu")
-    expect_refusal(nvfp4.gemm, put(put(x, 4, None), 2, x[2].cpu()), ValueError, "nvfp4.gemm: sfa: expected a CUDA tensor")
+    expect_refusal(nvfp4.gemm, put(x, 6, x[6].cpu()), ValueError,
+                   "nvfp4.gemm: c: expected a CUDA tensor, got one on cpu")
+    expect_refusal(nvfp4.gemm, put(put(x, 4, None), 2, x[2].cpu()), ValueError,
+                   "nvfp4.gemm: sfa: expected a CUDA tensor")
     abc, plain, _, sizes = grouped_inputs([(80, 128, 256)], device="cuda")  # its plain scales are on the host
     expect_refusal(nvfp4.grouped_gemm, (abc, plain, None, sizes), ValueError,
                    "nvfp4.grouped_gemm: sfasfb_tensors[0].sfa: expected a CUDA tensor, got one on cpu")
