@@ -286,6 +286,7 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
   }
 #else
   SWAPFFN_REQUIRE(!on_gpu, "GPU backends need a CUDA build");
+  (void)python_model;  // its row times the fused backend, which needs one too
 #endif
   const auto log = [](const Row& r) {
     std::fprintf(stderr, "  %s B=%lld: %.4f ms/step\n", r.backend.c_str(), static_cast<long long>(r.batch), r.ms);
