@@ -6,14 +6,18 @@
 // each GPU point starts after --cooldown seconds idle and gets a matched floor: the floor GEMM after
 // the same pause for as long as the point ran, so a point's distance to the floor splits into the
 // machine's sustained clock and the kernels. NVML telemetry (SM clock, temperature, power, clock
-// limits) over each point and floor shows the clock itself. An fp8 backend (fused-fp8) is set against
-// cuBLAS's fp8 FFN GEMMs (`cublas-fp8-gemms`) and against its bf16 twin (fused) in the same run.
+// limits) over each point and floor shows the clock itself. With --python, the fused slot step is
+// also timed through the Python API from torch CUDA graphs (bench/python_row.hpp, a child process).
+// An fp8 backend (fused-fp8) is set against cuBLAS's fp8 FFN GEMMs (`cublas-fp8-gemms`) and against
+// its bf16 twin (fused) in the same run.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -24,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/python_row.hpp"
 #include "bench/telemetry.hpp"
 #include "commands.hpp"
 #include "swapffn/backends.hpp"
@@ -45,6 +50,7 @@ namespace {
 constexpr const char* kAnchor = "cublas-ffn-gemms";  // cuBLAS's FFN GEMMs alone (bench/cublas_ffn_gemms.hpp)
 constexpr const char* kFp8Anchor = "cublas-fp8-gemms";  // the same in e4m3 with block scales
 constexpr const char* kSlotsSuffix = "[slots]";  // a backend's step through a state pool of 4B slots
+constexpr const char* kPythonRow = "python[slots]";  // fused[slots] through the Python API (--python)
 constexpr int kFloorN = 8192;                         // the square GEMM that sets the floor
 constexpr uint64_t kSeed = 1;                         // parameters (without --model), state and inputs
 constexpr double kTelemetryMs = 5;                    // NVML sampling period
@@ -58,13 +64,16 @@ struct BenchArgs {
   std::vector<int64_t> batches{1, 4, 16, 64};
   int tokens = 16, warmup = 2, repeats = 5;
   double cooldown_s = 3;
+  bool python = false;
   FusedFlags fused;
 };
 
 struct Row {
-  Row(std::string b, int64_t n, std::string p = "bf16") : backend(std::move(b)), batch(n), precision(std::move(p)) {}
+  Row(std::string b, int64_t n, std::string d = "", std::string p = "bf16")
+      : backend(std::move(b)), batch(n), dense(std::move(d)), precision(std::move(p)) {}
   std::string backend;
   int64_t batch = 0;
+  std::string dense;      // a slot-step row: the backend whose dense step of this batch it is set against
   std::string precision;  // of the GEMM operands: an fp8 row is set against the fp8 anchor
   double ms = 0;
   double matched_floor_tflops = 0;  // the floor GEMM under this point's load history (GPU points)
@@ -199,15 +208,18 @@ class GpuTimer {
   }
 
   // After the cool-down, `timed` measures the point over a telemetry window; then the matched floor.
-  void point(Row& r, const std::function<cuda::DecodeTiming(const cuda::TimedWindow&)>& timed) {
+  // False (no floor) when `timed` could not measure.
+  bool point(Row& r, const std::function<std::optional<cuda::DecodeTiming>(const cuda::TimedWindow&)>& timed) {
     cool();
     const auto t0 = std::chrono::steady_clock::now();
-    const cuda::DecodeTiming t = timed(window(r.telemetry));
+    const std::optional<cuda::DecodeTiming> t = timed(window(r.telemetry));
+    if (!t) return false;
     const double point_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     cool();
     r.matched_floor_tflops = cuda::measure_bf16_gemm_tflops(kFloorN, 3, 10, point_ms, window(r.matched_floor_telemetry));
-    r.ms = t.median_ms_per_step;
-    r.spread = (t.max_ms_per_step - t.min_ms_per_step) / t.median_ms_per_step;
+    r.ms = t->median_ms_per_step;
+    r.spread = (t->max_ms_per_step - t->min_ms_per_step) / t->median_ms_per_step;
+    return true;
   }
 
   double floor_tflops = 0;
@@ -231,19 +243,48 @@ struct Results {
   double floor_tflops = 0;
   std::optional<TelemetrySummary> floor_telemetry;
   std::string telemetry_note, power_note;
+  std::string python_note;  // why --python's row did not run
   nlohmann::json anchor_algorithms = nlohmann::json::object();  // cuBLASLt's picks for the anchor, per batch
   nlohmann::json fp8_anchor_algorithms = nlohmann::json::object();  // and for the fp8 anchor
 };
 
-// Every row of every batch size: the anchor first (GPU; then the fp8 anchor when an fp8 backend runs), then
-// each backend.
-Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::string>& backends) {
+#ifdef SWAPFFN_WITH_CUDA
+// The python[slots] row at `batch` (model: a file of the bench's weights; kernels: the fused
+// choices the C++ engine runs at this batch), or the first time it cannot run, a line that says why
+// (and no more tries).
+void add_python_row(GpuTimer& gpu, const BenchArgs& a, const std::string& model, const std::string& kernels,
+                    int64_t batch, Results& res) {
+  if (!res.python_note.empty()) return;
+  Row r{kPythonRow, batch, "fused"};
+  const bool ran = gpu.point(r, [&](const cuda::TimedWindow&) -> std::optional<cuda::DecodeTiming> {
+    const PythonRowResult p =
+        run_python_row({python_interpreter(), model, "fused", kernels, batch, a.tokens, a.warmup, a.repeats});
+    if (!p.ran) {
+      res.python_note = p.why_not;
+      return std::nullopt;
+    }
+    return cuda::DecodeTiming{p.median_ms, p.min_ms, p.max_ms};
+  });
+  if (ran) {
+    res.rows.push_back(r);
+    std::fprintf(stderr, "  %s B=%lld: %.4f ms/step\n", r.backend.c_str(), static_cast<long long>(batch), r.ms);
+  } else {
+    std::printf("skipped: python (%s)\n", res.python_note.c_str());
+  }
+}
+#endif
+
+// Every row of every batch size: the anchor first (GPU; then the fp8 anchor when an fp8 backend
+// runs), then each backend; with a python_model, the python row after the fused ones.
+Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::string>& backends,
+                const std::string& python_model) {
   std::vector<std::pair<std::string, std::unique_ptr<Engine>>> engines;
   SWAPFFN_REQUIRE(a.fused.tune_file.empty() || std::find(backends.begin(), backends.end(), "fused") != backends.end(),
                   "--tune applies to the fused backend, which this bench does not run");
+  FusedOptions fused;
   for (const auto& b : backends) {
     EngineOptions eo;
-    if (b == "fused") eo.fused = a.fused.resolve(w.cfg, b);
+    if (b == "fused") eo.fused = fused = a.fused.resolve(w.cfg, b);
     engines.emplace_back(b, make_engine(b, w, eo));
   }
   Results res;
@@ -260,6 +301,7 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
   }
 #else
   SWAPFFN_REQUIRE(!on_gpu, "GPU backends need a CUDA build");
+  (void)python_model;  // its row times the fused backend, which needs one too
 #endif
   const auto log = [](const Row& r) {
     std::fprintf(stderr, "  %s B=%lld: %.4f ms/step\n", r.backend.c_str(), static_cast<long long>(r.batch), r.ms);
@@ -278,7 +320,7 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
       log(r);
     }
     if (gpu && any_fp8) {
-      Row r{kFp8Anchor, batch, "fp8"};
+      Row r{kFp8Anchor, batch, "", "fp8"};
       std::string algorithms;
       gpu->point(r, [&](const cuda::TimedWindow& win) {
         return cuda::time_cublas_fp8_ffn_gemms(w, batch, a.tokens, a.warmup, a.repeats, kSeed, win, &algorithms);
@@ -289,7 +331,7 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
     }
 #endif
     for (auto& [name, engine] : engines) {
-      Row r{name, batch, engine->precision()};
+      Row r{name, batch, "", engine->precision()};
 #ifdef SWAPFFN_WITH_CUDA
       if (is_gpu_backend(name))
         gpu->point(r, [&](const cuda::TimedWindow& win) {
@@ -301,12 +343,13 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
       log(r);
 #ifdef SWAPFFN_WITH_CUDA
       if (name == "fused") {  // the same step through a state pool (SPEC section 7)
-        Row slots{name + kSlotsSuffix, batch};
+        Row slots{name + kSlotsSuffix, batch, name};
         gpu->point(slots, [&](const cuda::TimedWindow& win) {
           return cuda::time_device_decode_slots(*engine, initial, a.tokens, a.warmup, a.repeats, 4, kSeed, win);
         });
         res.rows.push_back(slots);
         log(slots);
+        if (!python_model.empty()) add_python_row(*gpu, a, python_model, fused.at(batch).describe(), batch, res);
       }
 #endif
     }
@@ -337,9 +380,9 @@ nlohmann::json report(const Results& res, const Config& cfg) {
     const double base = ms_of(res, "unfused", r.batch),
                  anchor = ms_of(res, r.precision == "fp8" ? kFp8Anchor : kAnchor, r.batch);
     const double twin = r.precision == "fp8" ? ms_of(res, bf16_twin(r.backend), r.batch) : 0;
-    const bool slots = r.backend.size() > std::strlen(kSlotsSuffix) &&
-                       r.backend.compare(r.backend.size() - std::strlen(kSlotsSuffix), std::string::npos, kSlotsSuffix) == 0;
-    const double dense = slots ? ms_of(res, r.backend.substr(0, r.backend.size() - std::strlen(kSlotsSuffix)), r.batch) : 0;
+    const double dense = r.dense.empty() ? 0 : ms_of(res, r.dense, r.batch);
+    // The python row against the C++ slot step it calls.
+    const double cpp_slots = r.backend == kPythonRow ? ms_of(res, r.dense + kSlotsSuffix, r.batch) : 0;
     const double speedup = base > 0 ? base / r.ms : 0, vs_anchor = anchor > 0 ? anchor / r.ms : 0;
     char vs[32] = "-", vs_gemms[32] = "-", pct_s[32] = "-", spread_s[32] = "-", matched_s[32] = "-",
          pct_matched_s[32] = "-";
@@ -364,16 +407,20 @@ nlohmann::json report(const Results& res, const Config& cfg) {
                     telemetry_text(*r.matched_floor_telemetry).c_str(), per_clock);
       telemetry_lines.push_back(line);
     }
-    jrows.push_back({{"backend", r.backend}, {"batch", r.batch}, {"ms_per_step", r.ms}, {"tok_per_s", tok_s},
-                     {"tflops", tflops}, {"pct_of_floor", pct}, {"speedup_vs_unfused", speedup},
-                     {"speedup_vs_gemms_alone", vs_anchor}, {"spread", r.spread},
-                     {"matched_floor_tflops", r.matched_floor_tflops}, {"pct_of_matched_floor", pct_matched},
-                     {"telemetry", telemetry_json(r.telemetry)},
-                     {"matched_floor_telemetry", telemetry_json(r.matched_floor_telemetry)},
-                     {"pct_of_matched_floor_per_clock", per_clock},
-                     {"slot_step_over_dense", dense > 0 ? r.ms / dense : 0.0}, {"precision", r.precision},
-                     {"fp8_over_bf16", twin > 0 ? twin / r.ms : 0.0}});
-    if (dense > 0) slot_lines.push_back(r.backend + " B=" + std::to_string(r.batch) + ": " + fmt_ratio(r.ms / dense));
+    nlohmann::json jrow = {{"backend", r.backend}, {"batch", r.batch}, {"ms_per_step", r.ms}, {"tok_per_s", tok_s},
+                           {"tflops", tflops}, {"pct_of_floor", pct}, {"speedup_vs_unfused", speedup},
+                           {"speedup_vs_gemms_alone", vs_anchor}, {"spread", r.spread},
+                           {"matched_floor_tflops", r.matched_floor_tflops}, {"pct_of_matched_floor", pct_matched},
+                           {"telemetry", telemetry_json(r.telemetry)},
+                           {"matched_floor_telemetry", telemetry_json(r.matched_floor_telemetry)},
+                           {"pct_of_matched_floor_per_clock", per_clock},
+                           {"slot_step_over_dense", dense > 0 ? r.ms / dense : 0.0}, {"precision", r.precision},
+                           {"fp8_over_bf16", twin > 0 ? twin / r.ms : 0.0}};
+    if (r.backend == kPythonRow) jrow["over_cpp_slot_step"] = cpp_slots > 0 ? r.ms / cpp_slots : 0.0;
+    jrows.push_back(jrow);
+    if (dense > 0)
+      slot_lines.push_back(r.backend + " B=" + std::to_string(r.batch) + ": " + fmt_ratio(r.ms / dense) +
+                           (cpp_slots > 0 ? " (" + fmt_ratio(r.ms / cpp_slots) + " the C++ slot step)" : ""));
     if (twin > 0) fp8_lines.push_back(r.backend + " B=" + std::to_string(r.batch) + ": " + fmt_ratio(twin / r.ms));
   }
   if (ms_of(res, kAnchor, res.rows.front().batch) > 0)
@@ -390,8 +437,9 @@ nlohmann::json report(const Results& res, const Config& cfg) {
     std::printf("\n");
   }
   if (!slot_lines.empty()) {
-    std::printf("slot steps (a pool of 4B slots, the batch in every fourth slot: gather, step, scatter) over the dense "
-                "step:");
+    std::printf("slot steps (a pool of 4B slots, the batch in every fourth slot: gather, step, scatter; %s: through "
+                "the Python API from torch CUDA graphs) over the dense step:",
+                kPythonRow);
     for (const auto& l : slot_lines) std::printf("  %s", l.c_str());
     std::printf("\n");
   }
@@ -436,10 +484,41 @@ void write_json(const std::string& path, const BenchArgs& a, const Config& cfg, 
                             {"algorithms", res.fp8_anchor_algorithms}};
   if (!res.telemetry_note.empty()) j["telemetry_unavailable"] = res.telemetry_note;
   if (!res.power_note.empty()) j["power_unavailable"] = res.power_note;
+  if (!res.python_note.empty()) j["python_unavailable"] = res.python_note;
   j["rows"] = rows;
   write_file_atomically(path, j.dump(2) + "\n");
   std::printf("wrote %s\n", path.c_str());
 }
+
+// The model file --python's row loads: --model, or the bench's random weights in a temporary file
+// (removed with this). No path, and a note, when the row cannot run: it times the fused backend.
+class PythonModel {
+ public:
+  PythonModel(const BenchArgs& a, const Weights& w, const std::vector<std::string>& backends) {
+    if (!a.python) return;
+    if (std::find(backends.begin(), backends.end(), "fused") == backends.end()) {
+      note = "it times the fused backend's slot step, which this bench does not run";
+      std::printf("skipped: python (%s)\n", note.c_str());
+    } else if (!a.model.empty()) {
+      path = a.model;
+    } else {
+      temp_ = (std::filesystem::temp_directory_path() / ("swapffn-bench-" + std::to_string(getpid()) + ".safetensors"))
+                  .string();
+      w.save(temp_);
+      path = temp_;
+    }
+  }
+  ~PythonModel() {
+    if (!temp_.empty()) std::remove(temp_.c_str());
+  }
+  PythonModel(const PythonModel&) = delete;
+  PythonModel& operator=(const PythonModel&) = delete;
+
+  std::string path, note;
+
+ private:
+  std::string temp_;
+};
 
 void run_bench(const BenchArgs& a) {
   check_args(a);
@@ -452,7 +531,9 @@ void run_bench(const BenchArgs& a) {
   std::printf("config %s: %.4g GFLOP per token per sequence; %d tokens x %d repeats (+%d warm-up) per point\n",
               a.model.empty() ? a.preset.c_str() : a.model.c_str(), w.cfg.flops_per_token() * 1e-9, a.tokens,
               a.repeats, a.warmup);
-  const Results res = measure(a, w, backends);
+  const PythonModel python(a, w, backends);
+  Results res = measure(a, w, backends, python.path);
+  if (res.python_note.empty()) res.python_note = python.note;
   if (res.floor_tflops > 0)
     std::printf("floor: bf16 GEMM %dx%dx%d at %.1f TFLOP/s -> %.4f ms per token step per sequence (at the start)\n",
                 kFloorN, kFloorN, kFloorN, res.floor_tflops, w.cfg.flops_per_token() / (res.floor_tflops * 1e12) * 1e3);
@@ -480,6 +561,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--cooldown", a->cooldown_s, "seconds idle before each GPU point and before its matched floor")
       ->capture_default_str();
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
+  cmd->add_flag("--python", a->python,
+                "also time the fused slot step through the Python API from torch CUDA graphs (python3 -m "
+                "swapffn.bench_row; $SWAPFFN_PYTHON names another interpreter)");
   cmd->add_option("--tune", a->fused.tune_file,
                   "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE)");
   cmd->callback([a] { run_bench(*a); });

@@ -7,6 +7,7 @@
 #include "swapffn/backends.hpp"
 #include "swapffn/check.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/flip_rate.hpp"
 #include "swapffn/limits.hpp"
 #include "swapffn/weights.hpp"
 
@@ -16,6 +17,7 @@ namespace {
 struct CheckArgs {
   std::string model, backend, tolerance;
   int64_t batch = 1, tokens = 2;
+  int64_t flip_tokens = 16, flip_batch = 4;
   uint64_t seed = 1;
   double tau = -1;
   int threads = 0;
@@ -38,11 +40,17 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--tau", a->tau, "decision margin tolerance (overrides the preset's)");
   cmd->add_option("--threads", a->threads, "CPU threads of the reference (0 = all)")->capture_default_str();
   cmd->add_flag("--no-graph", a->no_graph, "GPU backends: no CUDA graph");
+  cmd->add_option("--flip-tokens", a->flip_tokens,
+                  "fp8 backends: tokens of the free-running decision flip rate against fused (bf16)")
+      ->capture_default_str();
+  cmd->add_option("--flip-batch", a->flip_batch, "fp8 backends: sequences of that flip rate")->capture_default_str();
   a->fused.add_to(cmd);
   cmd->callback([a] {
     require_in_range(a->batch, 1, kMaxBatch, "--batch");
     require_in_range(a->tokens, 1, kMaxTokens, "--tokens");
     require_in_range(a->threads, 0, kMaxThreads, "--threads");
+    require_in_range(a->flip_tokens, 1, kMaxTokens, "--flip-tokens");
+    require_in_range(a->flip_batch, 1, kMaxBatch, "--flip-batch");
     const Weights w = Weights::load(a->model);
     EngineOptions eo;
     eo.threads = a->threads;
@@ -66,6 +74,17 @@ void add_check_command(CLI::App& app) {
     std::printf("final state: relative L2 error %.3g (tolerance %g), stream maps %s\n", r.state_rel_l2,
                 tol.state_rel_l2, r.stream_maps_equal ? "equal" : "differ");
     std::printf("%s\n", r.summary().c_str());
+    if (engine->precision() == "fp8") {
+      // The bf16 engine runs the model's bf16 weights: a bf16 file's own (the user's real trade),
+      // an fp8 file's dequantised ones (isolating the rounding of the activations).
+      EngineOptions bo;
+      bo.threads = a->threads;
+      bo.graph = !a->no_graph;
+      auto bf16_engine = make_engine("fused", w.as_bf16(), bo);
+      const FlipRate f = decision_flip_rate(*engine, *bf16_engine, a->flip_batch, a->flip_tokens, a->seed);
+      std::printf("flip rate vs fused (bf16), per token over %lld tokens at B=%lld: %s\n",
+                  static_cast<long long>(f.tokens), static_cast<long long>(f.batch), f.per_token().c_str());
+    }
     SWAPFFN_REQUIRE(r.passed(), "backend '" + a->backend + "' disagrees with the reference: " + r.summary());
   });
 }

@@ -16,6 +16,7 @@ void add_info_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tune_command(CLI::App& app);
 void add_nvfp4_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
 
 // A sub-command whose --help says what it does in one line and shows one example.
 CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& what, const std::string& example);

@@ -1,4 +1,4 @@
-// The `swapffn` command line: init, run, check, info, bench, tune, nvfp4.
+// The `swapffn` command line: init, quantize, run, check, info, bench, tune, nvfp4.
 // Exit codes: 0 on success (--help and --version included); 2 for a usage error, which is what the
 // command-line parser refuses (an unknown sub-command or option, a missing or malformed value, a
 // value outside its allowed set); 1 for every other error. An error is one line on stderr, never a
@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", SWAPFFN_VERSION " (" SWAPFFN_GIT_COMMIT ")");
   swapffn::cli::add_init_command(app);
+  swapffn::cli::add_quantize_command(app);
   swapffn::cli::add_run_command(app);
   swapffn::cli::add_check_command(app);
   swapffn::cli::add_info_command(app);

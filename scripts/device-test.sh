@@ -4,7 +4,7 @@
 # (memcheck, racecheck, synccheck) over the GPU tests of both backends on the tiny config and of the
 # NVFP4 kernels, the Python package and its tests, `swapffn check` of both GPU backends (fused on the
 # tiny and default models, unfused on default), and `swapffn bench` of both against cuBLAS's FFN
-# GEMMs alone. With BEFORE_BIN (another build's CLI, carried),
+# GEMMs alone (with the Python package, its python[slots] row too). With BEFORE_BIN (another build's CLI, carried),
 # the same `run` checksums from both binaries for both GPU backends on both models: equal bits.
 # Logs go to $OUT (the device tool's return folder; default build/device-out):
 #   device-test.log (everything, in order), gpu-tests.xml, sanitizer-<tool>.log, checks.log, bench.json,
@@ -56,11 +56,22 @@ sanitizer_filter=${SANITIZER_FILTER:-"Presets/UnfusedCheck.*/tiny_B3_T6:Paths/Fu
 :Nvfp4Gpu.GemmBitExact:Nvfp4Gpu.DualGemmWithinTolerance:Nvfp4Gpu.GroupedGemmBitExact"}
 sanitize() {  # sanitize TOOL: compute-sanitizer TOOL over the filtered GPU tests
   local tool=$1 log="$out/sanitizer-$1.log"
-  timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 50 \
+  timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 1000 \
     "$build/tests/swapffn_gpu_tests" --gtest_filter="$sanitizer_filter" --gtest_brief=1 > "$log" 2>&1
   local rc=$?
   [ $rc -eq 124 ] && echo "compute-sanitizer $tool: stopped after ${SANITIZER_TIMEOUT:-300} s"
   grep -E '^========= (ERROR|RACECHECK|SYNCCHECK|LEAK) SUMMARY|^\[  (PASSED|FAILED) ' "$log"
+  if [ "$tool" = racecheck ] && [ $rc -eq 1 ]; then
+    # racecheck cannot follow a plain bulk copy's (cp.async.bulk, not tensor TMA) completion through
+    # its mbarrier: a textbook two-stage ring reports the same hazards with it and none with a tensor
+    # TMA load (docs/NVFP4.md, "Sanitizers"). Those reports are counted, any other one fails the step.
+    local bulk other
+    bulk=$(grep -c 'Race reported between Write access at cute::SM90_BULK_COPY_G2S' "$log")
+    other=$(grep -c 'Race reported between' "$log")
+    other=$((other - bulk))
+    echo "racecheck: $bulk reports of plain bulk-copy stages (not followed by the tool), $other others"
+    [ "$other" -eq 0 ] && ! grep -q '^\[  FAILED' "$log" && rc=0
+  fi
   return $rc
 }
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
@@ -101,11 +112,11 @@ if [ -n "${BEFORE_BIN:-}" ]; then
   done
 fi
 
+py_env=(env PYTHONPATH="/tmp/swapffn-py:/tmp/swapffn-pydeps${PYTHONPATH:+:$PYTHONPATH}")
 if [ "${SKIP_PYTHON:-0}" != 1 ]; then
   # The Python package built there from the tree, with the carried wheels of its build and test
   # tools (.carry/wheels), then every Python test, the CUDA cases included (the device's torch).
   S=$PWD/.carry/sysroot
-  py_env=(env PYTHONPATH="/tmp/swapffn-py:/tmp/swapffn-pydeps${PYTHONPATH:+:$PYTHONPATH}")
   run_step python-build bash -c "python3 -m pip install -q --no-index --no-deps --target /tmp/swapffn-pydeps .carry/wheels/*.whl &&
     PYTHONPATH=/tmp/swapffn-pydeps python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/swapffn-py \
       -C cmake.define.SWAPFFN_CUTLASS_DIR=$S/cutlass/include -C cmake.define.SWAPFFN_NVML_INCLUDE_DIR=$S/nvml \
@@ -116,7 +127,8 @@ fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   if [ "${QUICK:-0}" = 1 ]; then tok=(--tokens 8 --warmup 1 --repeats 3); else tok=(--tokens 16 --warmup 2 --repeats 5); fi
-  run_step bench "$bin" bench --config default --batches "${BENCH_BATCHES:-1,16,64}" \
+  [ "${SKIP_PYTHON:-0}" != 1 ] && tok+=(--python)  # the package built above times the python[slots] row
+  run_step bench "${py_env[@]}" "$bin" bench --config default --batches "${BENCH_BATCHES:-1,16,64}" \
     --backends "${BENCH_BACKENDS:-unfused,fused}" "${tok[@]}" --json "$out/bench.json" > >(tee "$out/bench.log")
 fi
 

@@ -140,7 +140,7 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, c
   CUDA_CHECK(cudaMemset(gate.get(), 0xEE, gate.size()));
   CUDA_CHECK(cudaMemset(slot.get(), 0xEE, slot.size()));
   DeviceBuffer<StepIO> io;
-  io.upload(std::vector<StepIO>{{film ? x.get() : nullptr, nullptr, gate.get(), slot.get()}});
+  io.upload(std::vector<StepIO>{{film ? x.get() : nullptr, nullptr, gate.get(), slot.get(), {}}});
   launch(EventRouterArgs{.h = h.get(), .swap_b = swap_b.get(), .bank_b = bank_b.get(), .ram = ram.get(),
                          .stream_map = map.get(), .io = io.get(), .event = 0, .row_begin = 0, .rows = in.rows,
                          .total_rows = in.rows, .d_model = in.d,

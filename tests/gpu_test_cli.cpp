@@ -1,6 +1,7 @@
 // The `swapffn` command line on a Hopper GPU, run as a separate process: tune, bench with its
-// anchor and matched floors, and the NVFP4 bench.
+// anchor, matched floors and Python row, and the NVFP4 bench.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <string>
@@ -179,6 +180,47 @@ TEST_F(Cli, BenchWithoutNvmlSaysWhyAndStillTimes) {
     EXPECT_TRUE(row["telemetry"].is_null()) << row;
     EXPECT_EQ(row["pct_of_matched_floor_per_clock"].get<double>(), 0.0) << row;
   }
+}
+
+// `bench --python` runs `$SWAPFFN_PYTHON -m swapffn.bench_row` at each batch size on a file of the
+// bench's weights and prints its row after fused[slots], set against the dense step and the C++ slot
+// step. A stand-in interpreter gives the row here (python/tests runs the package's own); one that is
+// missing skips the row in one line.
+TEST_F(Cli, BenchPythonRowFollowsTheFusedSlotRow) {
+  const std::string fake = path("python"), json = path("bench.json");
+  std::ofstream(fake) << "#!/bin/sh\n"
+                         "while [ $# -gt 0 ]; do case \"$1\" in --model) m=$2;; --batches) b=$2;; esac; shift; done\n"
+                         "[ -f \"$m\" ] || { echo '{\"unavailable\": \"no model file\"}'; exit 0; }\n"
+                         "echo \"{\\\"backend\\\": \\\"python[slots]\\\", \\\"batch\\\": $b, \\\"ms_per_step\\\": 0.25, "
+                         "\\\"min_ms_per_step\\\": 0.25, \\\"max_ms_per_step\\\": 0.25}\"\n";
+  chmod(fake.c_str(), 0755);
+  const std::string args = "bench --config tiny --backends fused --batches 1,2 --tokens 2 --warmup 1 --repeats 2 "
+                           "--cooldown 0 --python --json " + json;
+  ASSERT_EQ(setenv("SWAPFFN_PYTHON", fake.c_str(), 1), 0);
+  const Result r = cli(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(j["rows"].size(), 8u) << j.dump();
+  for (size_t b = 0; b < 2; ++b) {
+    const auto& dense = j["rows"][4 * b + 1];
+    const auto& slots = j["rows"][4 * b + 2];
+    const auto& py = j["rows"][4 * b + 3];
+    EXPECT_EQ(slots["backend"], "fused[slots]");
+    EXPECT_EQ(py["backend"], "python[slots]");
+    EXPECT_EQ(py["batch"], int64_t(b + 1));
+    EXPECT_EQ(py["ms_per_step"].get<double>(), 0.25) << py;
+    EXPECT_NEAR(py["slot_step_over_dense"].get<double>(), 0.25 / dense["ms_per_step"].get<double>(), 1e-9) << py;
+    EXPECT_NEAR(py["over_cpp_slot_step"].get<double>(), 0.25 / slots["ms_per_step"].get<double>(), 1e-9) << py;
+  }
+  EXPECT_NE(line_with(r.out, "python[slots] B=1: ").find("the C++ slot step"), std::string::npos) << r.out;
+
+  ASSERT_EQ(setenv("SWAPFFN_PYTHON", path("no-such-python").c_str(), 1), 0);
+  const Result missing = cli(args);
+  unsetenv("SWAPFFN_PYTHON");
+  ASSERT_EQ(missing.code, 0) << missing.err;
+  EXPECT_NE(line_with(missing.out, "skipped: python").find("no-such-python not found"), std::string::npos) << missing.out;
+  const nlohmann::json jm = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(jm["rows"].size(), 6u) << jm.dump();
 }
 
 }  // namespace

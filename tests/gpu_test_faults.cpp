@@ -1,7 +1,8 @@
 // Faults on the GPU path, for every GPU backend: a batch whose buffers do not fit in the GPU's free
 // memory is refused with an error naming the allocation and its size; the host state, delta and
-// the trace are left as they were, the memory the attempt took is given back, and the next call
-// (host or device-resident) either refuses cleanly or gives the bits of a fresh engine.
+// the trace (or a state pool's slots) are left as they were, the memory the attempt took is given
+// back, and the next call (host or device-resident) either refuses cleanly or gives the bits of a
+// fresh engine.
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 
@@ -157,6 +158,50 @@ TEST_P(GpuFaults, FailedUploadLeavesNoBatchToEnqueueOn) {
   fresh->decode(x.data(), want_delta.data(), 1, want, nullptr);
   EXPECT_TRUE(got == want);
   EXPECT_EQ(0, std::memcmp(delta.data(), want_delta.data(), delta.size() * sizeof(float))) << "delta differs";
+}
+
+// A slot step whose batch does not fit is refused with every slot as it was; the next slot step gives
+// a fresh engine's bits.
+TEST_P(GpuFaults, SlotStepBeyondFreeMemoryLeavesThePoolAsItWas) {
+  const std::string backend = GetParam();
+  const Weights& w = weights_of("tiny");
+  const int64_t D = w.cfg.d_model;
+  const State two = random_state(w.cfg, 2, 46);
+  const auto filled_pool = [&](Engine& e) {
+    auto pool = e.make_pool(kHugeBatch);  // ~335 MB of tiny states, made before the hog
+    State one = State::init(w.cfg, 1);
+    for (int64_t b = 0; b < 2; ++b) {
+      two.copy_sequence_to(b, one, 0);
+      pool->set(int32_t(b), one);
+    }
+    return pool;
+  };
+  auto e = make_engine(backend, w);
+  auto pool = filled_pool(*e);
+  std::vector<int32_t> all(static_cast<size_t>(kHugeBatch));
+  for (size_t s = 0; s < all.size(); ++s) all[s] = int32_t(s);
+  {
+    MemoryHog hog(kLeft);
+    const std::vector<float> xh = decode_inputs(47, 1, kHugeBatch, D);
+    std::vector<float> delta(xh.size(), std::numeric_limits<float>::quiet_NaN());
+    EXPECT_THROW(e->step_slots(xh.data(), all, delta.data(), *pool), Error);
+    EXPECT_TRUE(all_nan(delta));
+  }
+  State one = State::init(w.cfg, 1);
+  for (int64_t b = 0; b < 2; ++b) {
+    two.copy_sequence_to(b, one, 0);
+    EXPECT_TRUE(pool->get(int32_t(b)) == one) << "slot " << b;
+  }
+  EXPECT_TRUE(pool->get(int32_t(kHugeBatch - 1)) == State::init(w.cfg, 1));
+
+  const std::vector<float> x = decode_inputs(48, 1, 2, D);
+  std::vector<float> got(x.size()), want(x.size());
+  e->step_slots(x.data(), {1, 0}, got.data(), *pool);
+  auto fresh = make_engine(backend, w);
+  auto fresh_pool = filled_pool(*fresh);
+  fresh->step_slots(x.data(), {1, 0}, want.data(), *fresh_pool);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "delta differs";
+  for (int32_t s : {0, 1}) EXPECT_TRUE(pool->get(s) == fresh_pool->get(s)) << "slot " << s;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GpuFaults, ::testing::Values("unfused", "fused", "fused-fp8"),

@@ -206,7 +206,7 @@ TEST(FoldedEventRouter, CoreBroadcastInTheHeadGivesTheFilmKernelsBits) {
     shift.upload(film.shift);
     CUDA_CHECK(cudaMemset(h.get(), 0xFF, h.size() * sizeof(float)));
     DeviceBuffer<StepIO> io;
-    io.upload(std::vector<StepIO>{{x.get(), nullptr, nullptr, nullptr}});
+    io.upload(std::vector<StepIO>{{x.get(), nullptr, nullptr, nullptr, {}}});
     launch_core_film({io.get(), scale.get(), shift.get(), h.get(), sh.batch, sh.cores, sh.d, nullptr, nullptr, 1e-6f},
                      nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());

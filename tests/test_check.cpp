@@ -100,8 +100,10 @@ TEST(Check, WrongStateIsCaught) {
 TEST(Check, TolerancePresetsAndBadArguments) {
   EXPECT_EQ(Tolerance::preset("bf16").delta_rel_l2, 2e-2);
   EXPECT_EQ(Tolerance::preset("fp32").delta_rel_l2, 1e-4);
+  EXPECT_EQ(Tolerance::preset("fp8").tau, 0.25);
   EXPECT_EQ(Tolerance::preset("fp8").delta_rel_l2, 6e-2);
-  EXPECT_THROW(Tolerance::preset("fp16"), Error);
+  EXPECT_EQ(Tolerance::preset("fp8").state_rel_l2, 8e-2);
+  EXPECT_THROW(Tolerance::preset("fp4"), Error);
   const Weights w = tiny_weights();
   auto eng = make_engine("reference", w);
   EXPECT_THROW(check_backend(w, *eng, 0, 1, 1, Tolerance::fp32()), Error);

@@ -256,5 +256,18 @@ TEST_F(Cli, BenchReferenceRowsHaveTimesAndNoFloor) {
 }
 
 
+// `bench --python` times the fused slot step through the Python API: without the fused backend it
+// says so in one line and benches the rest.
+TEST_F(Cli, BenchPythonRowWithoutFusedIsSkippedInOneLine) {
+  const std::string json = path("bench.json");
+  const Result r = cli("bench --config tiny --backends reference --batches 1 --tokens 1 --warmup 0 --repeats 1 --python "
+                       "--json " + json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(line_with(r.out, "skipped: python").find("the fused backend's slot step"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(j["rows"].size(), 1u) << j.dump();
+  EXPECT_NE(j["python_unavailable"].get<std::string>().find("fused"), std::string::npos) << j.dump();
+}
+
 }  // namespace
 }  // namespace swapffn

@@ -44,6 +44,7 @@ TEST_F(Cli, OutputPathsAreCheckedBeforeAnyWork) {
       {run + " --dump " + missing, "does not exist"},
       {run + " --state-out " + path("s.safetensors") + " --dump " + dir.string(), "is a directory"},
       {"init --config tiny --out " + missing, "does not exist"},
+      {"quantize --in " + m + " --format fp8 --out " + missing, "does not exist"},
       {"bench --config tiny --backends reference --batches 1 --tokens 1 --warmup 0 --repeats 1 --json " + missing,
        "does not exist"},
   };

@@ -34,6 +34,20 @@ void expect_error(F&& f, const std::string& needle) {
   }
 }
 
+// At batch B: the tuned entry of the largest tuned batch not above B, each pinned part over it.
+TEST(FusedOptions, ChoiceAtABatchIsThePinnedPartsOverTheTunedEntry) {
+  FusedOptions o;
+  o.tuned = {{16, parse_fused_choice("up=bn256_st4_sk1_mc1_p,groups=2")}, {4, parse_fused_choice("groups=3")}};
+  EXPECT_FALSE(o.at(1).any());  // below every tuned batch: the defaults
+  EXPECT_EQ(o.at(4).describe(), "groups=3");
+  EXPECT_EQ(o.at(15).describe(), "groups=3");
+  EXPECT_EQ(o.at(64).describe(), "up=bn256_st4_sk1_mc1_p,groups=2");
+  o.pinned = parse_fused_choice("router=cublas,groups=1");
+  EXPECT_EQ(o.at(1).describe(), "router=cublas,groups=1");
+  EXPECT_EQ(o.at(64).describe(), "up=bn256_st4_sk1_mc1_p,router=cublas,groups=1");
+  EXPECT_EQ(parse_fused_choice(o.at(64).describe()), o.at(64));  // text the Python engine's kernels= takes
+}
+
 TEST(FusedOptions, ChoicesParseAndRoundTrip) {
   EXPECT_FALSE(parse_fused_choice("").any());
   const FusedChoice c = parse_fused_choice("up=bn256_st4_sk1_mc2_p,router=cublas,groups=3");

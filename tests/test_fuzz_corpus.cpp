@@ -1,5 +1,5 @@
-// A seeded fuzz corpus over the three file kinds: thousands of mutations of valid model, state and
-// dump files (byte flips, truncations, header-length edits, header edits: huge or odd shapes,
+// A seeded fuzz corpus over the file kinds: thousands of mutations of valid model (bf16 and fp8),
+// state and dump files (byte flips, truncations, header-length edits, header edits: huge or odd shapes,
 // offsets and dtypes, duplicated keys at every depth, hostile names, config fields out of range).
 // Each mutated file must load or be refused with swapffn::Error; nothing else may escape (a
 // crash ends the binary: the case's file is then left as <tmp>/swapffn_test_*/case.safetensors).
@@ -77,6 +77,9 @@ std::vector<Kind> kinds(const TempDir& dir) {
   d.initial_state = State::random(cfg, d.batch, 10);
   k.push_back({"dump", file_bytes(dir, [&](const std::string& p) { write_dump(p, d); }),
                [](const std::string& p) { read_dump(p); }});
+  k.push_back({"fp8",  // a model whose FFN is in e4m3 with block scales
+               file_bytes(dir, [&](const std::string& p) { Weights::random(cfg, 7).quantized_fp8().save(p); }),
+               [](const std::string& p) { Weights::load(p); }});
   return k;
 }
 
@@ -138,7 +141,7 @@ std::string edit_header(std::mt19937_64& rng, const std::string& seed, bool& dup
     case 1: e["data_offsets"][rng() % 2] = odd_number(rng, e["data_offsets"][1]); break;
     case 2:
       e["dtype"] = pick(rng, std::vector<json>{"BF16", "F16", "F32", "F64", "U8", "I32", "bf16",
-                                                "", 7, nullptr});
+                                                "", 7, nullptr, "F8_E4M3"});
       break;
     case 3: e.erase(pick(rng, std::vector<std::string>{"dtype", "shape", "data_offsets"})); break;
     case 4: e[pick(rng, std::vector<std::string>{"extra", "", "\x1b[2J"})] = 1; break;

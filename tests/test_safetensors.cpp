@@ -40,7 +40,7 @@ TEST(Safetensors, RoundTripOfEveryDtypeIsBitwise) {
       {"a.bf16", st::DType::BF16, {3, 5}, {}},  {"b.f16", st::DType::F16, {7}, {}},
       {"c.f32", st::DType::F32, {2, 3, 4}, {}}, {"d.f64", st::DType::F64, {5, 1}, {}},
       {"e.u8", st::DType::U8, {9, 2}, {}},      {"f.scalar", st::DType::F32, {}, {}},
-      {"g.empty", st::DType::BF16, {0, 3}, {}},
+      {"g.empty", st::DType::BF16, {0, 3}, {}}, {"h.f8", st::DType::F8_E4M3, {3, 7}, {}},
   };
   st::Writer w;
   for (auto& t : ts) {
@@ -83,12 +83,14 @@ TEST(Safetensors, TypedAccessorsConvert) {
   const std::vector<float> f32 = {1.0f, 1.00390625f + 1e-7f, -3.14159f, 1e-20f};
   const std::vector<double> f64 = {0.1, -2.5, 1e10};
   const std::vector<uint8_t> u8 = {0, 7, 255};
+  const std::vector<uint8_t> e4m3 = {0x38, 0xC0, 0x01, 0x7E, 0xFE, 0x7F};  // 1, -2, 2^-9, 448, -448, NaN
   std::vector<bf16> b16 = {float_to_bf16(1.5f), float_to_bf16(-0.3f)};
   st::Writer w;
   w.add("h", st::DType::F16, {5}, f16.data(), f16.size() * 2);
   w.add_f32("f", {4}, f32);
   w.add("d", st::DType::F64, {3}, f64.data(), f64.size() * 8);
   w.add_u8("u", {3}, u8);
+  w.add_e4m3("e", {6}, e4m3);
   w.add_bf16("b", {2}, b16);
   const std::string path = dir.file("t.safetensors");
   w.write(path);
@@ -107,6 +109,15 @@ TEST(Safetensors, TypedAccessorsConvert) {
   EXPECT_EQ(r.to_float("d")[0], 0.1f);
   EXPECT_EQ(r.to_bf16("b"), b16);
   EXPECT_EQ(r.to_u8("u"), u8);
+  EXPECT_EQ(r.to_e4m3("e"), e4m3);
+  EXPECT_EQ(r.at("e").dtype, st::DType::F8_E4M3);
+  const auto e = r.to_float("e");
+  EXPECT_EQ(std::vector<float>(e.begin(), e.end() - 1),
+            (std::vector<float>{1.0f, -2.0f, std::ldexp(1.0f, -9), 448.0f, -448.0f}));
+  EXPECT_TRUE(std::isnan(e.back()));
+  EXPECT_EQ(r.to_bf16("e")[3], float_to_bf16(448.0f));
+  expect_error([&] { r.to_u8("e"); }, {"'e'", "wrong dtype F8_E4M3", "expected U8"});
+  expect_error([&] { r.to_e4m3("u"); }, {"'u'", "wrong dtype U8", "expected F8_E4M3"});
   expect_error([&] { r.to_float("u"); }, {"'u'", "wrong dtype U8"});
   expect_error([&] { r.to_u8("f"); }, {"'f'", "wrong dtype F32", "expected U8"});
   expect_error([&] { r.to_float("nope"); }, {"missing tensor", "'nope'", path});

@@ -51,6 +51,8 @@ struct FusedOptions {
   FusedChoice pinned;              // at every batch size, over the tuned entries
   std::vector<TunedChoice> tuned;  // at batch B: the entry of the largest tuned batch not above B
   bool any() const { return pinned.any() || !tuned.empty(); }
+  // The choices at batch B: the pinned ones over those of the tuned entry.
+  FusedChoice at(int64_t batch) const;
   std::string describe() const;
 };
 

@@ -16,7 +16,9 @@
 
 namespace swapffn::safetensors {
 
-enum class DType { BF16, F16, F32, F64, U8 };
+// F8_E4M3: OCP e4m3 (E4M3FN, swapffn/fp8.hpp), one byte an element.
+enum class DType { BF16, F16, F32, F64, F8_E4M3, U8 };
+inline constexpr const char* kSupportedDtypes = "BF16, F16, F32, F64, F8_E4M3, U8";
 
 const char* dtype_name(DType t);
 size_t dtype_size(DType t);
@@ -64,18 +66,22 @@ class Reader {
   // The raw little-endian bytes of a tensor (not necessarily aligned).
   const std::byte* data(const TensorInfo& t) const { return data_ + t.begin; }
 
-  // Typed copies. to_float/to_double/to_bf16 accept BF16, F16, F32 and F64 (narrowing rounds to
-  // nearest even); to_u8 accepts U8 only. A U8 tensor asked for as a number, or the reverse, is
-  // refused naming the tensor and both dtypes.
+  // Typed copies. to_float/to_double/to_bf16 accept BF16, F16, F32, F64 and F8_E4M3 (narrowing
+  // rounds to nearest even); to_u8 accepts U8 only and to_e4m3 (the raw e4m3 codes) F8_E4M3 only.
+  // A U8 tensor asked for as a number, or another dtype as bytes, is refused naming the tensor
+  // and both dtypes.
   std::vector<float> to_float(std::string_view name) const;
   std::vector<double> to_double(std::string_view name) const;
   std::vector<bf16> to_bf16(std::string_view name) const;
   std::vector<uint8_t> to_u8(std::string_view name) const;
+  std::vector<uint8_t> to_e4m3(std::string_view name) const;
 
   // Throws naming the file and tensor unless it has exactly this shape.
   void require_shape(const TensorInfo& t, const std::vector<int64_t>& shape) const;
 
  private:
+  std::vector<uint8_t> bytes_of(std::string_view name, DType want) const;
+
   std::string path_;
   const std::byte* map_ = nullptr;
   size_t map_size_ = 0;
@@ -96,6 +102,8 @@ class Writer {
                const std::vector<float>& v);
   void add_u8(const std::string& name, const std::vector<int64_t>& shape,
               const std::vector<uint8_t>& v);
+  void add_e4m3(const std::string& name, const std::vector<int64_t>& shape,
+                const std::vector<uint8_t>& v);
   // Replaces path atomically (swapffn/file_output.hpp: mode kept, fsynced, nothing left on error).
   void write(const std::string& path) const;
 

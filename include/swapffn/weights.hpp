@@ -46,12 +46,26 @@ struct Weights {
   static Weights load(const std::string& path);
   void save(const std::string& path) const;
 
-  // Throws naming the tensor whose size does not match cfg.
+  // Throws naming the tensor whose size does not match cfg; with fp8_ffn, also naming the weight
+  // whose e4m3 form is invalid (fp8::BlockScaledWeight::validate), mis-shaped, or not what its bf16
+  // member holds dequantised.
   void validate() const;
 
-  // The model's identity, which state files record: FNV-1a 64 over the config JSON and every
-  // tensor's name and bf16 bytes (docs/FORMATS.md, "State"). It reads every parameter (about 70 ms
-  // for the default model), so compute it once per Weights.
+  // Stores the FFN in e4m3: fp8_ffn = q, and w1, w3, w2 its dequantised values rounded to bf16
+  // (float(e4m3) * scale in fp32, then to nearest even). Throws naming the weight that is invalid
+  // or mis-shaped for cfg, leaving this model unchanged.
+  void set_fp8_ffn(fp8::FfnWeights q);
+  // This model with its FFN quantised by the recipe of swapffn/fp8.hpp (`swapffn quantize`);
+  // throws when the FFN is already in fp8.
+  Weights quantized_fp8() const;
+  // This model as a bf16 one: a copy without fp8_ffn, so an fp8 model's FFN keeps its dequantised
+  // values (what a bf16 backend can run).
+  Weights as_bf16() const;
+
+  // The model's identity, which state files record: FNV-1a 64 over the config JSON, every
+  // tensor's name and bf16 bytes and, for an fp8 model, the e4m3 bytes and scales of its FFN
+  // (docs/FORMATS.md, "State"). It reads every parameter (about 70 ms for the default model), so
+  // compute it once per Weights.
   uint64_t fingerprint() const;
 };
 

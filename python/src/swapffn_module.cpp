@@ -1,8 +1,9 @@
 // The `swapffn._swapffn` extension: the engine, its state pools and slot steps, for the Python
-// package (python/swapffn). Arrays cross by DLPack (nanobind ndarrays): NumPy and torch CPU arrays
-// take the host path, CUDA arrays (torch, CuPy, JAX) the device path on the caller's stream. The
-// Python layer checks dtypes, shapes, devices and slot ids and names the argument; this layer
-// checks again what it must to stay memory-safe.
+// package (python/swapffn); CUDA builds add the NVFP4 kernels (submodule nvfp4, nvfp4_module.cpp).
+// Arrays cross by DLPack (nanobind ndarrays): NumPy and torch CPU arrays take the host path, CUDA
+// arrays (torch, CuPy, JAX) the device path on the caller's stream. The Python layer checks dtypes,
+// shapes, devices and slot ids and names the argument; this layer checks again what it must to stay
+// memory-safe.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -23,6 +24,7 @@
 #include "swapffn/weights.hpp"
 #ifdef SWAPFFN_WITH_CUDA
 #include "cuda/common/gpu_engine.hpp"
+#include "nvfp4_module.hpp"
 #endif
 
 namespace nb = nanobind;
@@ -200,6 +202,9 @@ NB_MODULE(_swapffn, m) {
   m.def("step_host", &step_host);
   m.def("step_device", &step_device);
   m.def("check_slot_ids", [](const std::vector<int32_t>& ids, int64_t slots) { check_slot_ids(ids, slots, true); });
+#ifdef SWAPFFN_WITH_CUDA
+  bind_nvfp4(m);
+#endif
 }
 
 }  // namespace swapffn::python

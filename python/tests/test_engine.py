@@ -170,7 +170,7 @@ needs_cuda = pytest.mark.skipif(torch is None or not torch.cuda.is_available() o
 
 
 @needs_cuda
-@pytest.mark.parametrize("backend", ["fused"])
+@pytest.mark.parametrize("backend", ["fused", "unfused"])
 def test_cuda_step_equals_host_step_and_captures_in_a_torch_graph(model, backend):
     engine = swapffn.Engine.load(model, backend=backend)
     d = engine.config["d_model"]

@@ -1,6 +1,7 @@
 """swapffn.torch.step, the engine's slot step as a PyTorch custom op: the same bits as Engine.step,
 eagerly and under torch.compile (the pool's token orders the steps) on the host (reference), and,
-where torch sees a Hopper GPU, eagerly on CUDA tensors and under torch.cuda.graph."""
+where torch sees a Hopper GPU, on CUDA tensors eagerly, under torch.compile and under
+torch.cuda.graph."""
 import numpy as np
 import pytest
 
@@ -73,3 +74,46 @@ def test_op_on_cuda_eagerly_and_under_a_cuda_graph(model):
         graph.replay()
         got.append(out.clone())
     assert torch.equal(torch.stack(got), want)
+
+
+def pool_bits(pool):
+    return [tuple(a.copy() for a in pool.get(s)) for s in range(pool.slots)]
+
+
+def same_pool_bits(a, b):
+    return all(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not swapffn.gpu()["hopper"], reason="needs a Hopper GPU")
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("backend", ["fused", "unfused"])
+def test_op_on_cuda_under_torch_compile_gives_the_eager_bits_step_by_step(model, backend, compiler):
+    engine = swapffn.Engine.load(model, backend=backend)
+    dev = torch.device("cuda", 0)
+    d = engine.config["d_model"]
+    xs = torch.from_numpy(np.random.default_rng(3).standard_normal((3, 2, d)).astype(np.float32)).to(dev)
+    ids = torch.tensor([3, 1], dtype=torch.int32, device=dev)
+    torch._dynamo.reset()
+    compiled = torch.compile(st.step, backend=compiler)
+    # Two fresh pools; the compiled one is registered by its first call (a graph break there).
+    eager_pool, compiled_pool = swapffn.StatePool(engine, 4), swapffn.StatePool(engine, 4)
+    for t in range(3):
+        want = st.step(xs[t], eager_pool, ids)
+        got = compiled(xs[t], compiled_pool, ids)
+        assert torch.equal(got, want), f"step {t}: delta differs from eager"
+        assert same_pool_bits(pool_bits(compiled_pool), pool_bits(eager_pool)), f"step {t}: the pool differs from eager"
+    assert int(compiled_pool.token) == 3
+
+    # Three steps in one compiled graph, on a registered pool: one step after another, none merged.
+    def three_steps(x0, x1, x2, pool, i):
+        return st.step(x0, pool, i), st.step(x1, pool, i), st.step(x2, pool, i)
+
+    torch._dynamo.reset()
+    graph = torch.compile(three_steps, backend=compiler, fullgraph=True)
+    eager_pool, compiled_pool = swapffn.StatePool(engine, 4), swapffn.StatePool(engine, 4)
+    st.register(compiled_pool)
+    want = torch.stack([st.step(xs[t], eager_pool, ids) for t in range(3)])
+    got = torch.stack(graph(xs[0], xs[1], xs[2], compiled_pool, ids))
+    assert torch.equal(got, want)
+    assert same_pool_bits(pool_bits(compiled_pool), pool_bits(eager_pool))
+    assert int(compiled_pool.token) == 3

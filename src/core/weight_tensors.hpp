@@ -3,6 +3,7 @@
 // tensor cannot be known to one of them and forgotten by another.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -37,6 +38,22 @@ void for_each_weight_tensor(W& w, F&& f) {
   f(std::string_view("collapse_basis"), S{K, Rc, D}, w.collapse_basis);
   f(std::string_view("collapse_decoder"), S{D, Rc}, w.collapse_decoder);
 }
+
+// Calls f(name, q, bf16_member, rows, cols) for the FFN weights an fp8 model stores in e4m3 (q is
+// the weight in `ffn`, an fp8::FfnWeights); W is Weights or const Weights, Q likewise.
+template <class W, class Q, class F>
+void for_each_fp8_weight(W& w, Q& ffn, F&& f) {
+  const int64_t D = w.cfg.d_model, F_ = w.cfg.d_ff;
+  f(std::string_view("w1.weight"), ffn.w1, w.w1, F_, D);
+  f(std::string_view("w3.weight"), ffn.w3, w.w3, F_, D);
+  f(std::string_view("w2.weight"), ffn.w2, w.w2, D, F_);
+}
+
+// The name of an fp8 weight's block scales (docs/FORMATS.md, "fp8 models").
+inline std::string scale_tensor_name(std::string_view weight) { return std::string(weight) + "_scale"; }
+
+// Throws unless w.fp8_ffn, when set, is valid, shaped for w.cfg and what w1, w3, w2 hold dequantised.
+void validate_fp8_ffn(const Weights& w);
 
 inline int64_t shape_numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;

@@ -89,6 +89,7 @@ void Weights::validate() const {
                                           std::to_string(t.size()) + " values, expected " +
                                           std::to_string(want) + " for the config");
   });
+  validate_fp8_ffn(*this);
 }
 
 CoreTables CoreTables::compute(const Weights& w) {

@@ -25,6 +25,18 @@ uint64_t Weights::fingerprint() const {
     h = fnv1a("", 1, h);  // the name's terminating 0 byte
     h = fnv1a(t.data(), t.size() * sizeof(bf16), h);
   });
+  // An fp8 model differs from a bf16 one with the same (dequantised) values: it runs another path.
+  if (fp8_ffn)
+    for_each_fp8_weight(*this, *fp8_ffn, [&](std::string_view name, const fp8::BlockScaledWeight& q, auto&, int64_t,
+                                             int64_t) {
+      h = fnv1a(name.data(), name.size(), h);
+      h = fnv1a("", 1, h);
+      h = fnv1a(q.data.data(), q.data.size(), h);
+      const std::string scale = scale_tensor_name(name);
+      h = fnv1a(scale.data(), scale.size(), h);
+      h = fnv1a("", 1, h);
+      h = fnv1a(q.scale.data(), q.scale.size() * sizeof(float), h);
+    });
   return h;
 }
 

@@ -81,6 +81,17 @@ std::string FusedChoice::describe() const {
   return s;
 }
 
+FusedChoice FusedOptions::at(int64_t batch) const {
+  const TunedChoice* entry = nullptr;
+  for (const TunedChoice& t : tuned)
+    if (t.batch <= batch && (!entry || t.batch > entry->batch)) entry = &t;
+  FusedChoice c = entry ? entry->choice : FusedChoice{};
+  if (pinned.up) c.up = pinned.up;
+  if (pinned.router) c.router = pinned.router;
+  if (pinned.row_groups) c.row_groups = pinned.row_groups;
+  return c;
+}
+
 std::string FusedOptions::describe() const {
   std::string s = pinned.describe();
   if (!tuned.empty()) s += (s.empty() ? "" : ", ") + std::to_string(tuned.size()) + " tuned batch sizes";

@@ -78,11 +78,9 @@ __device__ __forceinline__ void finish_rows(const GemvArgs& args, int row_block,
     float* part = args.partials + tile * args.split_k * kGemvRowsPerCta;
     if (threadIdx.x < kGemvRowsPerCta) __stcg(part + split * kGemvRowsPerCta + threadIdx.x, v);
     __threadfence();
-    __syncthreads();
-    __shared__ int is_last;
-    if (threadIdx.x == 0) is_last = atomicAdd(args.counters + tile, 1) == args.split_k - 1;
-    __syncthreads();
-    if (!is_last) return;
+    __syncthreads();  // every thread's partial is fenced before thread 0 counts the CTA in
+    // The barrier's OR hands thread 0's verdict to the CTA without a shared-memory word.
+    if (!__syncthreads_or(threadIdx.x == 0 && atomicAdd(args.counters + tile, 1) == args.split_k - 1)) return;
     __threadfence();
     if (threadIdx.x < kGemvRowsPerCta) {
       v = __ldcg(part + threadIdx.x);

@@ -18,6 +18,7 @@
 #include "core/printable.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/file_output.hpp"
+#include "swapffn/fp8.hpp"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; this reader copies bytes as they are");
@@ -39,6 +40,7 @@ double element_as_double(DType t, const std::byte* p, int64_t i) {
     case DType::F16: return f16_to_float(load_le<uint16_t>(p + 2 * i));
     case DType::F32: return load_le<float>(p + 4 * i);
     case DType::F64: return load_le<double>(p + 8 * i);
+    case DType::F8_E4M3: return fp8::e4m3_to_float(load_le<uint8_t>(p + i));
     case DType::U8: break;
   }
   SWAPFFN_FAIL("internal: element_as_double on a U8 tensor");
@@ -52,6 +54,7 @@ const char* dtype_name(DType t) {
     case DType::F16: return "F16";
     case DType::F32: return "F32";
     case DType::F64: return "F64";
+    case DType::F8_E4M3: return "F8_E4M3";
     case DType::U8: return "U8";
   }
   return "?";
@@ -63,15 +66,16 @@ size_t dtype_size(DType t) {
     case DType::F16: return 2;
     case DType::F32: return 4;
     case DType::F64: return 8;
+    case DType::F8_E4M3:
     case DType::U8: return 1;
   }
   return 0;
 }
 
 DType parse_dtype(std::string_view name) {
-  for (DType t : {DType::BF16, DType::F16, DType::F32, DType::F64, DType::U8})
+  for (DType t : {DType::BF16, DType::F16, DType::F32, DType::F64, DType::F8_E4M3, DType::U8})
     if (name == dtype_name(t)) return t;
-  SWAPFFN_FAIL("unsupported dtype " + in_quotes(name) + " (supported: BF16, F16, F32, F64, U8)");
+  SWAPFFN_FAIL("unsupported dtype " + in_quotes(name) + " (supported: " + kSupportedDtypes + ")");
 }
 
 float f16_to_float(uint16_t h) {
@@ -174,7 +178,7 @@ Reader::Reader(const std::string& path) : path_(path) {
         info.dtype = parse_dtype(entry["dtype"].get<std::string>());
       } catch (const Error&) {
         SWAPFFN_FAIL(t + "unsupported dtype " + in_quotes(entry["dtype"].get<std::string>()) +
-                     " (supported: BF16, F16, F32, F64, U8)");
+                     " (supported: " + kSupportedDtypes + ")");
       }
       // The product of the nonzero dimensions must fit an int64 byte count, so that no product of
       // dimensions, in any order and zero-size tensors included, overflows where shapes are used.
@@ -306,15 +310,19 @@ std::vector<bf16> Reader::to_bf16(std::string_view name) const {
   return out;
 }
 
-std::vector<uint8_t> Reader::to_u8(std::string_view name) const {
+std::vector<uint8_t> Reader::bytes_of(std::string_view name, DType want) const {
   const TensorInfo& t = at(name);
-  SWAPFFN_REQUIRE(t.dtype == DType::U8, "safetensors file " + path_ + ": tensor " + in_quotes(name) +
-                                            " has wrong dtype " + dtype_name(t.dtype) +
-                                            ", expected U8");
+  SWAPFFN_REQUIRE(t.dtype == want, "safetensors file " + path_ + ": tensor " + in_quotes(name) +
+                                       " has wrong dtype " + dtype_name(t.dtype) + ", expected " +
+                                       dtype_name(want));
   std::vector<uint8_t> out(static_cast<size_t>(t.numel()));
   if (!out.empty()) std::memcpy(out.data(), data(t), out.size());
   return out;
 }
+
+std::vector<uint8_t> Reader::to_u8(std::string_view name) const { return bytes_of(name, DType::U8); }
+
+std::vector<uint8_t> Reader::to_e4m3(std::string_view name) const { return bytes_of(name, DType::F8_E4M3); }
 
 // ---------------------------------------------------------------------------------------------
 // Writer
@@ -358,6 +366,11 @@ void Writer::add_f32(const std::string& name, const std::vector<int64_t>& shape,
 void Writer::add_u8(const std::string& name, const std::vector<int64_t>& shape,
                     const std::vector<uint8_t>& v) {
   add(name, DType::U8, shape, v.data(), v.size());
+}
+
+void Writer::add_e4m3(const std::string& name, const std::vector<int64_t>& shape,
+                      const std::vector<uint8_t>& v) {
+  add(name, DType::F8_E4M3, shape, v.data(), v.size());
 }
 
 void Writer::write(const std::string& path) const {

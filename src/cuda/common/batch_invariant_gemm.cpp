@@ -194,6 +194,40 @@ struct BatchInvariantGemm::RandomOperands {
       fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(x.get()), rows * g.k_, seed + 1, 1.f, nullptr);
     }
   }
+  // The operands of `from` (at `rows` rows) made to cancel in pairs: the second half of k (whole
+  // 128-blocks for e4m3, with their scales) repeats the first, W's negated, and the rest (an odd
+  // column or block) is zero, so each output is the rounding residue of its summation order alone.
+  RandomOperands(const BatchInvariantGemm& g, int64_t rows, const RandomOperands& from) {
+    const bool e4m3 = g.block_scaled();
+    const int64_t k = g.k_, half = e4m3 ? fp8::blocks(k) / 2 * fp8::kBlock : k / 2;
+    const auto mirror = [&](const DeviceBuffer<uint8_t>& src, DeviceBuffer<uint8_t>& dst, int64_t m, bool negate) {
+      const size_t eb = e4m3 ? 1 : 2, row_bytes = size_t(k) * eb;
+      std::vector<uint8_t> h(size_t(m) * row_bytes);
+      CUDA_CHECK(cudaMemcpy(h.data(), src.get(), h.size(), cudaMemcpyDeviceToHost));
+      for (int64_t r = 0; r < m; ++r) {
+        uint8_t* row = h.data() + size_t(r) * row_bytes;
+        std::memcpy(row + half * eb, row, size_t(half) * eb);
+        if (negate)  // the sign bit: the top bit of each value's last byte (little-endian bf16)
+          for (int64_t j = half; j < 2 * half; ++j) row[size_t(j) * eb + eb - 1] ^= 0x80;
+        std::memset(row + 2 * half * eb, 0, size_t(k - 2 * half) * eb);
+      }
+      dst.upload(h);
+    };
+    mirror(from.w, w, g.n_, true);
+    mirror(from.x, x, rows, false);
+    if (!e4m3) return;
+    // Block kb + hb's scales are block kb's.
+    const int64_t hb = half / fp8::kBlock, stride = weight_scale_stride(k), kb = fp8::blocks(k);
+    std::vector<float> ws(from.w_scale.size()), xs(from.x_scale.size());
+    CUDA_CHECK(cudaMemcpy(ws.data(), from.w_scale.get(), ws.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(xs.data(), from.x_scale.get(), xs.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int64_t nb = 0; nb < fp8::blocks(g.n_); ++nb)
+      for (int64_t b = hb; b < 2 * hb; ++b) ws[size_t(nb * stride + b)] = ws[size_t(nb * stride + b - hb)];
+    for (int64_t b = hb; b < 2 * hb && b < kb; ++b)
+      std::copy_n(&xs[size_t((b - hb) * rows)], rows, &xs[size_t(b * rows)]);
+    w_scale.upload(ws);
+    x_scale.upload(xs);
+  }
   void run(const BatchInvariantGemm& g, const RowLayouts& l, const cublasLtMatmulAlgo_t& algo, void* out,
            void* workspace) const {
     g.matmul(l, algo, w.get(), w_scale.get(), x.get(), x_scale.get(), out, workspace, nullptr);
@@ -237,41 +271,60 @@ const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublas
   return algos[best];
 }
 
-// Made once per row count by set_rows(), at the first candidate to verify: every candidate runs from
-// the same starting outputs c0 and is compared with the anchor's one run.
+// Made once per row count by set_rows(), at the first candidate to verify: every candidate runs on
+// the same two operand sets and is compared with the anchor's one run on each.
+// 1. Random operands from random starting outputs c0 (read when accumulating).
+// 2. Operands whose products cancel in pairs, from zero outputs: every output is then the rounding
+//    residue of its summation order alone. On random operands two orders differ only in the last
+//    bits of an fp32 sum, which a bf16 output mostly rounds away (a candidate that sums in another
+//    order could match the anchor on every bf16 output of the random probe); the residue keeps
+//    the difference in a bf16 output.
 struct BatchInvariantGemm::Probe {
   Probe(const BatchInvariantGemm& owner, int64_t rows);
-  // The outputs of `algo` on the probe operands, starting from c0.
+  // The outputs of `algo` on both operand sets, one after the other.
   std::vector<uint8_t> outputs(const cublasLtMatmulAlgo_t& algo) const;
 
   const BatchInvariantGemm& gemm;
   RowLayouts layouts;
   size_t out_bytes;
-  RandomOperands ops;
-  DeviceBuffer<uint8_t> c0, c, ws;  // c0: random starting outputs (read when accumulating), c: each run's outputs
-  std::vector<uint8_t> anchor;      // the anchor's outputs, copied to the host
+  RandomOperands random, cancelling;
+  DeviceBuffer<uint8_t> c0, zeros, c, ws;  // c: each run's outputs
+  std::vector<uint8_t> anchor;             // the anchor's outputs, copied to the host
+
+ private:
+  void run(const cublasLtMatmulAlgo_t& algo, const RandomOperands& ops, const DeviceBuffer<uint8_t>& start,
+           uint8_t* host_out) const;
 };
 
 BatchInvariantGemm::Probe::Probe(const BatchInvariantGemm& owner, int64_t rows)
     : gemm(owner),
       layouts(owner.make_row_layouts(std::min<int64_t>(rows, 1024))),
       out_bytes(size_t(layouts.rows * owner.n_) * bytes_of(owner.out_type_)),
-      ops(owner, layouts.rows, 0x5eed1),
+      random(owner, layouts.rows, 0x5eed1),
+      cancelling(owner, layouts.rows, random),
       c0(out_bytes),
+      zeros(out_bytes),
       c(out_bytes),
       ws(owner.workspace_bytes_) {
   if (gemm.out_type_ == CUDA_R_32F)
     fill_random_f32(reinterpret_cast<float*>(c0.get()), layouts.rows * gemm.n_, 0x5eed3, 1.f, nullptr);
   else
     fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(c0.get()), layouts.rows * gemm.n_, 0x5eed3, 1.f, nullptr);
+  CUDA_CHECK(cudaMemset(zeros.get(), 0, out_bytes));
   anchor = outputs(gemm.algo_);
 }
 
-std::vector<uint8_t> BatchInvariantGemm::Probe::outputs(const cublasLtMatmulAlgo_t& algo) const {
-  CUDA_CHECK(cudaMemcpy(c.get(), c0.get(), out_bytes, cudaMemcpyDeviceToDevice));
+void BatchInvariantGemm::Probe::run(const cublasLtMatmulAlgo_t& algo, const RandomOperands& ops,
+                                    const DeviceBuffer<uint8_t>& start, uint8_t* host_out) const {
+  CUDA_CHECK(cudaMemcpy(c.get(), start.get(), out_bytes, cudaMemcpyDeviceToDevice));
   ops.run(gemm, layouts, algo, c.get(), ws.get());
-  std::vector<uint8_t> h(out_bytes);
-  CUDA_CHECK(cudaMemcpy(h.data(), c.get(), out_bytes, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(host_out, c.get(), out_bytes, cudaMemcpyDeviceToHost));
+}
+
+std::vector<uint8_t> BatchInvariantGemm::Probe::outputs(const cublasLtMatmulAlgo_t& algo) const {
+  std::vector<uint8_t> h(2 * out_bytes);
+  run(algo, random, c0, h.data());
+  run(algo, cancelling, zeros, h.data() + out_bytes);
   return h;
 }
 

@@ -11,11 +11,13 @@
 // But an algorithm that is best at the reference rows can be poor at other row counts (the 64 x 64
 // tiles picked at 512 rows ran the down GEMM at 8192 rows in 188 us against 90 us for the best
 // algorithm there). So set_rows() also takes the heuristic's split-K-free algorithms at the new
-// row count, keeps those that reproduce the anchor's bits (each runs on one probe of random operands
-// per row count, and a random accumulator when accumulating; every output must match the anchor's
-// single run on it bitwise) and times them with the anchor, running the fastest. Without split-K
-// every output is one chain of tensor-core k-steps in k order, so algorithms that differ in tiles,
-// stages or clusters normally agree; any that does not is left out.
+// row count, keeps those that reproduce the anchor's bits (each runs on two probes per row count,
+// random operands with a random accumulator when accumulating, and operands whose products cancel in
+// pairs, so that each output is the rounding residue of its summation order, which a bf16 output
+// keeps where it would round away the last bits of a random sum; every output must match the
+// anchor's run bitwise) and times them with the anchor, running the fastest. Without split-K every
+// output is one chain of tensor-core k-steps in k order, so algorithms that differ in tiles, stages
+// or clusters normally agree; any that does not is left out.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -25,6 +25,10 @@ int64_t checked_product(std::initializer_list<int64_t> dims, const std::string& 
   return p;
 }
 
+SlotSource slot_source(const DeviceStatePool& pool, const int32_t* slot_ids) {
+  return {as_nv(pool.ram()), pool.stream_map(), slot_ids, pool.slots()};
+}
+
 }  // namespace
 
 void require_hopper_gpu(const std::string& backend) {
@@ -62,7 +66,10 @@ GpuEngine::~GpuEngine() {
   drop_graph();
 }
 
-void GpuEngine::drop_graph() { graph_.reset(); }
+void GpuEngine::drop_graph() {
+  dense_graph_ = {};
+  slot_graph_ = {};
+}
 
 void GpuEngine::require_usable() const {
   SWAPFFN_REQUIRE(broken_.empty(), name() + ": the GPU failed in an earlier call (" + broken_ +
@@ -126,9 +133,7 @@ void GpuEngine::ensure_batch(int64_t batch) {
   batch_ = batch;
 }
 
-void GpuEngine::set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot) {
-  launch_set_step_io(io_.get(), StepIO{x, delta, gate, slot}, stream_);
-}
+void GpuEngine::set_io(const StepIO& io) { launch_set_step_io(io_.get(), io, stream_); }
 
 void GpuEngine::enqueue_collapse_and_advance() {
   const int64_t B = batch_, C = cfg_.core_count, D = cfg_.d_model;
@@ -138,21 +143,31 @@ void GpuEngine::enqueue_collapse_and_advance() {
   launch_collapse_and_advance(args, B * D, cfg_.n_events * B * C, stream_);
 }
 
-void GpuEngine::run_tokens(int64_t tokens) {
-  for (int64_t t = 0; t < tokens; ++t) {
-    if (graph_) {
-      graph_->launch(stream_);
-      continue;
-    }
-    // The first step after (re)allocation runs eagerly; with graphs on, the capture follows it: by
-    // then every library handle and kernel module is loaded, so the capture records launches only.
-    enqueue_step();
-    if (opt_.graph) capture_graph();
-  }
+void GpuEngine::enqueue_slot_step() {
+  const int64_t C = cfg_.core_count;
+  const SlotRows rows{as_nv(ram_.get()), map_.get(), batch_, C * 4 * cfg_.d_model, C};
+  launch_gather_slots(io_.get(), rows, stream_);
+  enqueue_step();
+  launch_scatter_slots(io_.get(), rows, stream_);
 }
 
-void GpuEngine::capture_graph() {
-  graph_ = std::make_unique<CapturedGraph>(stream_, [this] { enqueue_step(); });
+void GpuEngine::run_tokens(int64_t tokens, bool slots) {
+  StepGraph& g = slots ? slot_graph_ : dense_graph_;
+  const auto enqueue = [this, slots] {
+    if (slots)
+      enqueue_slot_step();
+    else
+      enqueue_step();
+  };
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (!g.graph && g.warm && opt_.graph) g.graph = std::make_unique<CapturedGraph>(stream_, enqueue);
+    if (g.graph) {
+      g.graph->launch(stream_);
+    } else {
+      enqueue();
+      g.warm = true;
+    }
+  }
 }
 
 void GpuEngine::upload_state(const State& s) {
@@ -191,8 +206,8 @@ void GpuEngine::enqueue_decode(const float* x, float* delta, int64_t tokens) {
   SWAPFFN_REQUIRE(tokens >= 0, "negative token count");
   if (tokens == 0) return;
   try {
-    set_io(x, delta, nullptr, nullptr);
-    run_tokens(tokens);
+    set_io(StepIO{x, delta, nullptr, nullptr, {}});
+    run_tokens(tokens, false);
   } catch (...) {
     forget_batch_after_failure();
     throw;
@@ -229,8 +244,9 @@ void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State&
       gate_dev_.reserve(size_t(n_trace), "the trace's gates");
       slot_dev_.reserve(size_t(n_trace), "the trace's slots");
     }
-    set_io(x_dev_.get(), delta_dev_.get(), record ? gate_dev_.get() : nullptr, record ? slot_dev_.get() : nullptr);
-    run_tokens(tokens);
+    set_io(StepIO{x_dev_.get(), delta_dev_.get(), record ? gate_dev_.get() : nullptr,
+                  record ? slot_dev_.get() : nullptr, {}});
+    run_tokens(tokens, false);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaMemcpy(out.data(), delta_dev_.get(), n_io * sizeof(float), cudaMemcpyDeviceToHost));
     for (size_t t = 0; t < got.size(); ++t) {
@@ -286,8 +302,9 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
                                  stream_));
       CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), named.data(), size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice,
                                  stream_));
-      enqueue_slot_step(x_dev_.get(), slot_ids_dev_.get(), n, delta_dev_.get(), opt.record ? gate_dev_.get() : nullptr,
-                        opt.record ? slot_dev_.get() : nullptr, dev, nullptr);
+      set_io(StepIO{x_dev_.get(), delta_dev_.get(), opt.record ? gate_dev_.get() : nullptr,
+                    opt.record ? slot_dev_.get() : nullptr, slot_source(dev, slot_ids_dev_.get())});
+      run_tokens(1, true);
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       CUDA_CHECK(cudaMemcpy(delta_rows.data(), delta_dev_.get(), delta_rows.size() * sizeof(float), cudaMemcpyDeviceToHost));
       if (opt.record) {
@@ -311,43 +328,35 @@ void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int6
   DeviceStatePool& dev = own_pool(pool);
   require_in_range(batch, 1, kMaxBatch, "rows in one slot step");
   ensure_batch(batch);
-  enqueue_slot_step(x, slot_ids, batch, delta, nullptr, nullptr, dev, stream);
-}
-
-void GpuEngine::enqueue_slot_step(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, uint8_t* gate,
-                                  uint8_t* slot, DeviceStatePool& pool, cudaStream_t caller) {
-  const SlotRows rows{as_nv(pool.ram()), pool.stream_map(), pool.slots(), as_nv(ram_.get()), map_.get(), slot_ids,
-                      batch, pool.row_ram(), pool.row_map()};
+  // On the caller's stream the step is enqueued kernel by kernel, so that the caller's own CUDA
+  // graph capture records it (the engine's graphs belong to its own stream).
   const cudaStream_t own = stream_;
-  const cudaStream_t s = caller ? caller : own;
-  launch_set_step_io(io_.get(), StepIO{x, delta, gate, slot}, s);
-  launch_gather_slots(rows, s);
-  if (caller) {
-    // On the caller's stream the step is enqueued kernel by kernel, so that the caller's own CUDA
-    // graph capture records it (the engine's graph belongs to its own stream).
-    stream_ = caller;
-    try {
-      enqueue_step();
-    } catch (...) {
-      stream_ = own;
-      throw;
-    }
+  stream_ = stream;
+  try {
+    set_io(StepIO{x, delta, nullptr, nullptr, slot_source(dev, slot_ids)});
+    enqueue_slot_step();
+  } catch (...) {
     stream_ = own;
-  } else {
-    run_tokens(1);
+    throw;
   }
-  launch_scatter_slots(rows, delta, cfg_.d_model, s);
+  stream_ = own;
 }
 
 void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool,
                                      const int32_t* slot_ids, int64_t batch) {
+  require_usable();
   DeviceStatePool& dev = own_pool(pool);
   require_in_range(batch, 1, kMaxBatch, "enqueue_decode_slots: batch");
   require_in_range(tokens, 0, kMaxTokens, "enqueue_decode_slots: tokens");
   ensure_batch(batch);
-  const int64_t n = batch * cfg_.d_model;
-  for (int64_t t = 0; t < tokens; ++t)
-    enqueue_slot_step(x + t * n, slot_ids, batch, delta + t * n, nullptr, nullptr, dev, nullptr);
+  if (tokens == 0) return;
+  try {
+    set_io(StepIO{x, delta, nullptr, nullptr, slot_source(dev, slot_ids)});
+    run_tokens(tokens, true);
+  } catch (...) {
+    forget_batch_after_failure();
+    throw;
+  }
 }
 
 void GpuEngine::step(const float* x, float* delta, State& state, const StepOptions& opt) {

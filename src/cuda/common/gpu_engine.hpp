@@ -111,7 +111,8 @@ class GpuEngine : public Engine {
   void enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
                           cudaStream_t stream);
   // `tokens` slot steps of the same `batch` slots on the engine's stream (x, delta [tokens, B, D]),
-  // each a gather, the step's graph and a scatter, as a serving loop runs: what `bench` times.
+  // each one replay of the slot step's graph (gather, step, scatter), as a serving loop runs: what
+  // `bench` times.
   void enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool, const int32_t* slot_ids,
                             int64_t batch);
 
@@ -143,22 +144,30 @@ class GpuEngine : public Engine {
  private:
   void host_decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record);
   DeviceStatePool& own_pool(StatePool& pool) const;
-  // Gather, step, scatter: on `caller` kernel by kernel, or (null) on stream_ through the graph.
-  void enqueue_slot_step(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, uint8_t* gate,
-                         uint8_t* slot, DeviceStatePool& pool, cudaStream_t caller);
   void ensure_batch(int64_t batch);
   // After a call failed past its checks: no batch, no graph; a broken context is remembered.
   void forget_batch_after_failure() noexcept;
   void require_usable() const;
-  void set_io(const float* x, float* delta, uint8_t* gate, uint8_t* slot);
-  void run_tokens(int64_t tokens);
-  void capture_graph();
+  void set_io(const StepIO& io);
+  // A slot step after set_io (on stream_): the gather of the named slots into the batch buffers,
+  // the step, the scatter back; the pool and slot ids come from the StepIO.
+  void enqueue_slot_step();
+  // `tokens` steps on stream_, dense or slot steps: replays of that step's graph. The first step
+  // after (re)allocation runs eagerly; with graphs on, the next one is captured before it runs (by
+  // then every library handle and kernel module is loaded, so the capture records launches only,
+  // and a capture that fails has changed no state).
+  void run_tokens(int64_t tokens, bool slots);
   void drop_graph();
+
+  struct StepGraph {
+    std::unique_ptr<CapturedGraph> graph;
+    bool warm = false;  // the step has run eagerly at this batch size
+  };
 
   DeviceBuffer<float> x_dev_, delta_dev_;
   DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
   DeviceBuffer<int32_t> slot_ids_dev_;
-  std::unique_ptr<CapturedGraph> graph_;
+  StepGraph dense_graph_, slot_graph_;
   std::string broken_;  // the fault that broke the GPU context, if one did
 };
 

@@ -38,11 +38,7 @@ void apply(FusedKernelConfig& k, const FusedChoice& c) {
 
 FusedKernelConfig resolve(const Config& cfg, int64_t batch, const FusedOptions& opt) {
   FusedKernelConfig k = defaults(cfg, batch * cfg.core_count);
-  const TunedChoice* tuned = nullptr;
-  for (const TunedChoice& t : opt.tuned)
-    if (t.batch <= batch && (!tuned || t.batch > tuned->batch)) tuned = &t;
-  if (tuned) apply(k, tuned->choice);
-  apply(k, opt.pinned);
+  apply(k, opt.at(batch));
   return k;
 }
 

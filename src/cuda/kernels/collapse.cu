@@ -115,8 +115,8 @@ __device__ void basis_product(const CollapseArgs& a, int64_t item, float* red) {
   if (threadIdx.x == 0) a.zc[item] = a.silu ? acc / (1.f + expf(-acc)) : acc;
 }
 
-// delta[b, d] = decoder[d] . zc[b]; one warp per (b, d).
-__device__ void decode(const CollapseArgs& a, int64_t w, float* delta) {
+// delta[b, d] = decoder[d] . zc[b]; one warp per (b, d). A padding row of a slot step gets zeros.
+__device__ void decode(const CollapseArgs& a, int64_t w, float* delta, const SlotSource& slots) {
   const int lane = threadIdx.x % 32;
   const int64_t Rc = a.collapse_r, D = a.d_model;
   const int64_t b = w / D, d = w % D;
@@ -125,7 +125,7 @@ __device__ void decode(const CollapseArgs& a, int64_t w, float* delta) {
   float acc = 0.f;
   for (int64_t r = lane; r < Rc; r += 32) acc += __bfloat162float(dec[r]) * z[r];
   acc = warp_sum(acc);
-  if (lane == 0) delta[w] = acc;
+  if (lane == 0) delta[w] = is_padding_row(slots, b) ? 0.f : acc;
 }
 
 __global__ void __launch_bounds__(kThreads) collapse_kernel(CollapseArgs a, Phases p, int64_t x_stride,
@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(kThreads) collapse_kernel(CollapseArgs a, Phas
   auto grid = cooperative_groups::this_grid();
   // Read before the first barrier: block 0 advances the pointers after the last one.
   float* const delta = a.io->delta;
+  const SlotSource slots = a.io->pool;
   const int64_t blocks = gridDim.x, threads = blocks * kThreads;
   for (int64_t item = blockIdx.x; item < p.pool_items; item += blocks) pool_partial(a, p, item, al);
   grid.sync();
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) collapse_kernel(CollapseArgs a, Phas
   for (int64_t item = blockIdx.x; item < p.basis_items; item += blocks) basis_product(a, item, red);
   grid.sync();
   for (int64_t w = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32; w < p.decode_warps; w += blocks * kWarps)
-    decode(a, w, delta);
+    decode(a, w, delta, slots);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     StepIO* io = a.io;
     io->x += x_stride;

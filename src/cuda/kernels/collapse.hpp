@@ -1,7 +1,8 @@
 // Collapse (SPEC section 4, last lines), per sequence b, all in fp32 with fixed summation orders:
 //   pooled[k]  = sum_c core_alpha[c, k] * h[b, c]          (cores summed in chunks, chunks in order)
 //   zc[r]      = sum_k pooled[k] . collapse_basis[k, r]    (silu when collapse_silu)
-//   delta[b]   = collapse_decoder @ zc                      (written to io->delta)
+//   delta[b]   = collapse_decoder @ zc                      (written to io->delta; zeros for the
+//                                                           padding rows of a slot step)
 #pragma once
 #include <cstdint>
 

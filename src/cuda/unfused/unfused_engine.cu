@@ -27,6 +27,12 @@ namespace {
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
 
+// SWAPFFN_LOG_GEMMS=1: the GEMM algorithms on stderr, the anchors and those of each row count.
+bool log_gemms() {
+  const char* v = std::getenv("SWAPFFN_LOG_GEMMS");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
 class UnfusedEngine final : public GpuEngine {
  public:
   UnfusedEngine(const Weights& w, const EngineOptions& opt);
@@ -57,7 +63,7 @@ UnfusedEngine::UnfusedEngine(const Weights& w, const EngineOptions& opt) : GpuEn
   router_gemm_ = std::make_unique<BatchInvariantGemm>(lt_, R, D, CUDA_R_32F, false, C, kGemmWorkspaceBytes);
   up_gemm_ = std::make_unique<BatchInvariantGemm>(lt_, 2 * F, D, CUDA_R_16BF, false, C, kGemmWorkspaceBytes);
   down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_, D, F, CUDA_R_32F, cfg_.ffn_residual, C, kGemmWorkspaceBytes);
-  if (const char* v = std::getenv("SWAPFFN_LOG_GEMMS"); v && *v && std::strcmp(v, "0") != 0)
+  if (log_gemms())
     std::fprintf(stderr, "unfused: router GEMM %s\nunfused: w1|w3 GEMM %s\nunfused: w2 GEMM %s\n",
                  router_gemm_->describe().c_str(), up_gemm_->describe().c_str(), down_gemm_->describe().c_str());
 }
@@ -67,6 +73,10 @@ void UnfusedEngine::allocate_batch(int64_t batch) {
   router_gemm_->set_rows(M);
   up_gemm_->set_rows(M);
   down_gemm_->set_rows(M);
+  if (log_gemms())
+    std::fprintf(stderr, "unfused: %lld rows: router %s\nunfused: %lld rows: w1|w3 %s\nunfused: %lld rows: w2 %s\n",
+                 static_cast<long long>(M), router_gemm_->describe(M).c_str(), static_cast<long long>(M),
+                 up_gemm_->describe(M).c_str(), static_cast<long long>(M), down_gemm_->describe(M).c_str());
   const auto m = static_cast<size_t>(M);
   z_.resize(m * cfg_.d_router, "the router logits");
   nrm_.resize(m * D, "the normed GEMM operand");
