@@ -160,6 +160,22 @@ TEST_F(Cli, BenchSetsTheFp8BackendAgainstTheFp8AnchorAndFused) {
   EXPECT_NE(line_with(r.out, "fp8 over bf16").find("fused-fp8 B=2: "), std::string::npos) << r.out;
 }
 
+// An fp8 model written by `quantize` runs on fused-fp8 end to end: check passes under the fp8
+// tolerance and prints the decision flip rate against fused (bf16); run decodes it; the bf16 model
+// checks on fused-fp8 too (quantised at load), with its kernel choices.
+TEST_F(Cli, Fp8ModelChecksAndRunsOnFusedFp8) {
+  const std::string m = path("tiny.safetensors"), q = path("tiny-fp8.safetensors");
+  ASSERT_EQ(cli("init --config tiny --seed 5 --out " + m).code, 0);
+  ASSERT_EQ(cli("quantize --in " + m + " --out " + q + " --format fp8").code, 0);
+  for (const std::string& args : {"--model " + q, "--model " + m + " --kernels groups=2,fp8up=sm90"}) {
+    const Result r = cli("check " + args + " --backend fused-fp8 --batch 2 --tokens 2 --flip-tokens 3 --flip-batch 2");
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("(tolerance 0.06)"), std::string::npos) << r.out;  // the fp8 preset's delta bound
+    EXPECT_NE(line_with(r.out, "flip rate vs fused (bf16)").find("over 3 tokens at B=2"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(cli("run --model " + q + " --backend fused-fp8 --batch 2 --tokens 2").code, 0);
+}
+
 // Without NVML the bench still times every point, says why it has no telemetry, and writes none.
 TEST_F(Cli, BenchWithoutNvmlSaysWhyAndStillTimes) {
   const std::string json = path("bench.json");
