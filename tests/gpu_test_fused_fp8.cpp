@@ -133,6 +133,7 @@ TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
   const int64_t B = 3, T = 4;
   const State s0 = random_state(w.cfg, B, 21);
   const auto x = decode_inputs(22, T, B, w.cfg.d_model);
+  std::vector<Decoded> per_up;
   for (const char* up : {"fp8up=cublas", "fp8up=sm90"}) {
     SCOPED_TRACE(up);
     auto g = fused_fp8(w, true, up), n = fused_fp8(w, false, up);
@@ -140,7 +141,11 @@ TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
     expect_bitwise_equal(rg, decode(*n, x, T, s0));
     expect_bitwise_equal(rg, decode(*g, x, T, s0));
     expect_bitwise_equal(rg, decode(*fused_fp8(w, true, up), x, T, s0));
+    per_up.push_back(rg);
   }
+  // The two up projections round differently (a bf16 intermediate or none): equal bits would mean
+  // the choice did not reach the engine.
+  EXPECT_NE(0, std::memcmp(per_up[0].delta.data(), per_up[1].delta.data(), per_up[0].delta.size() * sizeof(float)));
 }
 
 // A sequence's bits must not depend on its batch-mates or on B, whether its rows run in groups side

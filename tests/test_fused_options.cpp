@@ -62,6 +62,13 @@ TEST(FusedOptions, ChoicesParseAndRoundTrip) {
   EXPECT_TRUE(f.any());
   EXPECT_EQ(parse_fused_choice(f.describe()), f);
   EXPECT_EQ(parse_fused_choice("fp8up=cublas").fp8_up, Fp8UpGemm::cublas);
+  FusedOptions o;
+  o.pinned = f;
+  o.tuned = {TunedChoice{1, parse_fused_choice("up=bn256_st4_sk1_mc1,router=folded,groups=1")}};
+  const FusedChoice at = o.at(16);  // the pinned choices over the tuned entry's
+  EXPECT_EQ(at.fp8_up, Fp8UpGemm::sm90);
+  EXPECT_EQ(at.row_groups, 2);
+  EXPECT_EQ(at.up, DualGemmTile::bn256);
 }
 
 TEST(FusedOptions, BadChoicesAreRefusedNamingTheItem) {

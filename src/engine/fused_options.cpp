@@ -89,6 +89,7 @@ FusedChoice FusedOptions::at(int64_t batch) const {
   if (pinned.up) c.up = pinned.up;
   if (pinned.router) c.router = pinned.router;
   if (pinned.row_groups) c.row_groups = pinned.row_groups;
+  if (pinned.fp8_up) c.fp8_up = pinned.fp8_up;
   return c;
 }
 
