@@ -66,6 +66,7 @@ struct BenchArgs {
   double cooldown_s = 3;
   bool python = false;
   FusedFlags fused;
+  std::string fp8_kernels;  // fused-fp8's pinned kernel choices
 };
 
 struct Row {
@@ -281,10 +282,13 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
   std::vector<std::pair<std::string, std::unique_ptr<Engine>>> engines;
   SWAPFFN_REQUIRE(a.fused.tune_file.empty() || std::find(backends.begin(), backends.end(), "fused") != backends.end(),
                   "--tune applies to the fused backend, which this bench does not run");
+  SWAPFFN_REQUIRE(a.fp8_kernels.empty() || std::find(backends.begin(), backends.end(), "fused-fp8") != backends.end(),
+                  "--fp8-kernels applies to the fused-fp8 backend, which this bench does not run");
   FusedOptions fused;
   for (const auto& b : backends) {
     EngineOptions eo;
     if (b == "fused") eo.fused = fused = a.fused.resolve(w.cfg, b);
+    if (b == "fused-fp8") eo.fused.pinned = parse_fused_choice(a.fp8_kernels);
     engines.emplace_back(b, make_engine(b, w, eo));
   }
   Results res;
@@ -566,6 +570,7 @@ void add_bench_command(CLI::App& app) {
                 "swapffn.bench_row; $SWAPFFN_PYTHON names another interpreter)");
   cmd->add_option("--tune", a->fused.tune_file,
                   "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE)");
+  cmd->add_option("--fp8-kernels", a->fp8_kernels, "fused-fp8: pinned kernel choices, e.g. 'fp8up=sm90,groups=2'");
   cmd->callback([a] { run_bench(*a); });
 }
 

@@ -137,10 +137,11 @@ TEST_F(Cli, BenchRunsBatchByBatchWithAMatchedFloorPerPoint) {
 
 // An fp8 backend brings the fp8 anchor (cuBLAS's block-scaled fp8 FFN GEMMs) after the bf16 one; its
 // "vs GEMMs" is against the fp8 anchor, and its fp8/bf16 ratio against fused's time in the same run.
+// --fp8-kernels pins fused-fp8's choices (here its own up projection kernel).
 TEST_F(Cli, BenchSetsTheFp8BackendAgainstTheFp8AnchorAndFused) {
   const std::string json = path("bench.json");
   const Result r = cli("bench --config tiny --backends fused,fused-fp8 --batches 2 --tokens 2 --warmup 1 --repeats 3 "
-                       "--cooldown 0 --json " + json);
+                       "--cooldown 0 --fp8-kernels fp8up=sm90 --json " + json);
   ASSERT_EQ(r.code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   ASSERT_EQ(j["rows"].size(), 5u) << j.dump();
