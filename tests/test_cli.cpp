@@ -89,6 +89,8 @@ TEST_F(Cli, KernelChoicesAreRefusedOutsideTheFusedBackend) {
   expect_error("check --model " + m + " --backend reference --tune " + cache, "applies to the fused backend only");
   expect_error("bench --config tiny --backends reference --tune " + cache,
                "--tune applies to the fused backend, which this bench does not run");
+  expect_error("bench --config tiny --backends reference --fp8-kernels fp8up=sm90",
+               "--fp8-kernels applies to the fused-fp8 backend, which this bench does not run");
 }
 
 
