@@ -97,14 +97,22 @@ TEST(FusedFp8, NoResidualNoSiluAndDegenerateCountsAgree) {
       label += kv + " ";
     }
     cfg.validate();
-    // Without the residual each FFN replaces h, so quantisation errors compound instead of being
-    // diluted: on the first config the reference alone, free-running on the fp8 model's weights,
-    // moves delta by 44% (4% on tiny). So these configs run the fp8 model (the reference follows
-    // the same weights; only the activations' rounding differs) for one token.
+    // Without the residual each FFN replaces h, so rounding errors compound instead of being diluted:
+    // on the first config the reference alone, free-running on the fp8 model's weights, moves delta
+    // by 44% (4% on tiny), and SPEC's fp8 tolerance (derived with the residual) does not apply. These
+    // configs run the fp8 model (the reference follows the same weights; only the activations'
+    // rounding differs) for one token; without the residual, delta and state get a wider stated
+    // bound (H200: 0.32 and 0.11 with the cuBLAS head, within 0.06 and 0.08 with the folded one),
+    // which still fails on garbage (errors of order 1).
     const Weights w = Weights::random(cfg, 17).quantized_fp8();
+    Tolerance tol = Tolerance::fp8();
+    if (!cfg.ffn_residual) {
+      tol.delta_rel_l2 = 0.5;
+      tol.state_rel_l2 = 0.2;
+    }
     for (const char* kernels : {"router=folded", "router=cublas"}) {
       auto e = fused_fp8(w, true, kernels);
-      const CheckReport r = check_backend(w, *e, 2, 1, 5, Tolerance::fp8());
+      const CheckReport r = check_backend(w, *e, 2, 1, 5, tol);
       EXPECT_TRUE(r.passed()) << label << kernels << ": " << r.summary();
     }
   }
