@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Everything a GPU change must show on a device machine, in one call: a build there from the tree
 # (scripts/device-build.sh, so the binaries match the commit), both test binaries, compute-sanitizer
-# (memcheck, racecheck, synccheck) over the GPU tests of both backends on the tiny config and of the
-# NVFP4 kernels, the Python package and its tests, `swapffn check` of both GPU backends (fused on the
-# tiny and default models, unfused on default), and `swapffn bench` of both against cuBLAS's FFN
-# GEMMs alone (with the Python package, its python[slots] row too). With BEFORE_BIN (another build's CLI, carried),
-# the same `run` checksums from both binaries for both GPU backends on both models: equal bits.
+# (memcheck, racecheck, synccheck) over the GPU tests of the engines on the tiny config and of the
+# NVFP4 kernels, the Python package and its tests, `swapffn check` of the GPU backends (fused on the
+# tiny and default models, unfused on default), and `swapffn bench` against cuBLAS's FFN GEMMs alone
+# (with the Python package, its python[slots] row too). With BEFORE_BIN (another build's CLI,
+# carried), the same `run` checksums from both binaries for both bf16 GPU backends on both models.
 # Logs go to $OUT (the device tool's return folder; default build/device-out):
-#   device-test.log (everything, in order), gpu-tests.xml, sanitizer-<tool>.log, checks.log, bench.json,
-#   bench.log
+#   device-test.log (everything, in order), gpu-tests.xml, sanitizer-<tool>-<group>.log, checks.log,
+#   bench.json, bench.log
 # Usage: scripts/device-test.sh [build-dir]   (default build/device)
 # Env: GTEST_FILTER (default: every test), BENCH_BATCHES (default 1,16,64), BENCH_BACKENDS (default
-#      unfused,fused), SKIP_TESTS=1, SKIP_SANITIZER=1, SKIP_CHECKS=1, SKIP_PYTHON=1, SKIP_BENCH=1,
-#      QUICK=1 (fewer tokens and repeats), SANITIZER_FILTER (default below), SANITIZER_TIMEOUT (s per
-#      tool, 300). The sanitizer alone (a device call is at most 10 minutes): SKIP_TESTS=1
-#      SKIP_CHECKS=1 SKIP_PYTHON=1 SKIP_BENCH=1.
+#      unfused,fused,fused-fp8), SKIP_TESTS=1, SKIP_SANITIZER=1, SKIP_CHECKS=1, SKIP_PYTHON=1,
+#      SKIP_BENCH=1, QUICK=1 (fewer tokens and repeats), SANITIZER_ENGINE_FILTER and
+#      SANITIZER_NVFP4_FILTER (defaults below), SANITIZER_TIMEOUT (s per tool and group, 300). All of
+#      it takes more than one device call (10 minutes): split it with the SKIP_ variables.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/device}
@@ -47,15 +47,18 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     --gtest_output="xml:$out/gpu-tests.xml"
 fi
 
-# Each tool over a few minutes' worth of GPU tests: the tiny config's checks of unfused and fused (the
-# folded and the cuBLAS event head, row groups) and the NVFP4 kernels' exactness tests. A finding,
-# or a run past its time, fails the step; the tool's summary lines go to this log, its report to
-# sanitizer-<tool>.log.
-sanitizer_filter=${SANITIZER_FILTER:-"Presets/UnfusedCheck.*/tiny_B3_T6:Paths/FusedCheck.*/tiny_1\
-:Paths/FusedCheck.*/tiny_3:Paths/FusedCheck.*/tiny_9:Nvfp4Gpu.GemvBitExact:Nvfp4Gpu.GemvTmaBitExact\
-:Nvfp4Gpu.GemmBitExact:Nvfp4Gpu.DualGemmWithinTolerance:Nvfp4Gpu.GroupedGemmBitExact"}
-sanitize() {  # sanitize TOOL: compute-sanitizer TOOL over the filtered GPU tests
-  local tool=$1 log="$out/sanitizer-$1.log"
+# Each tool over two groups of GPU tests, each with its own time limit (racecheck over both at once
+# ran past 300 s): the engines (the tiny config's checks of unfused, fused and fused-fp8 with the
+# folded and the cuBLAS event head and row groups; the fp8 quantisers and GEMMs) and the NVFP4
+# kernels' exactness tests. A finding, or a run past its time, fails the step; the tool's summary
+# lines go to this log, its report to sanitizer-<tool>-<group>.log.
+engine_filter=${SANITIZER_ENGINE_FILTER:-"Presets/UnfusedCheck.*/tiny_B3_T6:Paths/FusedCheck.*/tiny_1\
+:Paths/FusedCheck.*/tiny_3:Paths/FusedCheck.*/tiny_9:Paths/FusedFp8Check.*/tiny_3:Paths/FusedFp8Check.*/tiny_4\
+:Paths/FusedFp8Check.*/tiny_10:Fp8Quantize.*:Shapes/Fp8Gemm.*:Shapes/Sm90Fp8DualGemm.*"}
+nvfp4_filter=${SANITIZER_NVFP4_FILTER:-"Nvfp4Gpu.GemvBitExact:Nvfp4Gpu.GemvTmaBitExact:Nvfp4Gpu.GemmBitExact\
+:Nvfp4Gpu.DualGemmWithinTolerance:Nvfp4Gpu.GroupedGemmBitExact"}
+sanitize() {  # sanitize TOOL GROUP FILTER: compute-sanitizer TOOL over the GPU tests FILTER names
+  local tool=$1 log="$out/sanitizer-$1-$2.log" sanitizer_filter=$3
   timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 1000 \
     "$build/tests/swapffn_gpu_tests" --gtest_filter="$sanitizer_filter" --gtest_brief=1 > "$log" 2>&1
   local rc=$?
@@ -77,7 +80,10 @@ sanitize() {  # sanitize TOOL: compute-sanitizer TOOL over the filtered GPU test
 if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ -x "$sanitizer" ]; then
-    for tool in memcheck racecheck synccheck; do run_step "sanitizer-$tool" sanitize "$tool"; done
+    for tool in memcheck racecheck synccheck; do
+      run_step "sanitizer-$tool-engine" sanitize "$tool" engine "$engine_filter"
+      run_step "sanitizer-$tool-nvfp4" sanitize "$tool" nvfp4 "$nvfp4_filter"
+    done
   else
     echo "== [sanitizer] compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
     failures+=("sanitizer (not found)")
@@ -129,7 +135,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   if [ "${QUICK:-0}" = 1 ]; then tok=(--tokens 8 --warmup 1 --repeats 3); else tok=(--tokens 16 --warmup 2 --repeats 5); fi
   [ "${SKIP_PYTHON:-0}" != 1 ] && tok+=(--python)  # the package built above times the python[slots] row
   run_step bench "${py_env[@]}" "$bin" bench --config default --batches "${BENCH_BATCHES:-1,16,64}" \
-    --backends "${BENCH_BACKENDS:-unfused,fused}" "${tok[@]}" --json "$out/bench.json" > >(tee "$out/bench.log")
+    --backends "${BENCH_BACKENDS:-unfused,fused,fused-fp8}" "${tok[@]}" --json "$out/bench.json" > >(tee "$out/bench.log")
 fi
 
 echo
