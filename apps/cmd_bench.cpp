@@ -35,6 +35,7 @@
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/file_output.hpp"
+#include "swapffn/flip_rate.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/state.hpp"
 #include "swapffn/weights.hpp"
@@ -52,6 +53,7 @@ constexpr const char* kFp8Anchor = "cublas-fp8-gemms";  // the same in e4m3 with
 constexpr const char* kSlotsSuffix = "[slots]";  // a backend's step through a state pool of 4B slots
 constexpr const char* kPythonRow = "python[slots]";  // fused[slots] through the Python API (--python)
 constexpr int kFloorN = 8192;                         // the square GEMM that sets the floor
+constexpr int64_t kFlipBatch = 4, kFlipTokens = 16;  // issue 41: the flip rate over 16 tokens at B = 4
 constexpr uint64_t kSeed = 1;                         // parameters (without --model), state and inputs
 constexpr double kTelemetryMs = 5;                    // NVML sampling period
 constexpr double kSpreadNote = 0.05;  // rows whose timed runs differ by more: the clock moved
@@ -247,7 +249,20 @@ struct Results {
   std::string python_note;  // why --python's row did not run
   nlohmann::json anchor_algorithms = nlohmann::json::object();  // cuBLASLt's picks for the anchor, per batch
   nlohmann::json fp8_anchor_algorithms = nlohmann::json::object();  // and for the fp8 anchor
+  std::optional<FlipRate> flips;  // an fp8 backend's free-running decisions against fused (bf16)
 };
+
+// What an fp8 backend trades: its free-running decision flip rate against fused (bf16) on the
+// bench's weights, when both run.
+std::optional<FlipRate> fp8_flip_rate(const std::vector<std::pair<std::string, std::unique_ptr<Engine>>>& engines) {
+  Engine *fp8 = nullptr, *bf16 = nullptr;
+  for (const auto& [name, engine] : engines) {
+    if (engine->precision() == "fp8") fp8 = engine.get();
+    if (name == "fused") bf16 = engine.get();
+  }
+  if (!fp8 || !bf16) return std::nullopt;
+  return decision_flip_rate(*fp8, *bf16, kFlipBatch, kFlipTokens, kSeed);
+}
 
 #ifdef SWAPFFN_WITH_CUDA
 // The python[slots] row at `batch` (model: a file of the bench's weights; kernels: the fused
@@ -358,6 +373,7 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
 #endif
     }
   }
+  res.flips = fp8_flip_rate(engines);
   return res;
 }
 
@@ -489,6 +505,12 @@ void write_json(const std::string& path, const BenchArgs& a, const Config& cfg, 
   if (!res.telemetry_note.empty()) j["telemetry_unavailable"] = res.telemetry_note;
   if (!res.power_note.empty()) j["power_unavailable"] = res.power_note;
   if (!res.python_note.empty()) j["python_unavailable"] = res.python_note;
+  if (res.flips) {
+    nlohmann::json per_token = nlohmann::json::array();
+    for (int64_t t = 0; t < res.flips->tokens; ++t) per_token.push_back(res.flips->rate(t));
+    j["flip_rate"] = {{"engine", res.flips->engine}, {"baseline", res.flips->baseline}, {"batch", res.flips->batch},
+                      {"tokens", res.flips->tokens}, {"per_token", per_token}, {"overall", res.flips->overall()}};
+  }
   j["rows"] = rows;
   write_file_atomically(path, j.dump(2) + "\n");
   std::printf("wrote %s\n", path.c_str());
@@ -545,6 +567,10 @@ void run_bench(const BenchArgs& a) {
   if (!res.telemetry_note.empty()) std::printf("GPU telemetry: unavailable: %s\n", res.telemetry_note.c_str());
   if (!res.power_note.empty()) std::printf("GPU telemetry: no power readings: %s\n", res.power_note.c_str());
   const nlohmann::json rows = report(res, w.cfg);
+  if (res.flips)
+    std::printf("flip rate of %s vs %s (bf16), per token over %lld tokens at B=%lld: %s\n", res.flips->engine.c_str(),
+                res.flips->baseline.c_str(), static_cast<long long>(res.flips->tokens),
+                static_cast<long long>(res.flips->batch), res.flips->per_token().c_str());
   if (!a.json.empty()) write_json(a.json, a, w.cfg, gpu, res, rows);
 }
 

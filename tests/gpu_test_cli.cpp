@@ -159,6 +159,11 @@ TEST_F(Cli, BenchSetsTheFp8BackendAgainstTheFp8AnchorAndFused) {
       << j["fp8_gemms_alone"];
   EXPECT_NE(r.out.find("fp8 over bf16"), std::string::npos) << r.out;
   EXPECT_NE(line_with(r.out, "fp8 over bf16").find("fused-fp8 B=2: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("flip rate of fused-fp8 vs fused (bf16), per token over 16 tokens at B=4: "), std::string::npos)
+      << r.out;
+  ASSERT_EQ(j["flip_rate"]["per_token"].size(), 16u) << j.dump();
+  for (const auto& rate : j["flip_rate"]["per_token"]) EXPECT_TRUE(rate.get<double>() >= 0 && rate.get<double>() <= 1);
+  EXPECT_EQ(j["flip_rate"]["baseline"], "fused");
 }
 
 // An fp8 model written by `quantize` runs on fused-fp8 end to end: check passes under the fp8
