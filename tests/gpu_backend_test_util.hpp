@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <limits>
 #include <string>
 #include <utility>
@@ -12,6 +14,7 @@
 
 #include "swapffn/device.hpp"
 #include "swapffn/backends.hpp"
+#include "swapffn/error.hpp"
 #include "swapffn/random.hpp"
 #include "swapffn/state.hpp"
 #include "swapffn/weights.hpp"
@@ -51,6 +54,57 @@ inline void expect_bitwise_equal(const Decoded& a, const Decoded& b) {
   EXPECT_EQ(0, std::memcmp(a.delta.data(), b.delta.data(), a.delta.size() * sizeof(float))) << "delta differs";
   EXPECT_TRUE(a.state == b.state) << "final state differs";
   EXPECT_TRUE(a.traces == b.traces) << "decision trace differs";
+}
+
+// Bad input to a warmed engine of the tiny model (a captured graph and device state present):
+// non-finite x (named by its index, delta untouched), a stream map that is no permutation, a state of
+// another config, a trace to follow (GPU engines record, they do not follow): each refused with the
+// state bitwise unchanged; after the refusals the engine computes what a fresh one does.
+inline void expect_bad_input_refused(const std::function<std::unique_ptr<Engine>()>& make, const Weights& w) {
+  const Config& cfg = w.cfg;
+  const int64_t B = 2, D = cfg.d_model;
+  auto e = make();
+  std::vector<float> x = decode_inputs(22, 1, B, D);
+  std::vector<float> delta(x.size());
+  State s = random_state(cfg, B, 9);
+  e->step(x.data(), delta.data(), s);
+  const State before = s;
+
+  std::vector<float> bad = x;
+  bad[static_cast<size_t>(D + 5)] = std::numeric_limits<float>::infinity();
+  std::fill(delta.begin(), delta.end(), 7.f);
+  try {
+    e->step(bad.data(), delta.data(), s);
+    ADD_FAILURE() << "non-finite x accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find(std::to_string(D + 5)), std::string::npos) << err.what();
+  }
+  EXPECT_TRUE(s == before);
+  EXPECT_EQ(delta[0], 7.f);
+  bad[static_cast<size_t>(D + 5)] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(e->decode(bad.data(), delta.data(), 1, s), Error);
+  EXPECT_TRUE(s == before);
+
+  State bad_map = s;
+  bad_map.stream_map[3] = 0x00;  // lanes (0,0,0,0): not a permutation
+  const State bad_map_before = bad_map;
+  EXPECT_THROW(e->step(x.data(), delta.data(), bad_map), Error);
+  EXPECT_TRUE(bad_map == bad_map_before);
+
+  State wrong = State::init(Config::preset("default"), 1);  // other cores and d_model
+  const State wrong_before = wrong;
+  EXPECT_THROW(e->step(x.data(), delta.data(), wrong), Error);
+  EXPECT_TRUE(wrong == wrong_before);
+
+  Trace follow;
+  follow.resize(cfg.n_events, B, cfg.core_count);
+  StepOptions o;
+  o.follow = &follow;
+  EXPECT_THROW(e->step(x.data(), delta.data(), s, o), Error);
+  EXPECT_TRUE(s == before);
+
+  auto fresh = make();
+  expect_bitwise_equal(decode(*e, x, 1, before), decode(*fresh, x, 1, before));
 }
 
 }  // namespace swapffn::gpu_test

@@ -23,6 +23,7 @@ namespace {
 
 using gpu_test::decode;
 using gpu_test::Decoded;
+using gpu_test::expect_bad_input_refused;
 using gpu_test::expect_bitwise_equal;
 using gpu_test::random_state;
 using gpu_test::weights_of;
@@ -201,32 +202,7 @@ TEST(Fused, RowGroupsGiveTheSameBitsAsOneGroup) {
 
 TEST(Fused, BadInputIsRefusedAndStateLeftUnchanged) {
   const Weights& w = weights_of("tiny");
-  auto e = fused(w);
-  const int64_t B = 2, D = w.cfg.d_model;
-  State s = random_state(w.cfg, B, 41);
-  const State before = s;
-  auto x = decode_inputs(42, 1, B, D);
-  x[static_cast<size_t>(D + 5)] = std::numeric_limits<float>::infinity();
-  std::vector<float> delta(x.size(), 7.f);
-  try {
-    e->step(x.data(), delta.data(), s);
-    ADD_FAILURE() << "non-finite x accepted";
-  } catch (const Error& err) {
-    EXPECT_NE(std::string(err.what()).find(std::to_string(D + 5)), std::string::npos) << err.what();
-  }
-  EXPECT_TRUE(s == before);
-  EXPECT_EQ(delta[0], 7.f);
-
-  x[static_cast<size_t>(D + 5)] = 0.5f;
-  s.stream_map[1] = 0x00;  // lanes (0,0,0,0): not a permutation
-  const State bad = s;
-  EXPECT_THROW(e->step(x.data(), delta.data(), s), Error);
-  EXPECT_TRUE(s == bad);
-
-  State other_model = random_state(Config::preset("default"), B, 43);  // wrong C and D for this engine
-  const State other_before = other_model;
-  EXPECT_THROW(e->step(x.data(), delta.data(), other_model), Error);
-  EXPECT_TRUE(other_model == other_before);
+  expect_bad_input_refused([&] { return fused(w); }, w);
 }
 
 }  // namespace

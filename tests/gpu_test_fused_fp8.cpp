@@ -26,6 +26,7 @@ namespace {
 
 using gpu_test::decode;
 using gpu_test::Decoded;
+using gpu_test::expect_bad_input_refused;
 using gpu_test::expect_bitwise_equal;
 using gpu_test::random_state;
 using gpu_test::weights_of;
@@ -240,27 +241,7 @@ TEST(FusedFp8, UsesTheModelsOwnFp8Weights) {
 
 TEST(FusedFp8, BadInputIsRefusedAndStateLeftUnchanged) {
   const Weights& w = weights_of("tiny");
-  auto e = fused_fp8(w);
-  const int64_t B = 2, D = w.cfg.d_model;
-  State s = random_state(w.cfg, B, 41);
-  const State before = s;
-  auto x = decode_inputs(42, 1, B, D);
-  x[static_cast<size_t>(D + 5)] = std::numeric_limits<float>::infinity();
-  std::vector<float> delta(x.size(), 7.f);
-  try {
-    e->step(x.data(), delta.data(), s);
-    ADD_FAILURE() << "non-finite x accepted";
-  } catch (const Error& err) {
-    EXPECT_NE(std::string(err.what()).find(std::to_string(D + 5)), std::string::npos) << err.what();
-  }
-  EXPECT_TRUE(s == before);
-  EXPECT_EQ(delta[0], 7.f);
-
-  x[static_cast<size_t>(D + 5)] = 0.5f;
-  s.stream_map[1] = 0x00;  // lanes (0,0,0,0): not a permutation
-  const State bad = s;
-  EXPECT_THROW(e->step(x.data(), delta.data(), s), Error);
-  EXPECT_TRUE(s == bad);
+  expect_bad_input_refused([&] { return fused_fp8(w); }, w);
 }
 
 }  // namespace

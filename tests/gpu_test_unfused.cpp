@@ -26,6 +26,7 @@ namespace {
 
 using gpu_test::decode;
 using gpu_test::Decoded;
+using gpu_test::expect_bad_input_refused;
 using gpu_test::expect_bitwise_equal;
 using gpu_test::random_state;
 using gpu_test::weights_of;
@@ -232,47 +233,7 @@ TEST(Unfused, TraceIsRecorded) {
 
 TEST(Unfused, RefusesBadInputAndLeavesStateUnchanged) {
   const Weights& w = weights_of("tiny");
-  const Config& cfg = w.cfg;
-  const int64_t B = 2, D = cfg.d_model;
-  auto e = unfused(w, true);
-  const State s0 = random_state(cfg, B, 9);
-  std::vector<float> x = decode_inputs(22, 1, B, D);
-  std::vector<float> delta(x.size());
-
-  // Warm the engine so that the failures happen with a captured graph and device state present.
-  State s = s0;
-  e->step(x.data(), delta.data(), s);
-
-  State before = s;
-  std::vector<float> bad = x;
-  bad[static_cast<size_t>(D + 5)] = std::numeric_limits<float>::infinity();
-  EXPECT_THROW(e->step(bad.data(), delta.data(), s), Error);
-  EXPECT_TRUE(s == before);
-  bad[static_cast<size_t>(D + 5)] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_THROW(e->decode(bad.data(), delta.data(), 1, s), Error);
-  EXPECT_TRUE(s == before);
-
-  State bad_map = s;
-  bad_map.stream_map[3] = 0x00;  // lanes (0,0,0,0): not a permutation
-  const State bad_map_before = bad_map;
-  EXPECT_THROW(e->step(x.data(), delta.data(), bad_map), Error);
-  EXPECT_TRUE(bad_map == bad_map_before);
-
-  State wrong = State::init(Config::preset("default"), 1);  // other cores/d_model
-  const State wrong_before = wrong;
-  EXPECT_THROW(e->step(x.data(), delta.data(), wrong), Error);
-  EXPECT_TRUE(wrong == wrong_before);
-
-  Trace follow;
-  follow.resize(cfg.n_events, B, cfg.core_count);
-  StepOptions o;
-  o.follow = &follow;
-  EXPECT_THROW(e->step(x.data(), delta.data(), s, o), Error);
-  EXPECT_TRUE(s == before);
-
-  // After the refusals the engine still computes what a fresh one does.
-  auto fresh = unfused(w, true);
-  expect_bitwise_equal(decode(*e, x, 1, before), decode(*fresh, x, 1, before));
+  expect_bad_input_refused([&] { return unfused(w, true); }, w);
 }
 
 }  // namespace
