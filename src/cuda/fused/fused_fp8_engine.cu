@@ -26,26 +26,16 @@
 namespace swapffn::cuda {
 namespace {
 
-// Refuses a quantised weight whose shape is not [rows, cols], naming it.
-void check_shape(const fp8::BlockScaledWeight& w, int64_t rows, int64_t cols, const char* what) {
-  SWAPFFN_REQUIRE(w.rows == rows && w.cols == cols, std::string(what) + ": the fp8 weight is [" + std::to_string(w.rows) +
-                                                        ", " + std::to_string(w.cols) + "], the model needs [" +
-                                                        std::to_string(rows) + ", " + std::to_string(cols) + "]");
-  w.validate(what);
-}
-
 class FusedFp8Engine final : public FusedEngineBase {
  public:
   FusedFp8Engine(const Weights& w, const EngineOptions& opt)
       : FusedEngineBase(w, opt), up_(select_fused_config(cfg_, 1, opt_.fused).fp8_up) {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff, C = cfg_.core_count;
-    // The model's own e4m3 weights when it has them, else the recipe applied to its bf16 ones.
+    // The model's own e4m3 weights when it has them (Weights::validate checked their shapes and
+    // scales), else the recipe applied to its bf16 ones.
     std::optional<fp8::FfnWeights> quantised;
     if (!w.fp8_ffn) quantised = fp8::quantize_ffn(w.w1, w.w3, w.w2, D, F);
     const fp8::FfnWeights& q = w.fp8_ffn ? *w.fp8_ffn : *quantised;
-    check_shape(q.w1, F, D, "w1.weight");
-    check_shape(q.w3, F, D, "w3.weight");
-    check_shape(q.w2, D, F, "w2.weight");
     // cuBLASLt's up GEMM runs over [W1; W3] (rows [0, F) gate, [F, 2F) up); ours reads them interleaved
     // in blocks of 8 rows. Scales: W1's, then W3's (F % 128 == 0: the 128-row blocks do not straddle).
     std::vector<uint8_t> w13;

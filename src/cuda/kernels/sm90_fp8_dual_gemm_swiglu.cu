@@ -1,21 +1,27 @@
 // The fp8 dual GEMM with the SwiGLU and its quantisation in the epilogue (header: why it exists).
 //
-// A CTA owns 64 rows and 256 interleaved weight rows (128 gate + 128 up rows, so 128 outputs: one
-// whole 1x128 block of u per row). Warpgroup 0 produces (one thread issues the TMA loads of x and
-// W13 tiles, 128 e4m3 of k per stage, into a ring of shared-memory stages); warpgroups 1 and 2
-// consume, each the 64 rows times 128 interleaved columns (64 outputs) of its half, with wgmma
-// m64n128k32. Per stage (one 128-k block of the scales) a consumer runs four wgmmas into fresh
-// accumulators, waits for them, hands the stage back and adds the block into its fp32 sums scaled by
-// sa[row] * sw[gate or up block] (the recipe's order: scale the block sum, then add). The epilogue
-// computes u, the row's amax over its 64 outputs (a quad shuffle), exchanges it with the other
-// warpgroup through shared memory (the block's other 64 outputs), and stores the e4m3 codes and
-// the block's scale.
+// A tile is 64 rows and 256 interleaved weight rows (128 gate + 128 up rows, so 128 outputs: one whole
+// 1x128 block of u per row). The kernel is persistent: one CTA per SM walks every grid-th tile, so the
+// producer fills the next tile's stages while the consumers run the epilogue (with k = 1024 a tile
+// has only 8 stages; refilling the ring per CTA cost as much as the MMAs). Warpgroup 0 produces (one
+// thread issues the TMA loads of x and W13 tiles, 128 e4m3 of k per stage, into a ring of
+// shared-memory stages); warpgroups 1 and 2 consume, each the 64 rows times 128 interleaved columns
+// (64 outputs) of its half, with wgmma m64n128k32. Per stage (one 128-k block of the scales) a
+// consumer runs four wgmmas into fresh accumulators, waits for them, hands the stage back and adds
+// the block into its fp32 sums scaled by sa[row] * sw[gate or up block] (the recipe's order: scale
+// the block sum, then add). The epilogue computes u, the row's amax over its 64 outputs (a quad
+// shuffle), exchanges it with the other warpgroup through shared memory (the block's other 64
+// outputs), and stores the e4m3 codes and the block's scale. Its arithmetic is the fast kind (exp2
+// and reciprocal approximations, u times 1/scale): the tensor cores' block sums already differ from
+// the recipe's in the last bits, and with 8 stages per tile IEEE divisions cost a third of the MMA
+// time.
 #include "cuda/kernels/sm90_fp8_dual_gemm_swiglu.hpp"
 
 #include <cuda.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -44,11 +50,11 @@ constexpr int kHalfN = kBN / kConsumers;  // interleaved columns per consumer
 constexpr int kAcc = kHalfN / 2;          // m64n128 fp32 accumulators per thread
 constexpr int kStageBytesA = kBM * kBK, kStageBytesB = kBN * kBK;
 // Stages, then the barriers, then the amax exchange [consumer][row]; 1024 bytes of alignment slack.
-constexpr int kSmemBytes = 1024 + kStages * (kStageBytesA + kStageBytesB) + 2 * kStages * 8 + kConsumers * kBM * 4;
+constexpr int kSmemBytes = 1024 + kStages * (kStageBytesA + kStageBytesB) + 2 * kStages * 8 + 2 * kConsumers * kBM * 4;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kExchangeBarrier = 1;  // named barrier of the two consumer warpgroups (0 is __syncthreads)
 
-static_assert(kBN / 2 == kFp8Block, "a CTA's outputs must be one whole 1x128 block of u");
+static_assert(kBN / 2 == kFp8Block, "a tile's outputs must be one whole 1x128 block of u");
 static_assert(kBK == kFp8Block, "a stage must be one 128-k block of the scales");
 static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0 && (kHalfN * kBK) % 1024 == 0,
               "stage buffers and each consumer's half of B must keep the 1024-byte alignment of the 128B swizzle");
@@ -65,7 +71,7 @@ struct Params {
   int scale_stride;
   uint8_t* u;
   float* u_scale;
-  int m, f, k_tiles;
+  int m, f, k_tiles, n_tiles, tiles;
 };
 
 __device__ __forceinline__ void fence(float (&acc)[kAcc]) {
@@ -73,7 +79,8 @@ __device__ __forceinline__ void fence(float (&acc)[kAcc]) {
   for (int i = 0; i < kAcc; ++i) cute::warpgroup_fence_operand(acc[i]);
 }
 
-__device__ __forceinline__ float silu_mul(float g, float up) { return g / (1.f + expf(-g)) * up; }
+// silu(g) * up with exp2 and reciprocal approximations (a few ulp; -0 for very negative g, as exactly).
+__device__ __forceinline__ float silu_mul(float g, float up) { return __fdividef(g, 1.f + __expf(-g)) * up; }
 
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_fp8_dual_gemm_swiglu_kernel(const __grid_constant__ CUtensorMap tma_x, const __grid_constant__ CUtensorMap tma_w,
@@ -86,9 +93,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem_b = smem_a + kStages * kStageBytesA;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * kStageBytesB);
   uint64_t* empty = full + kStages;
-  float* amax_exchange = reinterpret_cast<float*>(empty + kStages);  // [kConsumers][kBM]
+  // [tile parity][consumer][row]: a consumer writes one tile's while the other may still read the
+  // previous tile's.
+  float* amax_exchange = reinterpret_cast<float*>(empty + kStages);
 
-  const int n_tile = blockIdx.x, m_tile = blockIdx.y;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       Barrier::init(&full[s], 1);
@@ -100,24 +108,30 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
+  // Tile t: n tile t % n_tiles (128 outputs), m tile t / n_tiles (64 rows). The k iterations of all
+  // of a CTA's tiles run through one ring: iteration i uses stage i % kStages.
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (threadIdx.x == 0) {
-      const auto load_w = [&](int s, int it) {
+      const auto load_w = [&](int s, int it, int n_tile) {
         cute::SM90_TMA_LOAD_3D::copy(&tma_w, &full[s], 0, smem_b + s * kStageBytesB, it * kBK, n_tile * kBN, 0);
       };
       // The weights of the first stage before the wait for the previous kernel (they are constant).
       Barrier::arrive_and_expect_tx(&full[0], kStageBytesA + kStageBytesB);
-      load_w(0, 0);
+      load_w(0, 0, int(blockIdx.x) % p.n_tiles);
       pdl_wait();  // x is what the previous kernel of the step wrote
-      for (int it = 0; it < p.k_tiles; ++it) {
-        const int s = it % kStages;
-        if (it > 0) {
-          EmptyBarrier::wait(&empty[s], ((it / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
-          Barrier::arrive_and_expect_tx(&full[s], kStageBytesA + kStageBytesB);
-          load_w(s, it);
+      int i = 0;
+      for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+        const int n_tile = t % p.n_tiles, m_tile = t / p.n_tiles;
+        for (int it = 0; it < p.k_tiles; ++it, ++i) {
+          const int s = i % kStages;
+          if (i > 0) {
+            EmptyBarrier::wait(&empty[s], ((i / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+            Barrier::arrive_and_expect_tx(&full[s], kStageBytesA + kStageBytesB);
+            load_w(s, it, n_tile);
+          }
+          cute::SM90_TMA_LOAD_3D::copy(&tma_x, &full[s], 0, smem_a + s * kStageBytesA, it * kBK, m_tile * kBM, 0);
         }
-        cute::SM90_TMA_LOAD_3D::copy(&tma_x, &full[s], 0, smem_a + s * kStageBytesA, it * kBK, m_tile * kBM, 0);
       }
     }
     return;
@@ -127,95 +141,102 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_wait();
   pdl_launch_dependents();
   cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
-  const int c = (threadIdx.x - 128) / 128, t = threadIdx.x % 128;
-  const int warp = t / 32, lane = t % 32;
+  const int c = (threadIdx.x - 128) / 128, t_in = threadIdx.x % 128;
+  const int warp = t_in / 32, lane = t_in % 32;
   const int r0 = warp * 16 + lane / 4;  // this thread's rows within the tile: r0 and r0 + 8
-  const int m0 = m_tile * kBM + r0, m1 = m0 + 8;
-  const float* sw1 = p.w1_scale + int64_t(n_tile) * p.scale_stride;  // the tile's outputs: one block row of W1, W3
-  const float* sw3 = p.w3_scale + int64_t(n_tile) * p.scale_stride;
+  int i = 0, parity = 0;
+  for (int t = blockIdx.x; t < p.tiles; t += gridDim.x, parity ^= 1) {
+    const int n_tile = t % p.n_tiles, m_tile = t / p.n_tiles;
+    const int m0 = m_tile * kBM + r0, m1 = m0 + 8;
+    const float* sw1 = p.w1_scale + int64_t(n_tile) * p.scale_stride;  // the tile's outputs: one block row of W1, W3
+    const float* sw3 = p.w3_scale + int64_t(n_tile) * p.scale_stride;
 
-  // No zero fill of acc: the first wgmma of a stage overwrites it (scale-d 0); a fill would be a
-  // non-wgmma definition inside the MMA pipeline (ptxas C7515). The sums start at 0.
-  float acc[kAcc];
-  float sum[kAcc];
+    // No zero fill of acc: the first wgmma of a stage overwrites it (scale-d 0); a fill would be a
+    // non-wgmma definition inside the MMA pipeline (ptxas C7515). The sums start at 0.
+    float acc[kAcc];
+    float sum[kAcc];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) sum[i] = 0.f;
+    for (int j = 0; j < kAcc; ++j) sum[j] = 0.f;
 
-  for (int it = 0; it < p.k_tiles; ++it) {
-    const int s = it % kStages;
-    // This block's scales, loaded before the wait so that their latency hides behind it. Rows past
-    // m (a partial last tile) read zeros from TMA and get scale 0.
-    const float sa0 = m0 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m0) : 0.f;
-    const float sa1 = m1 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m1) : 0.f;
-    const float sg = __ldg(sw1 + it), su = __ldg(sw3 + it);
-    Barrier::wait(&full[s], (it / kStages) & 1);
-    const uint8_t* a = smem_a + s * kStageBytesA;
-    const uint8_t* b = smem_b + s * kStageBytesB + c * kHalfN * kBK;
-    fence(acc);
-    cute::warpgroup_arrive();
+    for (int it = 0; it < p.k_tiles; ++it, ++i) {
+      const int s = i % kStages;
+      // This block's scales, loaded before the wait so that their latency hides behind it. Rows past
+      // m (a partial last tile) read zeros from TMA and get scale 0.
+      const float sa0 = m0 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m0) : 0.f;
+      const float sa1 = m1 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m1) : 0.f;
+      const float sg = __ldg(sw1 + it), su = __ldg(sw3 + it);
+      Barrier::wait(&full[s], (i / kStages) & 1);
+      const uint8_t* a = smem_a + s * kStageBytesA;
+      const uint8_t* b = smem_b + s * kStageBytesB + c * kHalfN * kBK;
+      fence(acc);
+      cute::warpgroup_arrive();
 #pragma unroll
-    for (int kk = 0; kk < kBK / 32; ++kk)
-      sm90::wgmma_call<Mma>(sm90::sw128_desc(a + kk * 32), sm90::sw128_desc(b + kk * 32), acc,
-                            kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
-                            std::make_index_sequence<kAcc>{});
-    cute::warpgroup_commit_batch();
-    cute::warpgroup_wait<0>();
-    fence(acc);
-    if (lane == 0) EmptyBarrier::arrive(&empty[s]);
-    // 8-column block j of the accumulators: gate values when j is even, up values when odd (the
-    // interleave); its entries 0-1 are row r0, 2-3 row r0 + 8.
-    const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
+      for (int kk = 0; kk < kBK / 32; ++kk)
+        sm90::wgmma_call<Mma>(sm90::sw128_desc(a + kk * 32), sm90::sw128_desc(b + kk * 32), acc,
+                              kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+                              std::make_index_sequence<kAcc>{});
+      cute::warpgroup_commit_batch();
+      cute::warpgroup_wait<0>();
+      fence(acc);
+      if (lane == 0) EmptyBarrier::arrive(&empty[s]);
+      // 8-column block j of the accumulators: gate values when j is even, up values when odd (the
+      // interleave); its entries 0-1 are row r0, 2-3 row r0 + 8.
+      const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
 #pragma unroll
-    for (int j = 0; j < kAcc / 4; ++j) {
-      const float lo = (j & 1) ? u0 : g0, hi = (j & 1) ? u1 : g1;
-      sum[4 * j + 0] = fmaf(lo, acc[4 * j + 0], sum[4 * j + 0]);
-      sum[4 * j + 1] = fmaf(lo, acc[4 * j + 1], sum[4 * j + 1]);
-      sum[4 * j + 2] = fmaf(hi, acc[4 * j + 2], sum[4 * j + 2]);
-      sum[4 * j + 3] = fmaf(hi, acc[4 * j + 3], sum[4 * j + 3]);
-    }
-  }
-
-  // u of output group g (8 outputs: the gate block 2g and the up block 2g + 1), row half h (r0, r0 + 8),
-  // column e of the thread's pair; this warpgroup's outputs are [64 c, 64 c + 64) of the tile's 128.
-  float u[2][kAcc / 4];
-  float amax[2] = {0.f, 0.f};
-#pragma unroll
-  for (int g = 0; g < kAcc / 8; ++g)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float v = silu_mul(sum[4 * (2 * g) + 2 * h + e], sum[4 * (2 * g + 1) + 2 * h + e]);
-        u[h][2 * g + e] = v;
-        amax[h] = fmaxf(amax[h], fabsf(v));
+      for (int j = 0; j < kAcc / 4; ++j) {
+        const float lo = (j & 1) ? u0 : g0, hi = (j & 1) ? u1 : g1;
+        sum[4 * j + 0] = fmaf(lo, acc[4 * j + 0], sum[4 * j + 0]);
+        sum[4 * j + 1] = fmaf(lo, acc[4 * j + 1], sum[4 * j + 1]);
+        sum[4 * j + 2] = fmaf(hi, acc[4 * j + 2], sum[4 * j + 2]);
+        sum[4 * j + 3] = fmaf(hi, acc[4 * j + 3], sum[4 * j + 3]);
       }
-  // The row's 64 outputs here lie in the quad of lanes sharing lane / 4; the block's other 64 in the
-  // other consumer warpgroup.
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
-    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
-  }
-  if (lane % 4 == 0) {
-    amax_exchange[c * kBM + r0] = amax[0];
-    amax_exchange[c * kBM + r0 + 8] = amax[1];
-  }
-  asm volatile("bar.sync %0, %1;" ::"r"(kExchangeBarrier), "r"(128 * kConsumers) : "memory");
-  const int col0 = n_tile * kFp8Block + c * (kHalfN / 2) + 2 * (lane % 4);  // the output of u[h][0]
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = h ? m1 : m0;
-    const float block_amax = fmaxf(amax[h], amax_exchange[(1 - c) * kBM + r0 + 8 * h]);
-    const float scale = block_amax > 0.f ? __fdiv_rn(block_amax, kE4m3Max) : 1.f;
-    if (m >= p.m) continue;
-    uint8_t* row = p.u + int64_t(m) * p.f + col0;
-#pragma unroll
-    for (int g = 0; g < kAcc / 8; ++g) {
-      const __nv_fp8x2_storage_t codes = __nv_cvt_float2_to_fp8x2(
-          make_float2(__fdiv_rn(u[h][2 * g], scale), __fdiv_rn(u[h][2 * g + 1], scale)), __NV_SATFINITE, __NV_E4M3);
-      *reinterpret_cast<__nv_fp8x2_storage_t*>(row + 8 * g) = codes;
     }
-    if (c == 0 && lane % 4 == 0) p.u_scale[int64_t(n_tile) * p.m + m] = scale;
+
+    // u of output group g (8 outputs: the gate block 2g and the up block 2g + 1), row half h (r0,
+    // r0 + 8), column e of the thread's pair; this warpgroup's outputs are [64 c, 64 c + 64) of the
+    // tile's 128.
+    float u[2][kAcc / 4];
+    float amax[2] = {0.f, 0.f};
+#pragma unroll
+    for (int g = 0; g < kAcc / 8; ++g)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float v = silu_mul(sum[4 * (2 * g) + 2 * h + e], sum[4 * (2 * g + 1) + 2 * h + e]);
+          u[h][2 * g + e] = v;
+          amax[h] = fmaxf(amax[h], fabsf(v));
+        }
+    // The row's 64 outputs here lie in the quad of lanes sharing lane / 4; the block's other 64 in
+    // the other consumer warpgroup.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+      amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
+    }
+    float* exchange = amax_exchange + parity * kConsumers * kBM;
+    if (lane % 4 == 0) {
+      exchange[c * kBM + r0] = amax[0];
+      exchange[c * kBM + r0 + 8] = amax[1];
+    }
+    asm volatile("bar.sync %0, %1;" ::"r"(kExchangeBarrier), "r"(128 * kConsumers) : "memory");
+    const int col0 = n_tile * kFp8Block + c * (kHalfN / 2) + 2 * (lane % 4);  // the output of u[h][0]
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = h ? m1 : m0;
+      const float block_amax = fmaxf(amax[h], exchange[(1 - c) * kBM + r0 + 8 * h]);
+      const float scale = block_amax > 0.f ? __fdiv_rn(block_amax, kE4m3Max) : 1.f;
+      const float inv = __frcp_rn(scale);
+      if (m >= p.m) continue;
+      uint8_t* row = p.u + int64_t(m) * p.f + col0;
+#pragma unroll
+      for (int g = 0; g < kAcc / 8; ++g) {
+        const __nv_fp8x2_storage_t codes = __nv_cvt_float2_to_fp8x2(
+            make_float2(u[h][2 * g] * inv, u[h][2 * g + 1] * inv), __NV_SATFINITE, __NV_E4M3);
+        *reinterpret_cast<__nv_fp8x2_storage_t*>(row + 8 * g) = codes;
+      }
+      if (c == 0 && lane % 4 == 0) p.u_scale[int64_t(n_tile) * p.m + m] = scale;
+    }
   }
 }
 
@@ -228,10 +249,13 @@ void launch_fp8_dual_gemm_swiglu(const Fp8DualGemmSwigluArgs& a, cudaStream_t st
   const uint64_t k = uint64_t(a.k), m = uint64_t(a.m), n2 = 2 * uint64_t(a.f);
   const CUtensorMap tx = make_tma_3d_u8(a.x, k, m, 1, k, k * m, kBK, kBM, /*swizzle_128b=*/true);
   const CUtensorMap tw = make_tma_3d_u8(a.w13, k, n2, 1, k, k * n2, kBK, kBN, /*swizzle_128b=*/true);
-  const Params p{a.x_scale, a.w1_scale, a.w3_scale, a.scale_stride, a.u, a.u_scale, a.m, a.f, a.k / kBK};
-  const dim3 grid(static_cast<unsigned>(n2 / kBN), static_cast<unsigned>((a.m + kBM - 1) / kBM));
-  launch_kernel_ex(sm90_fp8_dual_gemm_swiglu_kernel, grid, dim3(kThreads), dim3(1, 1, 1), kSmemBytes, stream,
-                   /*pdl=*/true, tx, tw, p);
+  const int n_tiles = int(n2 / kBN), tiles = n_tiles * ((a.m + kBM - 1) / kBM);
+  const Params p{a.x_scale, a.w1_scale, a.w3_scale, a.scale_stride, a.u, a.u_scale, a.m, a.f, a.k / kBK, n_tiles, tiles};
+  // One CTA per SM (the stages take most of its shared memory), each walking every grid-th tile.
+  static std::atomic<int> sms_on[kMaxDevices] = {};
+  const int sms = once_per_device(sms_on, [] { return sm_count(); });
+  launch_kernel_ex(sm90_fp8_dual_gemm_swiglu_kernel, dim3(static_cast<unsigned>(std::min(tiles, sms))), dim3(kThreads),
+                   dim3(1, 1, 1), kSmemBytes, stream, /*pdl=*/true, tx, tw, p);
 }
 
 std::vector<uint8_t> interleave_w13_e4m3(const std::vector<uint8_t>& w1, const std::vector<uint8_t>& w3, int64_t f,
