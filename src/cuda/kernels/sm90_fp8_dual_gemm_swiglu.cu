@@ -144,29 +144,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c = (threadIdx.x - 128) / 128, t_in = threadIdx.x % 128;
   const int warp = t_in / 32, lane = t_in % 32;
   const int r0 = warp * 16 + lane / 4;  // this thread's rows within the tile: r0 and r0 + 8
-  // The scales of this CTA's k iteration j (tile blockIdx.x + (j / k_tiles) * gridDim.x, k block
-  // j % k_tiles), loaded two iterations ahead: an L2 load takes longer than a stage's MMAs, and
-  // loaded at the stage itself it stalled the consumers for most of each stage. Rows past m (a
-  // partial last tile) read zeros from TMA and get scale 0.
-  struct Scales {
-    float a0, a1, g, u;  // rows r0 and r0 + 8; the gate's and the up projection's weight block
-  };
-  const auto load_scales = [&](int j) {
-    Scales sc{0.f, 0.f, 0.f, 0.f};
-    const int t = int(blockIdx.x) + (j / p.k_tiles) * int(gridDim.x);
-    if (t >= p.tiles) return sc;
-    const int it = j % p.k_tiles, n_tile = t % p.n_tiles, m0 = (t / p.n_tiles) * kBM + r0;
-    if (m0 < p.m) sc.a0 = __ldg(p.x_scale + int64_t(it) * p.m + m0);
-    if (m0 + 8 < p.m) sc.a1 = __ldg(p.x_scale + int64_t(it) * p.m + m0 + 8);
-    sc.g = __ldg(p.w1_scale + int64_t(n_tile) * p.scale_stride + it);
-    sc.u = __ldg(p.w3_scale + int64_t(n_tile) * p.scale_stride + it);
-    return sc;
-  };
-  Scales next = load_scales(0), after = load_scales(1);
   int i = 0, parity = 0;
   for (int t = blockIdx.x; t < p.tiles; t += gridDim.x, parity ^= 1) {
     const int n_tile = t % p.n_tiles, m_tile = t / p.n_tiles;
     const int m0 = m_tile * kBM + r0, m1 = m0 + 8;
+    const float* sw1 = p.w1_scale + int64_t(n_tile) * p.scale_stride;  // the tile's outputs: one block row of W1, W3
+    const float* sw3 = p.w3_scale + int64_t(n_tile) * p.scale_stride;
 
     // No zero fill of acc: the first wgmma of a stage overwrites it (scale-d 0); a fill would be a
     // non-wgmma definition inside the MMA pipeline (ptxas C7515). The sums start at 0.
@@ -177,9 +160,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     for (int it = 0; it < p.k_tiles; ++it, ++i) {
       const int s = i % kStages;
-      const Scales sc = next;
-      next = after;
-      after = load_scales(i + 2);
+      // This block's scales, loaded before the wait so that their latency hides behind it. Rows past
+      // m (a partial last tile) read zeros from TMA and get scale 0.
+      const float sa0 = m0 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m0) : 0.f;
+      const float sa1 = m1 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m1) : 0.f;
+      const float sg = __ldg(sw1 + it), su = __ldg(sw3 + it);
       Barrier::wait(&full[s], (i / kStages) & 1);
       const uint8_t* a = smem_a + s * kStageBytesA;
       const uint8_t* b = smem_b + s * kStageBytesB + c * kHalfN * kBK;
@@ -196,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) EmptyBarrier::arrive(&empty[s]);
       // 8-column block j of the accumulators: gate values when j is even, up values when odd (the
       // interleave); its entries 0-1 are row r0, 2-3 row r0 + 8.
-      const float g0 = sc.a0 * sc.g, g1 = sc.a1 * sc.g, u0 = sc.a0 * sc.u, u1 = sc.a1 * sc.u;
+      const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
 #pragma unroll
       for (int j = 0; j < kAcc / 4; ++j) {
         const float lo = (j & 1) ? u0 : g0, hi = (j & 1) ? u1 : g1;
