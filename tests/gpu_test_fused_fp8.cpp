@@ -68,9 +68,9 @@ INSTANTIATE_TEST_SUITE_P(
                       CheckCase{"tiny", 3, 4, "router=cublas"}, CheckCase{"tiny", 3, 4, "groups=2"},
                       CheckCase{"tiny", 16, 2, "groups=4"}, CheckCase{"default", 1, 2, ""},
                       CheckCase{"default", 2, 1, "router=cublas"}, CheckCase{"default", 1, 2, "groups=2"},
-                      CheckCase{"tiny", 400, 2, ""}, CheckCase{"tiny", 3, 4, "fp8up=sm90"},
-                      CheckCase{"tiny", 16, 2, "fp8up=sm90,groups=4"}, CheckCase{"default", 1, 2, "fp8up=sm90"},
-                      CheckCase{"default", 2, 1, "fp8up=sm90,router=cublas"}),
+                      CheckCase{"tiny", 400, 2, ""}, CheckCase{"tiny", 3, 4, "fp8up=cublas"},
+                      CheckCase{"tiny", 16, 2, "fp8up=cublas,groups=4"}, CheckCase{"default", 1, 2, "fp8up=cublas"},
+                      CheckCase{"default", 2, 1, "fp8up=cublas,router=cublas"}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
 
 // The e4m3 operands really run: fused-fp8's delta differs from the bf16 fused path's by the order of
@@ -173,8 +173,8 @@ TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         {"default", 9, "groups=3", "router=folded"},
         {"tiny", 400, "", "router=folded"},  // the built-in choice: two groups on 132 SMs
         {"default", 9, "", "router=cublas"},
-        {"default", 9, "", "router=folded,fp8up=sm90"},
-        {"tiny", 400, "", "router=folded,fp8up=sm90"}}) {
+        {"default", 9, "", "router=folded,fp8up=cublas"},
+        {"tiny", 400, "", "router=folded,fp8up=cublas"}}) {
     const Weights& w = weights_of(preset);
     const bool tiny = preset[0] == 't';
     const int64_t T = tiny ? 3 : 2, D = w.cfg.d_model, pick = 3;
@@ -202,7 +202,7 @@ TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
 
 TEST(FusedFp8, RowGroupsGiveTheSameBitsAsOneGroup) {
   for (const auto& [preset, B, T, up] : {std::tuple<const char*, int64_t, int64_t, std::string>{"tiny", 5, 3, ""},
-                                         {"default", 1, 2, ""}, {"tiny", 5, 3, ",fp8up=sm90"}}) {
+                                         {"default", 1, 2, ""}, {"tiny", 5, 3, ",fp8up=cublas"}}) {
     const Weights& w = weights_of(preset);
     const State s0 = random_state(w.cfg, B, 51);
     const auto x = decode_inputs(52, T, B, w.cfg.d_model);

@@ -7,7 +7,9 @@
 // within 2e-3 of the block's largest (448: small codes, whose steps are finer than the sums' error).
 // A wrong column, row or scale gives errors of hundreds. Every output is poisoned
 // first; two runs give the same bits. Shapes: the default model's (k = 1024, f = 4096) at 512 rows
-// and at 120 (a partial 64-row tile), the tiny model's (k = 128, f = 384) at 40 rows.
+// (several units per cluster) and at 120 (a partial 64-row tile), the tiny model's (k = 128,
+// f = 384) at 40 rows (one m tile: the cluster's second CTA has no rows), and 150 rows of k = 256
+// (three m tiles: the second unit has one CTA past the last row).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -136,7 +138,7 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Sm90Fp8DualGemm,
-                         ::testing::Values(Shape{512, 4096, 1024}, Shape{120, 4096, 1024}, Shape{40, 384, 128}),
+                         ::testing::Values(Shape{512, 4096, 1024}, Shape{120, 4096, 1024}, Shape{40, 384, 128}, Shape{150, 384, 256}),
                          [](const auto& info) { return "shape" + std::to_string(info.index); });
 
 TEST(Sm90Fp8DualGemmRefusals, WidthsThatAreNotWholeBlocks) {

@@ -26,6 +26,10 @@ FusedKernelConfig defaults(const Config& cfg, int64_t rows) {
   // Two row groups from ~60 rows per SM (-3..-5% at B = 64 on the H100, -0.4..-1.9% on the H200);
   // below, the groups' one-wave GEMMs only share the SMs (+5% at B = 8, +26% at B = 1).
   k.row_groups = k.router == EventHead::folded && sms > 0 && rows >= 60 * sms ? 2 : 1;
+  // fused-fp8's up projection: our dual GEMM with the SwiGLU and the quantisation in its epilogue,
+  // which skips the bf16 [M, 2F] round trip of cuBLASLt's GEMM and a kernel per FFN step
+  // (docs/PERFORMANCE.md, "The fp8 path"); a numerics class, so the same at every batch size.
+  k.fp8_up = Fp8UpGemm::sm90;
   return k;
 }
 

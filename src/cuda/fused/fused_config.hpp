@@ -19,7 +19,7 @@ struct FusedKernelConfig {
   // group's GEMMs. Rows are independent: no numerics change. Needs the folded head.
   int row_groups = 1;
   // fused-fp8's up projection (fused_options.hpp): a numerics class, the same at every batch size.
-  Fp8UpGemm fp8_up = Fp8UpGemm::cublas;
+  Fp8UpGemm fp8_up = Fp8UpGemm::sm90;
 };
 
 // The first row and the row count of each group when `rows` rows split into `groups` groups: whole

@@ -1,11 +1,14 @@
 // The fp8 dual GEMM with the SwiGLU and its quantisation in the epilogue (header: why it exists).
 //
 // A tile is 64 rows and 256 interleaved weight rows (128 gate + 128 up rows, so 128 outputs: one whole
-// 1x128 block of u per row). The kernel is persistent: one CTA per SM walks every grid-th tile, so the
-// producer fills the next tile's stages while the consumers run the epilogue (with k = 1024 a tile
-// has only 8 stages; refilling the ring per CTA cost as much as the MMAs). Warpgroup 0 produces (one
-// thread issues the TMA loads of x and W13 tiles, 128 e4m3 of k per stage, into a ring of
-// shared-memory stages); warpgroups 1 and 2 consume, each the 64 rows times 128 interleaved columns
+// 1x128 block of u per row). The kernel is persistent: one CTA per SM, in clusters of two along m,
+// each cluster walking every grid-th pair of m tiles that share one n tile, so the producer fills the
+// next tile's stages while the consumers run the epilogue (with k = 1024 a tile has only 8 stages;
+// refilling the ring per CTA cost as much as the MMAs). The two CTAs of a cluster each load half of
+// the W13 tile and multicast it to both: the kernel is bound by what L2 delivers (40 KB of stage per
+// 4.2 MFLOP without the multicast, 24 KB with it; ncu: ~5.5 TB/s, the consumers waiting on full
+// stages). Warpgroup 0 produces (one thread issues the TMA loads of x and of its half of W13, 128
+// e4m3 of k per stage, into a ring of shared-memory stages); warpgroups 1 and 2 consume, each the 64 rows times 128 interleaved columns
 // (64 outputs) of its half, with wgmma m64n128k32. Per stage (one 128-k block of the scales) a
 // consumer runs four wgmmas into fresh accumulators, waits for them, hands the stage back and adds
 // the block into its fp32 sums scaled by sa[row] * sw[gate or up block] (the recipe's order: scale
@@ -25,6 +28,7 @@
 #include <string>
 #include <utility>
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -44,6 +48,7 @@ constexpr int kBM = 64;                  // rows per CTA
 constexpr int kBN = 256;                 // interleaved weight rows per CTA: 128 outputs
 constexpr int kBK = 128;                 // e4m3 of k per stage: one 128-byte swizzle atom, one scale block
 constexpr int kStages = 4;
+constexpr int kClusterM = 2;             // CTAs along m sharing (multicasting) one W13 tile
 constexpr int kConsumers = 2;            // warpgroups, each kBM rows x kBN / 2 interleaved columns
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kHalfN = kBN / kConsumers;  // interleaved columns per consumer
@@ -56,6 +61,8 @@ constexpr int kExchangeBarrier = 1;  // named barrier of the two consumer warpgr
 
 static_assert(kBN / 2 == kFp8Block, "a tile's outputs must be one whole 1x128 block of u");
 static_assert(kBK == kFp8Block, "a stage must be one 128-k block of the scales");
+static_assert(kBN % kClusterM == 0 && (kBN / kClusterM * kBK) % 1024 == 0,
+              "each CTA's share of the W13 tile must keep the 1024-byte alignment of the 128B swizzle");
 static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0 && (kHalfN * kBK) % 1024 == 0,
               "stage buffers and each consumer's half of B must keep the 1024-byte alignment of the 128B swizzle");
 static_assert(kSmemBytes <= 227 * 1024, "the stages must fit the 227 KB of shared memory a CTA may opt into");
@@ -71,7 +78,7 @@ struct Params {
   int scale_stride;
   uint8_t* u;
   float* u_scale;
-  int m, f, k_tiles, n_tiles, tiles;
+  int m, f, k_tiles, n_tiles, units;  // a unit: kClusterM m tiles (one per CTA of a cluster) of one n tile
 };
 
 __device__ __forceinline__ void fence(float (&acc)[kAcc]) {
@@ -97,32 +104,40 @@ __global__ void __launch_bounds__(kThreads, 1)
   // previous tile's.
   float* amax_exchange = reinterpret_cast<float*>(empty + kStages);
 
+  const int cy = int(blockIdx.y) % kClusterM;  // this CTA's rank in its cluster
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       Barrier::init(&full[s], 1);
-      EmptyBarrier::init(&empty[s], kConsumers * 4);  // lane 0 of every consumer warp
+      EmptyBarrier::init(&empty[s], kClusterM * kConsumers * 4);  // lane 0 of every consumer warp of the cluster
     }
     cutlass::arch::fence_barrier_init();
     cute::prefetch_tma_descriptor(&tma_x);
     cute::prefetch_tma_descriptor(&tma_w);
   }
-  __syncthreads();
+  // Barrier inits must be visible cluster-wide before a peer multicasts or arrives.
+  cute::cluster_arrive_relaxed();
+  cute::cluster_wait();
 
-  // Tile t: n tile t % n_tiles (128 outputs), m tile t / n_tiles (64 rows). The k iterations of all
-  // of a CTA's tiles run through one ring: iteration i uses stage i % kStages.
+  // Unit u: n tile u % n_tiles (128 outputs), m tile (u / n_tiles) * kClusterM + cy (64 rows; past
+  // the last one a CTA reads zeros and writes nothing). The k iterations of all of a CTA's units run
+  // through one ring: iteration i uses stage i % kStages.
+  const int unit0 = int(blockIdx.y) / kClusterM, unit_step = int(gridDim.y) / kClusterM;
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && unit0 < p.units) {
+      constexpr uint16_t kMask = (1u << kClusterM) - 1;
+      constexpr int kShareRows = kBN / kClusterM, kShareBytes = kShareRows * kBK;
       const auto load_w = [&](int s, int it, int n_tile) {
-        cute::SM90_TMA_LOAD_3D::copy(&tma_w, &full[s], 0, smem_b + s * kStageBytesB, it * kBK, n_tile * kBN, 0);
+        cute::SM90_TMA_LOAD_MULTICAST_3D::copy(&tma_w, &full[s], kMask, 0, smem_b + s * kStageBytesB + cy * kShareBytes,
+                                               it * kBK, n_tile * kBN + cy * kShareRows, 0);
       };
       // The weights of the first stage before the wait for the previous kernel (they are constant).
       Barrier::arrive_and_expect_tx(&full[0], kStageBytesA + kStageBytesB);
-      load_w(0, 0, int(blockIdx.x) % p.n_tiles);
+      load_w(0, 0, unit0 % p.n_tiles);
       pdl_wait();  // x is what the previous kernel of the step wrote
       int i = 0;
-      for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
-        const int n_tile = t % p.n_tiles, m_tile = t / p.n_tiles;
+      for (int unit = unit0; unit < p.units; unit += unit_step) {
+        const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
         for (int it = 0; it < p.k_tiles; ++it, ++i) {
           const int s = i % kStages;
           if (i > 0) {
@@ -134,6 +149,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    // The peer may still multicast into this CTA and arrive on its barriers: leave together.
+    cute::cluster_arrive();
+    cute::cluster_wait();
     return;
   }
 
@@ -145,8 +163,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = t_in / 32, lane = t_in % 32;
   const int r0 = warp * 16 + lane / 4;  // this thread's rows within the tile: r0 and r0 + 8
   int i = 0, parity = 0;
-  for (int t = blockIdx.x; t < p.tiles; t += gridDim.x, parity ^= 1) {
-    const int n_tile = t % p.n_tiles, m_tile = t / p.n_tiles;
+  for (int unit = unit0; unit < p.units; unit += unit_step, parity ^= 1) {
+    const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
     const int m0 = m_tile * kBM + r0, m1 = m0 + 8;
     const float* sw1 = p.w1_scale + int64_t(n_tile) * p.scale_stride;  // the tile's outputs: one block row of W1, W3
     const float* sw3 = p.w3_scale + int64_t(n_tile) * p.scale_stride;
@@ -178,7 +196,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       cute::warpgroup_commit_batch();
       cute::warpgroup_wait<0>();
       fence(acc);
-      if (lane == 0) EmptyBarrier::arrive(&empty[s]);
+      if (lane == 0)  // the stage back to both CTAs: each multicasts into it
+        for (int y = 0; y < kClusterM; ++y) EmptyBarrier::arrive(&empty[s], y, 1);
       // 8-column block j of the accumulators: gate values when j is even, up values when odd (the
       // interleave); its entries 0-1 are row r0, 2-3 row r0 + 8.
       const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
@@ -238,6 +257,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (c == 0 && lane % 4 == 0) p.u_scale[int64_t(n_tile) * p.m + m] = scale;
     }
   }
+  cute::cluster_arrive();
+  cute::cluster_wait();
 }
 
 }  // namespace
@@ -248,14 +269,21 @@ void launch_fp8_dual_gemm_swiglu(const Fp8DualGemmSwigluArgs& a, cudaStream_t st
                       std::to_string(a.k) + " (f and k must be positive multiples of 128)");
   const uint64_t k = uint64_t(a.k), m = uint64_t(a.m), n2 = 2 * uint64_t(a.f);
   const CUtensorMap tx = make_tma_3d_u8(a.x, k, m, 1, k, k * m, kBK, kBM, /*swizzle_128b=*/true);
-  const CUtensorMap tw = make_tma_3d_u8(a.w13, k, n2, 1, k, k * n2, kBK, kBN, /*swizzle_128b=*/true);
-  const int n_tiles = int(n2 / kBN), tiles = n_tiles * ((a.m + kBM - 1) / kBM);
-  const Params p{a.x_scale, a.w1_scale, a.w3_scale, a.scale_stride, a.u, a.u_scale, a.m, a.f, a.k / kBK, n_tiles, tiles};
-  // One CTA per SM (the stages take most of its shared memory), each walking every grid-th tile.
-  static std::atomic<int> sms_on[kMaxDevices] = {};
-  const int sms = once_per_device(sms_on, [] { return sm_count(); });
-  launch_kernel_ex(sm90_fp8_dual_gemm_swiglu_kernel, dim3(static_cast<unsigned>(std::min(tiles, sms))), dim3(kThreads),
-                   dim3(1, 1, 1), kSmemBytes, stream, /*pdl=*/true, tx, tw, p);
+  const CUtensorMap tw = make_tma_3d_u8(a.w13, k, n2, 1, k, k * n2, kBK, kBN / kClusterM, /*swizzle_128b=*/true);
+  const int n_tiles = int(n2 / kBN), m_units = ((a.m + kBM - 1) / kBM + kClusterM - 1) / kClusterM;
+  const Params p{a.x_scale, a.w1_scale, a.w3_scale, a.scale_stride, a.u, a.u_scale, a.m, a.f, a.k / kBK, n_tiles,
+                 n_tiles * m_units};
+  // As many clusters as are resident at once (one CTA per SM: the stages take most of its shared
+  // memory), each walking every grid-th unit. The occupancy query is kept per device.
+  static std::atomic<int> resident_on[kMaxDevices] = {};
+  const int resident = once_per_device(resident_on, [] {
+    const int n = max_active_clusters(sm90_fp8_dual_gemm_swiglu_kernel, dim3(kThreads), dim3(1, kClusterM, 1), kSmemBytes);
+    SWAPFFN_REQUIRE(n > 0, "fp8 dual GEMM: no cluster of " + std::to_string(kClusterM) + " CTAs fits the GPU");
+    return n;
+  });
+  const unsigned clusters = static_cast<unsigned>(std::min(p.units, resident));
+  launch_kernel_ex(sm90_fp8_dual_gemm_swiglu_kernel, dim3(1, clusters * kClusterM, 1), dim3(kThreads),
+                   dim3(1, kClusterM, 1), kSmemBytes, stream, /*pdl=*/true, tx, tw, p);
 }
 
 std::vector<uint8_t> interleave_w13_e4m3(const std::vector<uint8_t>& w1, const std::vector<uint8_t>& w3, int64_t f,
