@@ -103,17 +103,21 @@ TEST(FusedFp8, NoResidualNoSiluAndDegenerateCountsAgree) {
     // on the first config the reference alone, free-running on the fp8 model's weights, moves delta
     // by 44% (4% on tiny), and SPEC's fp8 tolerance (derived with the residual) does not apply. These
     // configs run the fp8 model (the reference follows the same weights; only the activations'
-    // rounding differs) for one token; without the residual, delta and state get a wider stated
-    // bound, which still fails on garbage (errors of order 1). The H200 gave 0.32 and 0.11 with the
-    // cuBLAS head; a CPU emulation of the recipe gives 0.32-0.38 and 0.10-0.13 here with either
-    // head (the heads make the same decisions), so both heads' numbers are printed.
+    // rounding differs) for one token; without the residual, delta, state and the decision margin
+    // get a wider stated bound, which still fails on garbage (errors of order 1). A CPU emulation of
+    // the recipe gives 0.32-0.38 and 0.10-0.13 here with either head (the heads make the same
+    // decisions). The H200 gave 0.32 / 0.11 with cuBLASLt's up GEMM (bf16 gate and up products) and
+    // 0.42 / 0.13 with ours (fp32 products), whose h moves the router's logits enough to flip one
+    // decision of margin 0.36: the same order as the 30-40% error of h itself. Both heads and both
+    // up projections are run and printed.
     const Weights w = Weights::random(cfg, 17).quantized_fp8();
     Tolerance tol = Tolerance::fp8();
     if (!cfg.ffn_residual) {
       tol.delta_rel_l2 = 0.5;
       tol.state_rel_l2 = 0.2;
+      tol.tau = 0.5;
     }
-    for (const char* kernels : {"router=folded", "router=cublas"}) {
+    for (const char* kernels : {"router=folded", "router=cublas", "router=folded,fp8up=cublas"}) {
       auto e = fused_fp8(w, true, kernels);
       const CheckReport r = check_backend(w, *e, 2, 1, 5, tol);
       std::printf("[fused-fp8 %s%s] %s\n", label.c_str(), kernels, r.summary().c_str());
