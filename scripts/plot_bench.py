@@ -6,7 +6,8 @@
   nvfp4:  % of SOL per shape, from `swapffn nvfp4 bench --json`.
 
 Examples:
-  scripts/plot_bench.py tokps bench/baselines/h200.json bench/baselines/h100.json -o docs/bench_tokps.png
+  scripts/plot_bench.py tokps bench/baselines/h200-fp8.json bench/baselines/h200.json bench/baselines/h100.json \
+      -o docs/bench_tokps.png
   scripts/plot_bench.py nvfp4 bench/baselines/nvfp4-h100.json -o docs/nvfp4_sol.png
 """
 import argparse
@@ -19,7 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-ANCHOR = "cublas-ffn-gemms"
+# The in-run anchors (cuBLAS's FFN GEMMs alone, bf16 and fp8): dashed lines, not backends.
+ANCHORS = {"cublas-ffn-gemms": ("0.2", "anchor: cuBLAS FFN GEMMs alone (bf16)"),
+           "cublas-fp8-gemms": ("tab:brown", "anchor: cuBLASLt block-scaled e4m3 FFN GEMMs alone")}
 # The 1.3 x SOL target of the NVFP4 suite, as a share of SOL.
 NVFP4_TARGET_PCT = 100.0 / 1.3
 
@@ -40,7 +43,7 @@ def tokps_panel(ax, run, show_all):
     backends = []
     for r in rows:
         name = r["backend"]
-        if name == ANCHOR or name in backends:
+        if name in ANCHORS or name in backends:
             continue
         if not show_all and "[" in name:  # extra rows such as fused[...] are diagnostics
             continue
@@ -54,16 +57,17 @@ def tokps_panel(ax, run, show_all):
     ax.axhline(floor_tokps, color="0.35", linestyle=":", linewidth=1.5, label="floor (dense bf16 GEMM rate)")
     ax.annotate(f"floor: {floor_tokps:,.0f} tok/s at {run['peak_tflops']:.0f} TF/s", (batches[0], floor_tokps),
                 textcoords="offset points", xytext=(0, 5), fontsize=8, color="0.35")
-    bx, by = series(ANCHOR)
-    if len(bx):
-        ax.plot(bx, by, color="0.2", linestyle="--", marker="s", markersize=5,
-                label="anchor: cuBLAS FFN GEMMs alone")
-    colors = {"fused": "tab:blue", "unfused": "tab:orange"}
+    for anchor, (color, label) in ANCHORS.items():
+        bx, by = series(anchor)
+        if len(bx):
+            ax.plot(bx, by, color=color, linestyle="--", marker="s", markersize=5, label=label)
+    colors = {"fused": "tab:blue", "unfused": "tab:orange", "fused-fp8": "tab:red"}
     for name in backends:
         x, y = series(name)
         ax.plot(x, y, marker="o", linewidth=2, color=colors.get(name), label=name)
         for xi, yi in zip(x, y):
-            ax.annotate(f"{yi:,.0f}", (xi, yi), textcoords="offset points", xytext=(0, -14),
+            above = name == "fused-fp8"  # its labels above the line, the others' below: no overlap
+            ax.annotate(f"{yi:,.0f}", (xi, yi), textcoords="offset points", xytext=(0, 6 if above else -14),
                         ha="center", fontsize=8, color=colors.get(name, "0.2"))
     ax.set_xscale("log")
     ax.set_xticks(batches)
@@ -79,10 +83,15 @@ def plot_tokps(args):
     fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.8), sharey=True, squeeze=False)
     for ax, run in zip(axes[0], runs):
         tokps_panel(ax, run, args.all_rows)
-    top = max(run["peak_tflops"] * 1e12 / run["flops_per_token"] for run in runs)
+    top = max(max(run["peak_tflops"] * 1e12 / run["flops_per_token"], max(r["tok_per_s"] for r in run["rows"]))
+              for run in runs)
     axes[0][0].set_ylim(0, top * 1.08)
     axes[0][0].set_ylabel("tokens per second (decode, default model)")
-    axes[0][0].legend(loc="lower right", fontsize=9)
+    seen = {}
+    for ax in axes[0]:  # one legend for every panel's lines (a run may lack a backend)
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    axes[0][0].legend(list(seen.values()), list(seen.keys()), loc="lower right", fontsize=8)
     fig.suptitle("swapffn decode step: tok/s by batch size", fontsize=12)
     fig.tight_layout()
     fig.savefig(args.output, dpi=args.dpi)
