@@ -2,8 +2,9 @@
 // blocks of a weight and 1x128 blocks of an activation row. One definition, which the quantiser,
 // the fp8 file format, the CPU references and the GPU kernels' tests all follow.
 //   scale = amax(block) / 448 (1 for an all-zero block), q = e4m3_rne(x / scale), saturating.
-// Dividing (not multiplying by 448 / amax) keeps the GPU kernels bit-identical: both round x / s
-// once in IEEE fp32.
+// Dividing (not multiplying by 448 / amax) keeps the GPU quantisers (fp8_block_quantize.cuh)
+// bit-identical: both round x / s once in IEEE fp32. The fp8 dual GEMM's epilogue multiplies by
+// 1 / s; its codes are checked against this recipe within a tolerance.
 #pragma once
 #include <cstdint>
 #include <vector>
