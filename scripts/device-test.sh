@@ -57,9 +57,12 @@ engine_filter=${SANITIZER_ENGINE_FILTER:-"Presets/UnfusedCheck.*/tiny_B3_T6:Path
 :Paths/FusedFp8Check.*/tiny_10:Fp8Quantize.*:Shapes/Fp8Gemm.*:Shapes/Sm90Fp8DualGemm.*"}
 nvfp4_filter=${SANITIZER_NVFP4_FILTER:-"Nvfp4Gpu.GemvBitExact:Nvfp4Gpu.GemvTmaBitExact:Nvfp4Gpu.GemmBitExact\
 :Nvfp4Gpu.DualGemmWithinTolerance:Nvfp4Gpu.GroupedGemmBitExact"}
+# racecheck instruments our kernels only (their names hold the namespace swapffn): under it cuBLAS's
+# GEMM kernels ran the unfused check past 150 s, and their shared memory is not ours to fix.
 sanitize() {  # sanitize TOOL GROUP FILTER: compute-sanitizer TOOL over the GPU tests FILTER names
-  local tool=$1 log="$out/sanitizer-$1-$2.log" sanitizer_filter=$3
-  timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 1000 \
+  local tool=$1 log="$out/sanitizer-$1-$2.log" sanitizer_filter=$3 only=()
+  [ "$tool" = racecheck ] && only=(--kernel-name kns=swapffn)
+  timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool "$tool" "${only[@]}" --error-exitcode 1 --print-limit 1000 \
     "$build/tests/swapffn_gpu_tests" --gtest_filter="$sanitizer_filter" --gtest_brief=1 > "$log" 2>&1
   local rc=$?
   [ $rc -eq 124 ] && echo "compute-sanitizer $tool: stopped after ${SANITIZER_TIMEOUT:-300} s"

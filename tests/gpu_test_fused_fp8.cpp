@@ -108,16 +108,17 @@ TEST(FusedFp8, NoResidualNoSiluAndDegenerateCountsAgree) {
     // the recipe gives 0.32-0.38 and 0.10-0.13 here with either head (the heads make the same
     // decisions). The H200 gave 0.32 / 0.11 with cuBLASLt's up GEMM (bf16 gate and up products) and
     // 0.42 / 0.13 with ours (fp32 products), whose h moves the router's logits enough to flip one
-    // decision of margin 0.36: the same order as the 30-40% error of h itself. Both heads and both
-    // up projections are run and printed.
+    // decision of margin 0.36 (so its tau is 0.5; cuBLASLt's path keeps 0.25): the same order as the
+    // 30-40% error of h itself. Both heads and both up projections are run and printed.
     const Weights w = Weights::random(cfg, 17).quantized_fp8();
-    Tolerance tol = Tolerance::fp8();
-    if (!cfg.ffn_residual) {
-      tol.delta_rel_l2 = 0.5;
-      tol.state_rel_l2 = 0.2;
-      tol.tau = 0.5;
-    }
     for (const char* kernels : {"router=folded", "router=cublas", "router=folded,fp8up=cublas"}) {
+      Tolerance tol = Tolerance::fp8();
+      if (!cfg.ffn_residual) {
+        tol.delta_rel_l2 = 0.5;
+        tol.state_rel_l2 = 0.2;
+        // Only our up GEMM's fp32 products move a decision that far; cuBLASLt's keeps SPEC's tau.
+        if (std::string(kernels).find("fp8up=cublas") == std::string::npos) tol.tau = 0.5;
+      }
       auto e = fused_fp8(w, true, kernels);
       const CheckReport r = check_backend(w, *e, 2, 1, 5, tol);
       std::printf("[fused-fp8 %s%s] %s\n", label.c_str(), kernels, r.summary().c_str());

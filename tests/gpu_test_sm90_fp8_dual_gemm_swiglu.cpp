@@ -9,7 +9,9 @@
 // first; two runs give the same bits. Shapes: the default model's (k = 1024, f = 4096) at 512 rows
 // (several units per cluster) and at 120 (a partial 64-row tile), the tiny model's (k = 128,
 // f = 384) at 40 rows (one m tile: the cluster's second CTA has no rows), and 150 rows of k = 256
-// (three m tiles: the second unit has one CTA past the last row).
+// (three m tiles: the second unit has one CTA past the last row); 1000 rows of k = 384 (several
+// units per cluster, 3 k blocks through 4 stages), with rows whose u is so small (block amax below
+// 1.3e-36) that a reciprocal of its scale would overflow.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -60,12 +62,14 @@ std::vector<int64_t> sample_rows(int64_t m) {
 
 struct Shape {
   int64_t m, f, k;
+  bool tiny_rows = false;  // every 37th row scaled by 2^-62: u's block amax below 1.3e-36, whose
+                           // reciprocal scale would overflow fp32
 };
 
 class Sm90Fp8DualGemm : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
-  const auto [m, f, k] = GetParam();
+  const auto [m, f, k, tiny_rows] = GetParam();
   const int64_t kb = k / 128, fb = f / 128;
   std::mt19937_64 rng(uint64_t(m * 7 + f + k));
   const fp8::BlockScaledWeight w1 = random_weight(f, k, rng, 0.05f, "w1"), w3 = random_weight(f, k, rng, 0.05f, "w3");
@@ -74,7 +78,8 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
   std::vector<uint8_t> x(size_t(m * k));
   std::vector<float> x_scale_rows(size_t(m * kb)), x_scale(size_t(kb * m)), row(static_cast<size_t>(k));
   for (int64_t r = 0; r < m; ++r) {
-    for (int64_t c = 0; c < k; ++c) row[size_t(c)] = std::ldexp(nd(rng), int((3 * r + c / 128) % 5) - 2);
+    const int tiny = tiny_rows && r % 37 == 5 ? -62 : 0;
+    for (int64_t c = 0; c < k; ++c) row[size_t(c)] = std::ldexp(nd(rng), int((3 * r + c / 128) % 5) - 2 + tiny);
     fp8::quantize_row(row.data(), k, &x[size_t(r * k)], &x_scale_rows[size_t(r * kb)]);
     for (int64_t b = 0; b < kb; ++b) x_scale[size_t(b * m + r)] = x_scale_rows[size_t(r * kb + b)];
   }
@@ -108,7 +113,11 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
   std::vector<uint8_t> want_q(static_cast<size_t>(f));
   int64_t checked = 0, differ = 0;
   double worst_scale = 0;
-  for (const int64_t r : sample_rows(m)) {
+  std::vector<int64_t> rows = sample_rows(m);
+  for (int64_t r = 5; tiny_rows && r < m; r += 37) rows.push_back(r);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  for (const int64_t r : rows) {
     fp8::gemm_reference(&x[size_t(r * k)], &x_scale_rows[size_t(r * kb)], w1, 1, gate.data());
     fp8::gemm_reference(&x[size_t(r * k)], &x_scale_rows[size_t(r * kb)], w3, 1, up.data());
     for (int64_t j = 0; j < f; ++j) {
@@ -138,7 +147,8 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Sm90Fp8DualGemm,
-                         ::testing::Values(Shape{512, 4096, 1024}, Shape{120, 4096, 1024}, Shape{40, 384, 128}, Shape{150, 384, 256}),
+                         ::testing::Values(Shape{512, 4096, 1024}, Shape{120, 4096, 1024}, Shape{40, 384, 128},
+                                           Shape{150, 384, 256}, Shape{1000, 4096, 384, true}),
                          [](const auto& info) { return "shape" + std::to_string(info.index); });
 
 TEST(Sm90Fp8DualGemmRefusals, WidthsThatAreNotWholeBlocks) {

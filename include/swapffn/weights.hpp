@@ -74,7 +74,7 @@ struct CoreTables {
   std::vector<float> scale;  // [C, D] = 1 + core_scale_proj(core_embed)
   std::vector<float> shift;  // [C, D] = core_shift_proj(core_embed)
   std::vector<float> alpha;  // [C, K] = softmax_k(core_alpha_proj(core_embed))
-  static CoreTables compute(const Weights& w);
+  static CoreTables compute(const Weights& w);  // validates w first (the engines rely on it)
 };
 
 }  // namespace swapffn

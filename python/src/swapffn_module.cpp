@@ -37,6 +37,7 @@ using HostF32 = nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using HostIds = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using CudaF32 = nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cuda>;
 using CudaIds = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cuda>;
+using CudaSteps = nb::ndarray<float, nb::ndim<3>, nb::c_contig, nb::device::cuda>;
 using Ram = nb::ndarray<nb::numpy, uint16_t, nb::ndim<3>>;
 using Map = nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>;
 
@@ -113,6 +114,28 @@ void step_device(PyEngine& e, PyPool& p, CudaF32 x, CudaIds ids, CudaF32 out, ui
   nb::gil_scoped_release release;
   g->enqueue_step_slots(x.data(), ids.data(), int64_t(ids.shape(0)), out.data(), *p.pool,
                         reinterpret_cast<cudaStream_t>(stream));
+#else
+  (void)p;
+  (void)stream;
+  SWAPFFN_FAIL("this build has no CUDA: pass host arrays");
+#endif
+}
+
+// CUDA arrays [T, B, D]: T replays of the engine's slot-step graph on its own stream, joined to the
+// caller's stream before and after (no host synchronisation).
+void decode_device(PyEngine& e, PyPool& p, CudaSteps xs, CudaIds ids, CudaSteps out, uintptr_t stream) {
+  check_rows(e, xs.shape(1), xs.shape(2), ids.shape(0), "xs");
+  check_rows(e, out.shape(1), out.shape(2), ids.shape(0), "out");
+  SWAPFFN_REQUIRE(xs.shape(0) == out.shape(0), "out: " + std::to_string(out.shape(0)) + " steps for " +
+                                                   std::to_string(xs.shape(0)) + " steps of xs");
+  SWAPFFN_REQUIRE(xs.device_id() == e.device && ids.device_id() == e.device && out.device_id() == e.device,
+                  "xs, slot_ids and out must be on the engine's device cuda:" + std::to_string(e.device));
+#ifdef SWAPFFN_WITH_CUDA
+  cuda::GpuEngine* g = cuda::gpu_engine_of(*e.engine);
+  SWAPFFN_REQUIRE(g != nullptr, "backend '" + e.backend + "' runs on the host: pass host arrays");
+  nb::gil_scoped_release release;
+  g->enqueue_decode_slots(xs.data(), out.data(), int64_t(xs.shape(0)), *p.pool, ids.data(), int64_t(ids.shape(0)),
+                          reinterpret_cast<cudaStream_t>(stream));
 #else
   (void)p;
   (void)stream;
@@ -201,6 +224,7 @@ NB_MODULE(_swapffn, m) {
   });
   m.def("step_host", &step_host);
   m.def("step_device", &step_device);
+  m.def("decode_device", &decode_device);
   m.def("check_slot_ids", [](const std::vector<int32_t>& ids, int64_t slots) { check_slot_ids(ids, slots, true); });
 #ifdef SWAPFFN_WITH_CUDA
   bind_nvfp4(m);

@@ -105,18 +105,48 @@ class Engine:
             return self._step_cuda(x, pool, slot_ids, out)
         return self._step_host(x, pool, slot_ids, out, trace)
 
-    def decode(self, xs, pool: "StatePool", slot_ids):
-        """T steps of the same rows: xs [T, B, D]; returns deltas [T, B, D]. On CUDA tensors the steps
-        are enqueued back to back on the current stream, with no host synchronisation."""
+    def decode(self, xs, pool: "StatePool", slot_ids, out=None):
+        """T steps of the same rows: xs [T, B, D] (fp32 or bf16); returns deltas [T, B, D] fp32 (into
+        `out` when given). On CUDA tensors outside a capture, each step is one replay of the engine's
+        own graph of the slot step, joined to torch's current stream before and after, with no host
+        synchronisation between steps; inside the caller's capture the steps are recorded one by one.
+        Host arrays run step by step through the host path."""
         if len(xs.shape) != 3:
             raise Error(f"xs: expected [T, B, D], got shape {tuple(xs.shape)}")
-        if _is_torch(xs):
+        if _is_torch(xs) and xs.is_cuda:
             t = _torch()
-            out = t.empty(xs.shape, dtype=t.float32, device=xs.device)
-        else:
-            out = np.empty(xs.shape, dtype=np.float32)
+            if not t.cuda.is_current_stream_capturing():
+                return self._decode_cuda(xs, pool, slot_ids, out)
+        if out is None:
+            if _is_torch(xs):
+                t = _torch()
+                out = t.empty(xs.shape, dtype=t.float32, device=xs.device)
+            else:
+                out = np.empty(xs.shape, dtype=np.float32)
         for i in range(xs.shape[0]):
             self.step(xs[i], pool, slot_ids, out=out[i])
+        return out
+
+    def _decode_cuda(self, xs, pool, slot_ids, out):
+        if not isinstance(pool, StatePool) or pool.engine is not self:
+            raise Error("pool: a StatePool made for this engine is required")
+        t = _torch()
+        steps, b = xs.shape[0], xs.shape[1]
+        dev = t.device("cuda", self.device)
+        d = self.config["d_model"]
+        if xs.shape[2] != d:
+            raise Error(f"xs: expected shape [T, B, {d}] (rows of d_model), got {tuple(xs.shape)}")
+        if not xs.is_contiguous():
+            raise Error("xs: expected a contiguous [T, B, D] tensor (call .contiguous())")
+        x, ids = self._device_args(xs.reshape(steps * b, xs.shape[2]), "xs", pool, slot_ids, b)
+        x = x.reshape(xs.shape)
+        if out is None:
+            out = t.empty((steps, b, d), dtype=t.float32, device=dev)
+        elif out.device != dev or out.dtype != t.float32 or tuple(out.shape) != (steps, b, d) \
+                or not out.is_contiguous():
+            raise Error(f"out: expected a contiguous float32 tensor of shape ({steps}, {b}, {d}) on {dev}")
+        if steps:
+            _swapffn.decode_device(self._h, pool._h, x, ids, out, t.cuda.current_stream(dev).cuda_stream)
         return out
 
     def _rows(self, shape, what: str) -> int:
@@ -156,20 +186,22 @@ class Engine:
         out[...] = _torch().from_numpy(res).to(out.device) if _is_torch(out) else res
         return out
 
-    def _step_cuda(self, x, pool, slot_ids, out):
+    def _device_args(self, x, what: str, pool, slot_ids, b: int):
+        """x as a contiguous fp32 tensor of finite values on the engine's device (rows of d_model; b
+        rows per step), and the slot ids there as int32, each checked outside a capture."""
         t = _torch()
         dev = t.device("cuda", self.device)
         if self._h.on_host:
-            raise Error(f"x: backend '{self.name}' runs on the host; pass a CPU tensor or a NumPy array")
+            raise Error(f"{what}: backend '{self.name}' runs on the host; pass a CPU tensor or a NumPy array")
         if x.device != dev:
-            raise Error(f"x: on {x.device}, the engine runs on {dev}")
+            raise Error(f"{what}: on {x.device}, the engine runs on {dev}")
         if x.dtype == t.bfloat16:
             x = x.float()
         elif x.dtype != t.float32:
-            raise Error(f"x: expected float32 or bfloat16, got {x.dtype}")
+            raise Error(f"{what}: expected float32 or bfloat16, got {x.dtype}")
         if not x.is_contiguous():
-            raise Error("x: expected a contiguous [B, D] tensor (call .contiguous())")
-        b = self._rows(x.shape, "x")
+            raise Error(f"{what}: expected a contiguous tensor (call .contiguous())")
+        self._rows(x.shape, what)
         capturing = t.cuda.is_current_stream_capturing()
         if _is_torch(slot_ids) and slot_ids.is_cuda:
             if slot_ids.device != dev or slot_ids.dtype != t.int32 or slot_ids.shape != (b,) \
@@ -183,7 +215,14 @@ class Engine:
             ids = t.from_numpy(self._ids_host(slot_ids, b, pool)).to(dev)
         if not capturing and not bool(t.isfinite(x).all()):
             bad = int(t.nonzero(~t.isfinite(x.reshape(-1)))[0])
-            raise Error(f"x: non-finite value at index {bad}")
+            raise Error(f"{what}: non-finite value at index {bad}")
+        return x, ids
+
+    def _step_cuda(self, x, pool, slot_ids, out):
+        t = _torch()
+        dev = t.device("cuda", self.device)
+        x, ids = self._device_args(x, "x", pool, slot_ids, self._rows(x.shape, "x"))
+        b = x.shape[0]
         if out is None:
             out = t.empty((b, self.config["d_model"]), dtype=t.float32, device=dev)
         elif out.device != dev or out.dtype != t.float32 or tuple(out.shape) != (b, self.config["d_model"]) \

@@ -213,6 +213,53 @@ def test_cuda_step_equals_host_step_and_captures_in_a_torch_graph(model, backend
 
 
 @needs_cuda
+def test_cuda_decode_replays_graphs_and_equals_host_steps(model):
+    engine = swapffn.Engine.load(model, backend="fused")
+    d = engine.config["d_model"]
+    rng = np.random.default_rng(8)
+    states = [random_state(engine, rng) for _ in range(2)]
+    xs = rng.standard_normal((5, 3, d)).astype(np.float32)
+    ids = [4, -1, 0]
+
+    def filled():
+        p = swapffn.StatePool(engine, 5)
+        for s, st in zip([4, 0], states):
+            p.set(s, *st)
+        return p
+
+    host_pool, dev_pool, capture_pool = filled(), filled(), filled()
+    want = engine.decode(xs, host_pool, ids)
+    dev = torch.device("cuda", 0)
+    # Five steps: the first runs eagerly, the second is captured, the rest replay the engine's graph;
+    # on a side stream, so the join to the caller's stream is what orders the result's read.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = engine.decode(torch.from_numpy(xs).to(dev), dev_pool, ids)
+        x_bf16 = torch.from_numpy(xs).to(dev).bfloat16()
+        got_bf16 = engine.decode(x_bf16, filled(), ids)
+    torch.cuda.current_stream().wait_stream(side)
+    assert np.array_equal(got.cpu().numpy(), want)
+    for s in (4, 0):
+        assert same_pool([dev_pool.get(s)], [host_pool.get(s)])
+    assert np.array_equal(got_bf16.cpu().numpy(), engine.decode(x_bf16.float().cpu().numpy(), filled(), ids))
+    # Inside the caller's capture the steps are recorded one by one.
+    x_static = torch.from_numpy(xs).to(dev)
+    warm = engine.decode(x_static, filled(), ids)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = engine.decode(x_static, capture_pool, ids, out=warm)
+    graph.replay()
+    assert np.array_equal(captured.cpu().numpy(), want)
+    for s in (4, 0):
+        assert same_pool([capture_pool.get(s)], [host_pool.get(s)])
+    with pytest.raises(swapffn.Error, match="xs: expected a contiguous"):
+        engine.decode(torch.from_numpy(xs).to(dev).transpose(0, 1), dev_pool, ids)
+    with pytest.raises(swapffn.Error, match="out: expected"):
+        engine.decode(x_static, dev_pool, ids, out=torch.empty(4, 3, d, device=dev))
+
+
+@needs_cuda
 def test_cuda_bad_input_is_refused(model):
     engine = swapffn.Engine.load(model, backend="fused")
     d = engine.config["d_model"]

@@ -66,6 +66,7 @@ PythonRowResult run_python_row(const PythonRowRequest& r) {
     res.median_ms = j["ms_per_step"].get<double>();
     res.min_ms = j.value("min_ms_per_step", res.median_ms);
     res.max_ms = j.value("max_ms_per_step", res.median_ms);
+    res.engine_decode_ms = j.value("engine_decode_ms_per_step", 0.0);
   } else if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
     res.why_not = r.python + " not found";
   } else {

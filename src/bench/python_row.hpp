@@ -19,6 +19,7 @@ struct PythonRowRequest {
 struct PythonRowResult {
   bool ran = false;
   double median_ms = 0, min_ms = 0, max_ms = 0;  // per step, when it ran
+  double engine_decode_ms = 0;  // the engine's own slot-step replays in the child, alternated with the row
   std::string why_not;                           // one line, when it did not
 };
 

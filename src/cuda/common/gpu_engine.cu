@@ -43,8 +43,7 @@ std::vector<float> widen_bf16(const std::vector<bf16>& v) {
 }
 
 GpuEngine::GpuEngine(const Weights& w, const EngineOptions& opt) : cfg_(w.cfg), opt_(opt) {
-  cfg_.validate();
-  w.validate();
+  const CoreTables tables = CoreTables::compute(w);  // validates w first
   router_w_.upload(w.router_w);
   basis_.upload(w.collapse_basis);
   decoder_.upload(w.collapse_decoder);
@@ -54,7 +53,6 @@ GpuEngine::GpuEngine(const Weights& w, const EngineOptions& opt) : cfg_(w.cfg), 
   swap_b_.upload(widen_bf16(w.router_swap_b));
   bank_w_.upload(widen_bf16(w.bank_w));
   bank_b_.upload(widen_bf16(w.bank_b));
-  const CoreTables tables = CoreTables::compute(w);
   scale_.upload(tables.scale);
   shift_.upload(tables.shift);
   alpha_.upload(tables.alpha);
@@ -343,16 +341,31 @@ void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int6
 }
 
 void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool,
-                                     const int32_t* slot_ids, int64_t batch) {
+                                     const int32_t* slot_ids, int64_t batch, std::optional<cudaStream_t> caller) {
   require_usable();
   DeviceStatePool& dev = own_pool(pool);
   require_in_range(batch, 1, kMaxBatch, "enqueue_decode_slots: batch");
   require_in_range(tokens, 0, kMaxTokens, "enqueue_decode_slots: tokens");
+  if (caller) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(*caller, &capturing));
+    SWAPFFN_REQUIRE(capturing == cudaStreamCaptureStatusNone,
+                    "decode replays the engine's own graphs: it cannot run inside a stream capture (capture "
+                    "single steps instead)");
+  }
   ensure_batch(batch);
   if (tokens == 0) return;
   try {
+    if (caller) {
+      CUDA_CHECK(cudaEventRecord(caller_ready_.e, *caller));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, caller_ready_.e, 0));
+    }
     set_io(StepIO{x, delta, nullptr, nullptr, slot_source(dev, slot_ids)});
     run_tokens(tokens, true);
+    if (caller) {
+      CUDA_CHECK(cudaEventRecord(steps_done_.e, stream_));
+      CUDA_CHECK(cudaStreamWaitEvent(*caller, steps_done_.e, 0));
+    }
   } catch (...) {
     forget_batch_after_failure();
     throw;

@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -112,9 +113,10 @@ class GpuEngine : public Engine {
                           cudaStream_t stream);
   // `tokens` slot steps of the same `batch` slots on the engine's stream (x, delta [tokens, B, D]),
   // each one replay of the slot step's graph (gather, step, scatter), as a serving loop runs: what
-  // `bench` times.
+  // `bench` times. With a `caller` stream (not capturing; 0 is the legacy default stream), the steps start after the work
+  // already enqueued on it and its later work waits for them, with no host synchronisation.
   void enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool, const int32_t* slot_ids,
-                            int64_t batch);
+                            int64_t batch, std::optional<cudaStream_t> caller = std::nullopt);
 
  protected:
   // Sizes the backend's own buffers for M = batch * C rows (the common ones are already sized); an
@@ -168,6 +170,7 @@ class GpuEngine : public Engine {
   DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
   DeviceBuffer<int32_t> slot_ids_dev_;
   StepGraph dense_graph_, slot_graph_;
+  OwnedEvent caller_ready_, steps_done_;
   std::string broken_;  // the fault that broke the GPU context, if one did
 };
 

@@ -10,8 +10,6 @@
 namespace swapffn::cuda {
 
 FusedEngineBase::FusedEngineBase(const Weights& w, const EngineOptions& opt) : GpuEngine(w, opt) {
-  router_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_router, cfg_.d_model, CUDA_R_32F, false,
-                                                      cfg_.core_count, kGemmWorkspaceBytes);
   if (folded_event_router_fits(cfg_.d_model))
     router_fold_.upload(fold_router(widen_bf16(w.router_norm), widen_bf16(w.router_w), widen_bf16(w.router_swap_w),
                                     widen_bf16(w.bank_w), cfg_.d_model, cfg_.d_router));
@@ -21,11 +19,19 @@ void FusedEngineBase::allocate_batch(int64_t batch) {
   const int64_t M = batch * cfg_.core_count, D = cfg_.d_model;
   kcfg_ = select_fused_config(cfg_, batch, opt_.fused);
   nrm_.resize(size_t(M * D), "the normed GEMM operand");
-  router_gemm_->set_rows(M);
+  // The cuBLAS head's GEMM and logits exist only while a batch size runs that head.
+  if (kcfg_.router == EventHead::cublas) {
+    if (!router_gemm_)
+      router_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_router, cfg_.d_model, CUDA_R_32F, false,
+                                                          cfg_.core_count, kGemmWorkspaceBytes);
+    router_gemm_->set_rows(M);
+    z_.resize(size_t(M * cfg_.d_router), "the router logits");
+  } else {
+    z_.release();
+  }
   groups_ = row_group_ranges(M, kcfg_.row_groups);
   group_rows_ = 0;
   for (const auto& [r0, rows] : groups_) group_rows_ = std::max(group_rows_, rows);
-  z_.resize(size_t(M * cfg_.d_router), "the router logits");
   // Per group a cuBLAS workspace, since the groups run side by side.
   gemm_workspace_.resize(groups_.size() * kGemmWorkspaceBytes, "the cuBLAS workspaces");
   while (group_streams_.size() + 1 < groups_.size()) {

@@ -48,9 +48,9 @@ class FusedEngineBase : public GpuEngine {
   // Every event of row group g on `stream`: the head, then the FFN steps.
   void enqueue_group_events(size_t g, cudaStream_t stream);
 
-  std::unique_ptr<BatchInvariantGemm> router_gemm_;
+  std::unique_ptr<BatchInvariantGemm> router_gemm_;  // the cuBLAS head's, made when a batch first runs it
   DeviceBuffer<uint8_t> gemm_workspace_;
-  DeviceBuffer<float> z_;
+  DeviceBuffer<float> z_;  // the cuBLAS head's logits
   DeviceBuffer<float> router_fold_;  // [5, D]: the folded router's vectors (fold_router)
   std::vector<std::unique_ptr<OwnedStream>> group_streams_;  // groups 1.. (group 0 runs on stream_)
   std::vector<std::unique_ptr<OwnedEvent>> group_done_;

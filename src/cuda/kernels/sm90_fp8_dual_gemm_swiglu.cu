@@ -48,6 +48,7 @@ constexpr int kBM = 64;                  // rows per tile
 constexpr int kBN = 256;                 // interleaved weight rows per tile: 128 outputs
 constexpr int kBK = 128;                 // e4m3 of k per stage: one 128-byte swizzle atom, one scale block
 constexpr int kStages = 4;
+constexpr float kMinNormalFloat = 1.17549435e-38f;  // FLT_MIN, 2^-126
 constexpr int kClusterM = 2;             // CTAs along m sharing (multicasting) one W13 tile
 constexpr int kConsumers = 2;            // warpgroups, each kBM rows x kBN / 2 interleaved columns
 constexpr int kThreads = 128 * (1 + kConsumers);
@@ -247,13 +248,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int m = h ? m1 : m0;
       const float block_amax = fmaxf(amax[h], exchange[(1 - c) * kBM + r0 + 8 * h]);
       const float scale = block_amax > 0.f ? __fdiv_rn(block_amax, kE4m3Max) : 1.f;
-      const float inv = __frcp_rn(scale);
+      // Below 2^-126 the reciprocal leaves fp32's range (inf, then NaN codes): such a block divides.
+      const bool divide = scale < kMinNormalFloat;
+      const float inv = divide ? 0.f : __frcp_rn(scale);
+      const auto code_of = [&](float v) { return divide ? __fdiv_rn(v, scale) : v * inv; };
       if (m >= p.m) continue;
       uint8_t* row = p.u + int64_t(m) * p.f + col0;
 #pragma unroll
       for (int g = 0; g < kAcc / 8; ++g) {
         const __nv_fp8x2_storage_t codes = __nv_cvt_float2_to_fp8x2(
-            make_float2(u[h][2 * g] * inv, u[h][2 * g + 1] * inv), __NV_SATFINITE, __NV_E4M3);
+            make_float2(code_of(u[h][2 * g]), code_of(u[h][2 * g + 1])), __NV_SATFINITE, __NV_E4M3);
         *reinterpret_cast<__nv_fp8x2_storage_t*>(row + 8 * g) = codes;
       }
       if (c == 0 && lane % 4 == 0) p.u_scale[int64_t(n_tile) * p.m + m] = scale;
