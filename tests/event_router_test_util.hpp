@@ -145,8 +145,8 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, c
                          .stream_map = map.get(), .io = io.get(), .event = 0, .row_begin = 0, .rows = in.rows,
                          .total_rows = in.rows, .d_model = in.d,
                          .norm_gain = with_norm ? ngain.get() : nullptr, .norm_out = with_norm ? norm_out.get() : nullptr,
-                         .eps = 1e-6f, .router_fold = fold.get(), .film_scale = film ? scale.get() : nullptr,
-                         .film_shift = film ? shift.get() : nullptr, .cores = film ? film->cores : 0});
+                         .eps = 1e-6f, .router_fold = fold.get(), .cores = film ? film->cores : in.rows,
+                         .film_scale = film ? scale.get() : nullptr, .film_shift = film ? shift.get() : nullptr});
   CUDA_CHECK(cudaDeviceSynchronize());
   return {download(h), download(ram), download(norm_out), download(map), download(gate), download(slot)};
 }

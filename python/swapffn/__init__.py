@@ -211,6 +211,9 @@ class Engine:
             if not capturing:  # during a capture the ids stay on the device, unchecked
                 self._ids_host(slot_ids, b, pool)
             ids = slot_ids
+        elif capturing:
+            raise Error("slot_ids: inside a CUDA graph capture, pass a CUDA int32 tensor (a host copy cannot be "
+                        "captured)")
         else:
             ids = t.from_numpy(self._ids_host(slot_ids, b, pool)).to(dev)
         if not capturing and not bool(t.isfinite(x).all()):

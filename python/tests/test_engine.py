@@ -243,12 +243,15 @@ def test_cuda_decode_replays_graphs_and_equals_host_steps(model):
     for s in (4, 0):
         assert same_pool([dev_pool.get(s)], [host_pool.get(s)])
     assert np.array_equal(got_bf16.cpu().numpy(), engine.decode(x_bf16.float().cpu().numpy(), filled(), ids))
-    # Inside the caller's capture the steps are recorded one by one.
+    # Inside the caller's capture the steps are recorded one by one (slot ids on the device).
     x_static = torch.from_numpy(xs).to(dev)
-    warm = engine.decode(x_static, filled(), ids)
+    ids_dev = torch.tensor(ids, dtype=torch.int32, device=dev)
+    warm = engine.decode(x_static, filled(), ids_dev)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = engine.decode(x_static, capture_pool, ids, out=warm)
+        with pytest.raises(swapffn.Error, match="slot_ids: inside a CUDA graph capture"):
+            engine.decode(x_static, capture_pool, ids)
+        captured = engine.decode(x_static, capture_pool, ids_dev, out=warm)
     graph.replay()
     assert np.array_equal(captured.cpu().numpy(), want)
     for s in (4, 0):

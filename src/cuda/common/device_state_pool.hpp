@@ -1,5 +1,5 @@
 // The StatePool of the GPU engines: S sequences' RAM and stream maps in device memory, reset, read
-// and written per slot; GpuEngine gathers the named slots before a slot step and scatters them after.
+// and written per slot; a slot step's kernels address the named slots in place (row_state, step_io.hpp).
 #pragma once
 #include <cstdint>
 #include <vector>

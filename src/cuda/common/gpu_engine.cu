@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cuda/kernels/collapse.hpp"
-#include "cuda/kernels/slot_copy.hpp"
+#include "cuda/kernels/slot_padding_rows.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/limits.hpp"
@@ -144,9 +144,8 @@ void GpuEngine::enqueue_collapse_and_advance() {
 void GpuEngine::enqueue_slot_step() {
   const int64_t C = cfg_.core_count;
   const SlotRows rows{as_nv(ram_.get()), map_.get(), batch_, C * 4 * cfg_.d_model, C};
-  launch_gather_slots(io_.get(), rows, stream_);
+  launch_init_padding_rows(io_.get(), rows, stream_);
   enqueue_step();
-  launch_scatter_slots(io_.get(), rows, stream_);
 }
 
 void GpuEngine::run_tokens(int64_t tokens, bool slots) {

@@ -112,7 +112,7 @@ class GpuEngine : public Engine {
   void enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
                           cudaStream_t stream);
   // `tokens` slot steps of the same `batch` slots on the engine's stream (x, delta [tokens, B, D]),
-  // each one replay of the slot step's graph (gather, step, scatter), as a serving loop runs: what
+  // each one replay of the slot step's graph (padding rows' init, step), as a serving loop runs: what
   // `bench` times. With a `caller` stream (not capturing; 0 is the legacy default stream), the steps start after the work
   // already enqueued on it and its later work waits for them, with no host synchronisation.
   void enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool, const int32_t* slot_ids,
@@ -151,8 +151,9 @@ class GpuEngine : public Engine {
   void forget_batch_after_failure() noexcept;
   void require_usable() const;
   void set_io(const StepIO& io);
-  // A slot step after set_io (on stream_): the gather of the named slots into the batch buffers,
-  // the step, the scatter back; the pool and slot ids come from the StepIO.
+  // A slot step after set_io (on stream_): the padding rows' initial state in the batch buffers,
+  // then the step, whose kernels address each other row's slot in place (row_state); the pool and
+  // slot ids come from the StepIO.
   void enqueue_slot_step();
   // `tokens` steps on stream_, dense or slot steps: replays of that step's graph. The first step
   // after (re)allocation runs eagerly; with graphs on, the next one is captured before it runs (by

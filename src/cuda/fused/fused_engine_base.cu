@@ -88,17 +88,17 @@ void FusedEngineBase::enqueue_group_events(size_t g, cudaStream_t stream) {
       const float* gain = ffn_gain ? ffn_gain : !last_event ? router_norm_.get() : nullptr;
       router_gemm_->run(router_w_.get(), nrm_.get(), z_.get(), workspace(g), stream);
       launch_router_select_swap({z_.get(), swap_w_.get(), swap_b_.get(), bank_w_.get(), bank_b_.get(), h_.get(),
-                                 as_nv(ram_.get()), map_.get(), io_.get(), static_cast<int>(e), M, D, cfg_.d_router,
+                                 as_nv(ram_.get()), map_.get(), io_.get(), static_cast<int>(e), M, cfg_.core_count, D,
+                                 cfg_.d_router,
                                  gain, gain ? as_nv(nrm_.get()) : nullptr, eps},
                                 stream);
     } else {
       EventRouterArgs args{h_.get(), swap_b_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
                            static_cast<int>(e), g0, g_rows, M, D, ffn_gain, ffn_gain ? as_nv(nrm_.get()) : nullptr,
-                           eps, router_fold_.get()};
+                           eps, router_fold_.get(), cfg_.core_count};
       if (e == 0) {
         args.film_scale = scale_.get();
         args.film_shift = shift_.get();
-        args.cores = cfg_.core_count;
       }
       launch_folded_event_router(args, stream, /*pdl=*/true);
     }

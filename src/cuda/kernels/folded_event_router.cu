@@ -54,19 +54,21 @@ __device__ __forceinline__ float row_rs(const float4 (&hv)[kMaxVec], int D, floa
   return rsqrtf(warp_sum(ss) / float(D) + eps);
 }
 
-// Called by the warp that holds row m in hv (map: its stream map before the event; rs: row_rs of
+// Called by the warp that holds row m in hv (st: where its state is; map: its stream map before the
+// event; rs: row_rs of
 // that row, or a negative value when the caller has not kept it; trace: load_trace of a.io), after
 // the row's decision d: the trace entry, the exchange of h with the chosen bank, then the FFN
 // operand bf16(rms(h) * norm_gain) of the new h when a.norm_out is set (ngain: norm_gain,
 // anywhere). Without a swap h is unchanged, and so is its rs.
 __device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, RowDecision d, const float* ngain,
-                                          uint8_t map, float4 (&hv)[kMaxVec], float rs, int lane, TracePtrs trace) {
+                                          RowState st, uint8_t map, float4 (&hv)[kMaxVec], float rs, int lane,
+                                          TracePtrs trace) {
   const int D = static_cast<int>(a.d_model), nvec = D / 128;
   const int p = map_lane(map, d.slot);  // the physical bank of the chosen slot
-  if (lane == 0) apply_decision(d, map, a.stream_map, m, trace, a.event, a.total_rows);
+  if (lane == 0) apply_decision(d, map, st.map, m, trace, a.event, a.total_rows);
   if (d.gate) {
     float4* hg = reinterpret_cast<float4*>(a.h + size_t(m) * D);
-    uint2* bank = reinterpret_cast<uint2*>(a.ram + (size_t(m) * 4 + p) * D);
+    uint2* bank = reinterpret_cast<uint2*>(st.ram + size_t(p) * D);
     uint2 in[kMaxVec];
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
@@ -148,8 +150,10 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
   const TracePtrs trace = load_trace(a.io);
   uint8_t map = 0;
   float4 hv[kMaxVec];
+  RowState st{};
   if (active) {
-    map = a.stream_map[m];
+    st = row_state(a.io->pool, a.ram, a.stream_map, m, a.cores, D);
+    map = *st.map;
     if (a.film_scale)
       film_row(a, m, D, lane, hv);
     else
@@ -182,7 +186,7 @@ __global__ void __launch_bounds__(kWarps * 32) folded_event_router_kernel(EventR
   float l[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) l[k] = rs * warp_sum(t[1 + k]) + bank_b[k];
-  apply_row(a, m, choose(s, l), reinterpret_cast<const float*>(ngain), map, hv, rs, lane, trace);
+  apply_row(a, m, choose(s, l), reinterpret_cast<const float*>(ngain), st, map, hv, rs, lane, trace);
 }
 
 }  // namespace
@@ -225,10 +229,9 @@ void launch_folded_event_router(const EventRouterArgs& a, cudaStream_t stream, b
   SWAPFFN_ASSERT(a.io != nullptr, "folded event router: io (the step's StepIO) is not set");
   SWAPFFN_ASSERT((a.film_scale == nullptr) == (a.film_shift == nullptr),
                  "folded event router: the core broadcast's film_scale and film_shift must be given together");
-  if (a.film_scale)
-    SWAPFFN_ASSERT(a.cores > 0 && a.total_rows % a.cores == 0,
-                   "folded event router: the core broadcast needs total_rows (" + std::to_string(a.total_rows) +
-                       ") to be whole sequences of cores (" + std::to_string(a.cores) + ")");
+  SWAPFFN_ASSERT(a.cores > 0 && a.total_rows % a.cores == 0,
+                 "folded event router: total_rows (" + std::to_string(a.total_rows) +
+                     ") must be whole sequences of cores (" + std::to_string(a.cores) + ")");
   // float4 loads of the folded vectors, the norm gain, h, the core broadcast's rows and the FFN
   // operand's rows.
   for (const auto& [p, name] : {std::pair<const void*, const char*>{a.router_fold, "router_fold"},

@@ -25,9 +25,9 @@ struct EventRouterArgs {
   float* h;                       // [M, D] fp32, updated in place on a swap
   const float* swap_b;            // [1]
   const float* bank_b;            // [4]
-  __nv_bfloat16* ram;             // [M, 4, D]
+  __nv_bfloat16* ram;             // [M, 4, D]: the batch's (in a slot step, rows use their slots: row_state)
   uint8_t* stream_map;            // [M]
-  const StepIO* io;               // trace: io->gate/slot [E, M] of this token, or null
+  const StepIO* io;               // trace: io->gate/slot [E, M] of this token, or null; io->pool
   int event;
   // This launch moves rows [row_begin, row_begin + rows) of the M = total_rows rows the arrays hold
   // (the fused backend's row groups run one launch each; total_rows is also the trace's row stride).
@@ -37,12 +37,12 @@ struct EventRouterArgs {
   __nv_bfloat16* norm_out;  // [M, D]
   float eps;
   const float* router_fold;  // [5, D]: fold_router's vectors
+  int64_t cores;  // rows per sequence (row m is core m % cores of sequence m / cores)
   // The step's first event can also do the core broadcast (core_film.hpp), one kernel fewer: with
   // film_scale set, row m's h is x[m / cores] * film_scale[m % cores] + film_shift[m % cores]
   // (x = io->x), written, not read.
   const float* film_scale = nullptr;  // [cores, D]
   const float* film_shift = nullptr;  // [cores, D]
-  int64_t cores = 0;
 };
 
 // The folded router vectors [5, D] (f_s, then f_0..f_3), from the fp32 values of router_norm [D],

@@ -54,11 +54,11 @@ struct TracePtrs {
 };
 __device__ __forceinline__ TracePtrs load_trace(const StepIO* io) { return {io->gate, io->slot}; }
 
-// One thread per row: the lane exchange of the stream map (map: the row's map before it) and the
-// trace entry of event `event`, row m of `rows`.
-__device__ __forceinline__ void apply_decision(RowDecision d, uint8_t map, uint8_t* stream_map, int64_t m,
+// One thread per row: the lane exchange of the stream map (map: the row's map before it, read from
+// map_entry) and the trace entry of event `event`, row m of `rows`.
+__device__ __forceinline__ void apply_decision(RowDecision d, uint8_t map, uint8_t* map_entry, int64_t m,
                                                TracePtrs trace, int event, int64_t rows) {
-  if (d.gate) stream_map[m] = swap_lanes_0_j(map, d.slot);
+  if (d.gate) *map_entry = swap_lanes_0_j(map, d.slot);
   if (trace.gate) {
     trace.gate[int64_t(event) * rows + m] = d.gate ? 1 : 0;
     trace.slot[int64_t(event) * rows + m] = static_cast<uint8_t>(d.slot);

@@ -37,6 +37,28 @@ __device__ __forceinline__ bool is_padding_row(const SlotSource& pool, int64_t b
 }
 #endif
 
+#ifdef __CUDACC__
+// Where row m (= b * cores + c) of a step keeps its state: a non-padding row of a slot step in its
+// pool slot, addressed in place (no copy in or out); a dense step's row, and a padding row, in the
+// engine's batch buffers (ram [M, 4, D], map [M]). ram: the row's four banks [4, D]; map: its
+// stream map entry.
+struct RowState {
+  __nv_bfloat16* ram;
+  uint8_t* map;
+};
+__device__ __forceinline__ RowState row_state(const SlotSource& pool, __nv_bfloat16* batch_ram, uint8_t* batch_map,
+                                              int64_t m, int64_t cores, int64_t d_model) {
+  if (pool.ids != nullptr) {
+    const int32_t s = pool.ids[m / cores];
+    if (s >= 0 && s < pool.slots) {
+      const int64_t r = int64_t(s) * cores + m % cores;
+      return {pool.ram + r * 4 * d_model, pool.map + r};
+    }
+  }
+  return {batch_ram + m * 4 * d_model, batch_map + m};
+}
+#endif
+
 // *io = value, in stream order (a kernel argument: nothing on the host has to outlive the call).
 void launch_set_step_io(StepIO* io, const StepIO& value, cudaStream_t stream);
 

@@ -108,7 +108,7 @@ void UnfusedEngine::enqueue_step() {
     router_gemm_->run(router_w_.get(), nrm_.get(), z_.get(), ws, stream_);
     const float* after_swap_gain = cfg_.k_ffn > 0 ? norm_w_.get() : after_ffn_gain;
     launch_router_select_swap({z_.get(), swap_w_.get(), swap_b_.get(), bank_w_.get(), bank_b_.get(), h_.get(),
-                               as_nv(ram_.get()), map_.get(), io_.get(), static_cast<int>(e), M, D,
+                               as_nv(ram_.get()), map_.get(), io_.get(), static_cast<int>(e), M, cfg_.core_count, D,
                                cfg_.d_router, after_swap_gain, norm_out(after_swap_gain), eps},
                               stream_);
     for (int64_t i = 0; i < cfg_.k_ffn; ++i) {
