@@ -82,18 +82,15 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   if [ -x "$sanitizer" ]; then
     for tool in memcheck racecheck synccheck; do
       group_filter=$engine_filter
-      # The unfused check's six tokens under racecheck ran past 150 s (cuBLAS's GEMM kernels), and
-      # limiting racecheck to our kernels (--kernel-name kns=swapffn) ended in the tool's internal
-      # error on the next cuBLAS launch: racecheck takes the unfused backend through one token of
-      # `swapffn check` instead (below).
+      # racecheck does not get through the unfused check: its six tokens ran past 150 s (cuBLAS's
+      # GEMM kernels under the tool), limiting it to our kernels (--kernel-name kns=swapffn) and one
+      # token of `swapffn check` both ended in the tool's own error on a cuBLAS launch, with no
+      # hazard reported. The unfused step's kernels with shared memory (core_film,
+      # router_select_swap, rmsnorm_bf16) run in the fused checks racecheck covers; its swiglu has none.
       [ "$tool" = racecheck ] && group_filter=${engine_filter//"Presets/UnfusedCheck.*/tiny_B3_T6:"/}
       run_step "sanitizer-$tool-engine" sanitize "$tool" engine "$group_filter"
       run_step "sanitizer-$tool-nvfp4" sanitize "$tool" nvfp4 "$nvfp4_filter"
     done
-    "$bin" init --config tiny --seed 1 --out "$out/racecheck-tiny.safetensors" > /dev/null
-    run_step sanitizer-racecheck-unfused timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool racecheck \
-      --error-exitcode 1 "$bin" check --model "$out/racecheck-tiny.safetensors" --backend unfused --batch 2 --tokens 1
-    rm -f "$out/racecheck-tiny.safetensors"
   else
     echo "== [sanitizer] compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
     failures+=("sanitizer (not found)")

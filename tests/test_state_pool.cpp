@@ -3,6 +3,7 @@
 
 #include "engine_test_options.hpp"
 #include "state_pool_test_util.hpp"
+#include "swapffn/torn_slots.hpp"
 
 namespace swapffn {
 namespace {
@@ -20,6 +21,32 @@ TEST(StatePool, APoolServesOnlyItsEngineKind) {
   auto pool = e->make_pool(2);
   EXPECT_EQ(pool->slots(), 2);
   EXPECT_TRUE(pool->get(1) == State::init(w.cfg, 1));
+}
+
+// The GPU pools' record of slots a failed step may have left partly advanced (they step in place).
+TEST(TornSlots, RefuseTheTornSlotsUntilMendedNamingSlotAndFault) {
+  TornSlots t(4);
+  const std::vector<int32_t> step{2, -1, 0}, other{1, 3};
+  t.require_whole(&step);
+  t.require_whole(nullptr);
+  t.tear(&step, "cudaErrorLaunchFailure");
+  t.require_whole(&other);  // slots the failed step did not name stay usable
+  try {
+    t.require_whole(&step);
+    ADD_FAILURE() << "a torn slot was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("slot 2 may be partly advanced"), std::string::npos) << m;
+    EXPECT_NE(m.find("cudaErrorLaunchFailure"), std::string::npos) << m;
+  }
+  EXPECT_THROW(t.require_whole(nullptr), Error);  // a step whose ids are on the device
+  t.mend(2);
+  EXPECT_THROW(t.require_whole(&step), Error);  // slot 0 still torn
+  t.mend(0);
+  t.require_whole(&step);
+  t.require_whole(nullptr);
+  t.tear(nullptr, "a device step failed");  // device ids: every slot
+  EXPECT_THROW(t.require_whole(&other), Error);
 }
 
 }  // namespace

@@ -4,10 +4,17 @@
 #include "swapffn/limits.hpp"
 
 namespace swapffn::cuda {
+namespace {
+
+int64_t checked_slots(int64_t slots) {
+  require_in_range(slots, 1, kMaxBatch, "state pool slots");
+  return slots;
+}
+
+}  // namespace
 
 DeviceStatePool::DeviceStatePool(const Config& cfg, int64_t slots, const void* owner)
-    : cfg_(cfg), slots_(slots), owner_(owner) {
-  require_in_range(slots, 1, kMaxBatch, "state pool slots");
+    : cfg_(cfg), slots_(checked_slots(slots)), owner_(owner), torn_(slots_) {
   ram_.resize(size_t(slots * row_ram()));
   map_.resize(size_t(slots * row_map()));
   std::vector<int32_t> all(static_cast<size_t>(slots));
@@ -25,10 +32,13 @@ void DeviceStatePool::reset(const std::vector<int32_t>& slot_ids) {
     CUDA_CHECK(cudaMemset(map_.get() + s * row_map(), kIdentityStreamMap, size_t(row_map())));
   }
   CUDA_CHECK(cudaDeviceSynchronize());
+  for (int32_t s : slot_ids) torn_.mend(s);
 }
 
 State DeviceStatePool::get(int32_t slot) const {
   check_slot_ids({slot}, slots_, false);
+  const std::vector<int32_t> one_slot{slot};
+  torn_.require_whole(&one_slot);
   State one = State::init(cfg_, 1);
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaMemcpy(one.ram.data(), ram_.get() + slot * row_ram(), one.ram.size() * sizeof(bf16),
@@ -47,6 +57,7 @@ void DeviceStatePool::set(int32_t slot, const State& one) {
                         cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(map_.get() + slot * row_map(), one.stream_map.data(), one.stream_map.size(),
                         cudaMemcpyHostToDevice));
+  torn_.mend(slot);
 }
 
 }  // namespace swapffn::cuda

@@ -8,6 +8,7 @@
 #include "swapffn/bf16.hpp"
 #include "swapffn/config.hpp"
 #include "swapffn/state_pool.hpp"
+#include "swapffn/torn_slots.hpp"
 
 namespace swapffn::cuda {
 
@@ -25,6 +26,9 @@ class DeviceStatePool final : public StatePool {
   uint8_t* stream_map() const { return map_.get(); }  // [S, C]
   int64_t row_ram() const { return cfg_.core_count * 4 * cfg_.d_model; }
   int64_t row_map() const { return cfg_.core_count; }
+  // Slots a failed step may have left partly advanced (slot steps run in place): reset and set mend
+  // them, get refuses them, and the engines' slot steps check and tear them.
+  TornSlots& torn() { return torn_; }
 
  private:
   Config cfg_;
@@ -32,6 +36,7 @@ class DeviceStatePool final : public StatePool {
   const void* owner_;
   DeviceBuffer<bf16> ram_;
   DeviceBuffer<uint8_t> map_;
+  TornSlots torn_;
 };
 
 }  // namespace swapffn::cuda

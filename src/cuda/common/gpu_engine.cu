@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <initializer_list>
 #include <string>
 
@@ -27,6 +28,17 @@ int64_t checked_product(std::initializer_list<int64_t> dims, const std::string& 
 
 SlotSource slot_source(const DeviceStatePool& pool, const int32_t* slot_ids) {
   return {as_nv(pool.ram()), pool.stream_map(), slot_ids, pool.slots()};
+}
+
+// The message of the fault in flight, for the slots it tears.
+std::string fault_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "an unknown fault";
+  }
 }
 
 }  // namespace
@@ -278,6 +290,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
   require_usable();
   DeviceStatePool& dev = own_pool(pool);
   check_slot_ids(slot_ids, dev.slots(), true);
+  dev.torn().require_whole(&slot_ids);
   const int64_t D = cfg_.d_model, B = int64_t(slot_ids.size());
   check_finite(x, B * D, "x");
   const NamedRows rows = named_rows(x, slot_ids, D);  // what the trace holds; padding gets zero delta
@@ -312,6 +325,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
         *opt.record = std::move(t);
       }
     } catch (...) {  // a failed step leaves no batch behind: the next call sizes afresh or refuses
+      dev.torn().tear(&named, fault_of(std::current_exception()));
       forget_batch_after_failure();
       throw;
     }
@@ -324,6 +338,7 @@ void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int6
   require_usable();
   DeviceStatePool& dev = own_pool(pool);
   require_in_range(batch, 1, kMaxBatch, "rows in one slot step");
+  dev.torn().require_whole(nullptr);  // the ids are on the device
   ensure_batch(batch);
   // On the caller's stream the step is enqueued kernel by kernel, so that the caller's own CUDA
   // graph capture records it (the engine's graphs belong to its own stream).
@@ -334,6 +349,7 @@ void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int6
     enqueue_slot_step();
   } catch (...) {
     stream_ = own;
+    dev.torn().tear(nullptr, fault_of(std::current_exception()));
     throw;
   }
   stream_ = own;
@@ -345,6 +361,7 @@ void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t token
   DeviceStatePool& dev = own_pool(pool);
   require_in_range(batch, 1, kMaxBatch, "enqueue_decode_slots: batch");
   require_in_range(tokens, 0, kMaxTokens, "enqueue_decode_slots: tokens");
+  dev.torn().require_whole(nullptr);  // the ids are on the device
   if (caller) {
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(*caller, &capturing));
@@ -366,6 +383,7 @@ void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t token
       CUDA_CHECK(cudaStreamWaitEvent(*caller, steps_done_.e, 0));
     }
   } catch (...) {
+    dev.torn().tear(nullptr, fault_of(std::current_exception()));
     forget_batch_after_failure();
     throw;
   }
