@@ -466,7 +466,7 @@ nlohmann::json report(const Results& res, const Config& cfg) {
     std::printf("\n");
   }
   if (!slot_lines.empty()) {
-    std::printf("slot steps (a pool of 4B slots, the batch in every fourth slot: gather, step, scatter; %s: through "
+    std::printf("slot steps (a pool of 4B slots, the batch in every fourth slot, addressed in place; %s: through "
                 "the Python API from torch CUDA graphs) over the dense step:",
                 kPythonRow);
     for (const auto& l : slot_lines) std::printf("  %s", l.c_str());

@@ -34,8 +34,8 @@ DecodeTiming time_device_decode(Engine& engine, const State& initial, int tokens
                                 int rotations, uint64_t seed, const TimedWindow& window = {});
 
 // As time_device_decode, but every step a slot step (SPEC section 7): B = initial.batch sequences in
-// the non-contiguous slots 4b + 1 of a pool of 4B slots, gathered before and scattered after each
-// step as a serving loop does; what the pool costs over a dense step.
+// the non-contiguous slots 4b + 1 of a pool of 4B slots, stepped in place as a serving loop does;
+// what the pool costs over a dense step.
 DecodeTiming time_device_decode_slots(Engine& engine, const State& initial, int tokens, int warmup, int repeats,
                                       int rotations, uint64_t seed, const TimedWindow& window = {});
 
