@@ -95,7 +95,9 @@ class Engine:
         for padding rows). Returns delta [B, D] fp32 (written into `out` when given), of x's kind:
         a NumPy array for host input, a torch tensor for torch input. With trace={} (host input
         only), trace["gate"] and trace["slot"] receive the decisions [E, B', C] of the B' non-padding
-        rows. On an error nothing changes: the pool is left as it was.
+        rows. Bad arguments are refused before anything changes. A GPU step runs on the pool's
+        slots in place: a fault after it has started leaves its slots torn (get, save and steps that
+        name them refuse until they are reset or set), never silently wrong.
         """
         if not isinstance(pool, StatePool) or pool.engine is not self:
             raise Error("pool: a StatePool made for this engine is required")

@@ -27,11 +27,16 @@ DeviceStatePool::DeviceStatePool(const Config& cfg, int64_t slots, const void* o
 void DeviceStatePool::reset(const std::vector<int32_t>& slot_ids) {
   check_slot_ids(slot_ids, slots_, false);
   CUDA_CHECK(cudaDeviceSynchronize());
-  for (int32_t s : slot_ids) {  // zeros in RAM, identity maps (SPEC section 3)
-    CUDA_CHECK(cudaMemset(ram_.get() + s * row_ram(), 0, size_t(row_ram()) * sizeof(bf16)));
-    CUDA_CHECK(cudaMemset(map_.get() + s * row_map(), kIdentityStreamMap, size_t(row_map())));
+  try {
+    for (int32_t s : slot_ids) {  // zeros in RAM, identity maps (SPEC section 3)
+      CUDA_CHECK(cudaMemset(ram_.get() + s * row_ram(), 0, size_t(row_ram()) * sizeof(bf16)));
+      CUDA_CHECK(cudaMemset(map_.get() + s * row_map(), kIdentityStreamMap, size_t(row_map())));
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+  } catch (const std::exception& e) {  // some slots may be half reset
+    torn_.tear(&slot_ids, e.what());
+    throw;
   }
-  CUDA_CHECK(cudaDeviceSynchronize());
   for (int32_t s : slot_ids) torn_.mend(s);
 }
 
@@ -53,10 +58,16 @@ void DeviceStatePool::set(int32_t slot, const State& one) {
   one.check_matches(cfg_, 1);
   one.validate();
   CUDA_CHECK(cudaDeviceSynchronize());
-  CUDA_CHECK(cudaMemcpy(ram_.get() + slot * row_ram(), one.ram.data(), one.ram.size() * sizeof(bf16),
-                        cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(map_.get() + slot * row_map(), one.stream_map.data(), one.stream_map.size(),
-                        cudaMemcpyHostToDevice));
+  try {
+    CUDA_CHECK(cudaMemcpy(ram_.get() + slot * row_ram(), one.ram.data(), one.ram.size() * sizeof(bf16),
+                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(map_.get() + slot * row_map(), one.stream_map.data(), one.stream_map.size(),
+                          cudaMemcpyHostToDevice));
+  } catch (const std::exception& e) {  // the slot may be half written
+    const std::vector<int32_t> one_slot{slot};
+    torn_.tear(&one_slot, e.what());
+    throw;
+  }
   torn_.mend(slot);
 }
 

@@ -300,6 +300,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
   if (!named.empty()) {
     const int64_t n = int64_t(named.size()), E = cfg_.n_events, M = n * cfg_.core_count;
     ensure_batch(n);  // every allocation before the pool is touched
+    bool started = false;  // kernels may have touched the named slots
     try {
       x_dev_.reserve(x_rows.size());
       delta_dev_.reserve(x_rows.size());
@@ -312,6 +313,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
                                  stream_));
       CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), named.data(), size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice,
                                  stream_));
+      started = true;
       set_io(StepIO{x_dev_.get(), delta_dev_.get(), opt.record ? gate_dev_.get() : nullptr,
                     opt.record ? slot_dev_.get() : nullptr, slot_source(dev, slot_ids_dev_.get())});
       run_tokens(1, true);
@@ -325,7 +327,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
         *opt.record = std::move(t);
       }
     } catch (...) {  // a failed step leaves no batch behind: the next call sizes afresh or refuses
-      dev.torn().tear(&named, fault_of(std::current_exception()));
+      if (started) dev.torn().tear(&named, fault_of(std::current_exception()));
       forget_batch_after_failure();
       throw;
     }
@@ -349,7 +351,10 @@ void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int6
     enqueue_slot_step();
   } catch (...) {
     stream_ = own;
-    dev.torn().tear(nullptr, fault_of(std::current_exception()));
+    // Inside a capture (or after one failed) nothing ran: the slots are as they were.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const bool captured = cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone;
+    if (!captured) dev.torn().tear(nullptr, fault_of(std::current_exception()));
     throw;
   }
   stream_ = own;
@@ -371,11 +376,13 @@ void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t token
   }
   ensure_batch(batch);
   if (tokens == 0) return;
+  bool started = false;  // kernels may have touched the slots
   try {
     if (caller) {
       CUDA_CHECK(cudaEventRecord(caller_ready_.e, *caller));
       CUDA_CHECK(cudaStreamWaitEvent(stream_, caller_ready_.e, 0));
     }
+    started = true;
     set_io(StepIO{x, delta, nullptr, nullptr, slot_source(dev, slot_ids)});
     run_tokens(tokens, true);
     if (caller) {
@@ -383,7 +390,7 @@ void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t token
       CUDA_CHECK(cudaStreamWaitEvent(*caller, steps_done_.e, 0));
     }
   } catch (...) {
-    dev.torn().tear(nullptr, fault_of(std::current_exception()));
+    if (started) dev.torn().tear(nullptr, fault_of(std::current_exception()));
     forget_batch_after_failure();
     throw;
   }
