@@ -112,9 +112,10 @@ class GpuEngine : public Engine {
   void enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
                           cudaStream_t stream);
   // `tokens` slot steps of the same `batch` slots on the engine's stream (x, delta [tokens, B, D]),
-  // each one replay of the slot step's graph (padding rows' init, step), as a serving loop runs: what
-  // `bench` times. With a `caller` stream (not capturing; 0 is the legacy default stream), the steps start after the work
-  // already enqueued on it and its later work waits for them, with no host synchronisation.
+  // each one replay of the slot step's graph (padding rows' init, step), as a serving loop runs:
+  // what `bench` times. With a `caller` stream (not capturing; 0 is the legacy default stream), the
+  // steps start after the work already enqueued on it and its later work waits for them, with no
+  // host synchronisation.
   void enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool, const int32_t* slot_ids,
                             int64_t batch, std::optional<cudaStream_t> caller = std::nullopt);
 

@@ -1,8 +1,9 @@
 // One event's decisions and swap (SPEC section 4), given the router projection z = rms(h)*g @ router_w^T:
 // swap logit s, bank logits l, slot j = argmax l (ties -> lowest), physical bank p = lane_j(map);
 // when s > 0 the row h and bank p exchange (h written into RAM rounded to bf16) and lanes 0 and j
-// swap (in a slot step a row's RAM and map are its pool slot's, in place: row_state). Records gate/slot into the trace when io->gate is set, and optionally writes the next
-// RMSNorm of the (new) h as a bf16 GEMM operand.
+// swap (in a slot step a row's RAM and map are its pool slot's, in place: row_state). Records
+// gate/slot into the trace when io->gate is set, and optionally writes the next RMSNorm of the
+// (new) h as a bf16 GEMM operand.
 #pragma once
 #include <cstdint>
 
