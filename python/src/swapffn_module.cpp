@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,17 +103,25 @@ nb::tuple step_host(PyEngine& e, PyPool& p, HostF32 x, HostIds ids, HostF32 out,
                         nb::ndarray<nb::numpy, uint8_t, nb::ndim<3>>(slot->data(), 3, shape, own_slot));
 }
 
+#ifdef SWAPFFN_WITH_CUDA
+// The engine's GPU side, for CUDA arrays that must all be on its device (names: theirs, for the error).
+cuda::GpuEngine& device_engine(PyEngine& e, std::initializer_list<int32_t> devices, const char* names) {
+  for (const int32_t d : devices)
+    SWAPFFN_REQUIRE(d == e.device, std::string(names) + " must be on the engine's device cuda:" + std::to_string(e.device));
+  cuda::GpuEngine* g = cuda::gpu_engine_of(*e.engine);
+  SWAPFFN_REQUIRE(g != nullptr, "backend '" + e.backend + "' runs on the host: pass host arrays");
+  return *g;
+}
+#endif
+
 // CUDA arrays: the slot step enqueued on the caller's stream (capturable once the batch size has run).
 void step_device(PyEngine& e, PyPool& p, CudaF32 x, CudaIds ids, CudaF32 out, uintptr_t stream) {
   check_rows(e, x.shape(0), x.shape(1), ids.shape(0), "x");
   check_rows(e, out.shape(0), out.shape(1), ids.shape(0), "out");
-  SWAPFFN_REQUIRE(x.device_id() == e.device && ids.device_id() == e.device && out.device_id() == e.device,
-                  "x, slot_ids and out must be on the engine's device cuda:" + std::to_string(e.device));
 #ifdef SWAPFFN_WITH_CUDA
-  cuda::GpuEngine* g = cuda::gpu_engine_of(*e.engine);
-  SWAPFFN_REQUIRE(g != nullptr, "backend '" + e.backend + "' runs on the host: pass host arrays");
+  cuda::GpuEngine& g = device_engine(e, {x.device_id(), ids.device_id(), out.device_id()}, "x, slot_ids and out");
   nb::gil_scoped_release release;
-  g->enqueue_step_slots(x.data(), ids.data(), int64_t(ids.shape(0)), out.data(), *p.pool,
+  g.enqueue_step_slots(x.data(), ids.data(), int64_t(ids.shape(0)), out.data(), *p.pool,
                         reinterpret_cast<cudaStream_t>(stream));
 #else
   (void)p;
@@ -128,13 +137,10 @@ void decode_device(PyEngine& e, PyPool& p, CudaSteps xs, CudaIds ids, CudaSteps 
   check_rows(e, out.shape(1), out.shape(2), ids.shape(0), "out");
   SWAPFFN_REQUIRE(xs.shape(0) == out.shape(0), "out: " + std::to_string(out.shape(0)) + " steps for " +
                                                    std::to_string(xs.shape(0)) + " steps of xs");
-  SWAPFFN_REQUIRE(xs.device_id() == e.device && ids.device_id() == e.device && out.device_id() == e.device,
-                  "xs, slot_ids and out must be on the engine's device cuda:" + std::to_string(e.device));
 #ifdef SWAPFFN_WITH_CUDA
-  cuda::GpuEngine* g = cuda::gpu_engine_of(*e.engine);
-  SWAPFFN_REQUIRE(g != nullptr, "backend '" + e.backend + "' runs on the host: pass host arrays");
+  cuda::GpuEngine& g = device_engine(e, {xs.device_id(), ids.device_id(), out.device_id()}, "xs, slot_ids and out");
   nb::gil_scoped_release release;
-  g->enqueue_decode_slots(xs.data(), out.data(), int64_t(xs.shape(0)), *p.pool, ids.data(), int64_t(ids.shape(0)),
+  g.enqueue_decode_slots(xs.data(), out.data(), int64_t(xs.shape(0)), *p.pool, ids.data(), int64_t(ids.shape(0)),
                           reinterpret_cast<cudaStream_t>(stream));
 #else
   (void)p;

@@ -2,22 +2,21 @@
 //
 // A tile is 64 rows and 256 interleaved weight rows (128 gate + 128 up rows, so 128 outputs: one whole
 // 1x128 block of u per row). The kernel is persistent: one CTA per SM, in clusters of two along m,
-// each cluster walking every grid-th pair of m tiles that share one n tile, so the producer fills the
-// next tile's stages while the consumers run the epilogue (with k = 1024 a tile is only 8 k blocks;
-// refilling the ring per tile cost as much as the MMAs). The two CTAs of a cluster each load half of
-// the W13 tile and multicast it to both (24 KB of L2 reads per k block instead of 40: -6% per step
-// at B = 1, level from B = 16, where L2 is not the limit). Warpgroup 0 produces (one thread issues
-// the TMA loads of x and of its half of W13, 128 e4m3 of k per stage, into a ring of shared-memory
-// stages); warpgroups 1 and 2 consume, each the 64 rows times 128 interleaved columns (64 outputs)
-// of its half, with wgmma m64n128k32. Per stage (one 128-k block of the scales) a consumer runs four
-// wgmmas into fresh accumulators, waits for them, hands the stage back to both CTAs and adds the
-// block into its fp32 sums scaled by sa[row] * sw[gate or up block] (the recipe's order: scale the
-// block sum, then add). The epilogue computes u, the row's amax over its 64 outputs (a quad
-// shuffle), exchanges it with the other warpgroup through shared memory (the block's other 64
-// outputs), and stores the e4m3 codes and the block's scale. Its arithmetic is the fast kind (exp2
-// and reciprocal approximations, u times 1/scale): the tensor cores' block sums already differ from
-// the recipe's in the last bits, and with 8 k blocks per tile IEEE divisions cost a third of the MMA
-// time.
+// each cluster walking every grid-th pair of m tiles that share one n tile. The two CTAs of a cluster
+// each load half of the W13 tile and multicast it to both (24 KB of L2 reads per k block instead of
+// 40). Warpgroup 0 produces (one thread issues the TMA loads of x and of its half of W13, 128 e4m3 of
+// k per stage, into a ring of shared-memory stages, tile after tile). Warpgroups 1 and 2 consume in
+// ping-pong: each takes every other tile of the CTA whole, and their main loops take turns (an order
+// barrier), so one's epilogue (SiLU, block amax, quantisation, stores: a third of a tile's time when
+// both worked on one tile and no wgmma ran during it) runs under the other's wgmmas. The turns also
+// keep each consumer within one phase of the ring's barriers, although it skips the other's stages.
+// Per stage (one 128-k block of the scales) a consumer runs the tile's two 128-column halves one
+// after the other (four wgmma m64n128k32 each into one set of fresh accumulators: two sets and the
+// fp32 sums would not fit the registers), waits for them and adds each block into its fp32 sums
+// scaled by sa[row] * sw[gate or up block] (the recipe's order: scale the block sum, then add). The
+// epilogue computes u, the row's amax over its 128 outputs (a quad shuffle), and stores the e4m3
+// codes and the block's scale. Its arithmetic is the fast kind (exp2 and reciprocal approximations,
+// u times 1/scale): the tensor cores' block sums already differ from the recipe's in the last bits.
 #include "cuda/kernels/sm90_fp8_dual_gemm_swiglu.hpp"
 
 #include <cuda.h>
@@ -47,28 +46,29 @@ namespace {
 constexpr int kBM = 64;                  // rows per tile
 constexpr int kBN = 256;                 // interleaved weight rows per tile: 128 outputs
 constexpr int kBK = 128;                 // e4m3 of k per stage: one 128-byte swizzle atom, one scale block
-constexpr int kStages = 4;
+constexpr int kStages = 5;               // as many 40 KB stages as fit
 constexpr float kMinNormalFloat = 1.17549435e-38f;  // FLT_MIN, 2^-126
 constexpr int kClusterM = 2;             // CTAs along m sharing (multicasting) one W13 tile
-constexpr int kConsumers = 2;            // warpgroups, each kBM rows x kBN / 2 interleaved columns
+constexpr int kConsumers = 2;            // warpgroups taking every other tile (ping-pong)
 constexpr int kThreads = 128 * (1 + kConsumers);
-constexpr int kHalfN = kBN / kConsumers;  // interleaved columns per consumer
-constexpr int kAcc = kHalfN / 2;          // m64n128 fp32 accumulators per thread
+constexpr int kHalves = 2;               // 128-column halves of a tile, one wgmma set each
+constexpr int kHalfN = kBN / kHalves;    // interleaved columns per wgmma set
+constexpr int kAcc = kHalfN / 2;         // m64n128 fp32 accumulators per thread
 constexpr int kStageBytesA = kBM * kBK, kStageBytesB = kBN * kBK;
-// Stages, then the barriers, then the amax exchange [tile parity][consumer][row]; 1024 bytes of
+// Stages, then their full and empty barriers and the consumers' two order barriers; 1024 bytes of
 // alignment slack.
-constexpr int kSmemBytes = 1024 + kStages * (kStageBytesA + kStageBytesB) + 2 * kStages * 8 + 2 * kConsumers * kBM * 4;
+constexpr int kSmemBytes = 1024 + kStages * (kStageBytesA + kStageBytesB) + (2 * kStages + kConsumers) * 8;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-constexpr int kExchangeBarrier = 1;  // named barrier of the two consumer warpgroups (0 is __syncthreads)
 
 static_assert(kBN / 2 == kFp8Block, "a tile's outputs must be one whole 1x128 block of u");
 static_assert(kBK == kFp8Block, "a stage must be one 128-k block of the scales");
 static_assert(kBN % kClusterM == 0 && (kBN / kClusterM * kBK) % 1024 == 0,
               "each CTA's share of the W13 tile must keep the 1024-byte alignment of the 128B swizzle");
 static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0 && (kHalfN * kBK) % 1024 == 0,
-              "stage buffers and each consumer's half of B must keep the 1024-byte alignment of the 128B swizzle");
+              "stage buffers and each half of B must keep the 1024-byte alignment of the 128B swizzle");
 static_assert(kSmemBytes <= 227 * 1024, "the stages must fit the 227 KB of shared memory a CTA may opt into");
 static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the setmaxnreg targets must fit");
+static_assert(kConsumers == 2, "the order barriers hand the main loop from one consumer to the other");
 
 using Mma = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
 static_assert(kHalfN == 128, "the wgmma atom is m64n128k32");
@@ -103,16 +103,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem_b = smem_a + kStages * kStageBytesA;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * kStageBytesB);
   uint64_t* empty = full + kStages;
-  // [tile parity][consumer][row]: a consumer writes one tile's while the other may still read the
-  // previous tile's.
-  float* amax_exchange = reinterpret_cast<float*>(empty + kStages);
+  uint64_t* turn = empty + kStages;  // turn[c]: consumer c may run its next main loop
 
   const int cy = int(blockIdx.y) % kClusterM;  // this CTA's rank in its cluster
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       Barrier::init(&full[s], 1);
-      EmptyBarrier::init(&empty[s], kClusterM * kConsumers * 4);  // lane 0 of every consumer warp of the cluster
+      EmptyBarrier::init(&empty[s], kClusterM * 4);  // lane 0 of the consuming warpgroup's warps, both CTAs
     }
+    for (int c = 0; c < kConsumers; ++c) EmptyBarrier::init(&turn[c], 128);
     cutlass::arch::fence_barrier_init();
     cute::prefetch_tma_descriptor(&tma_x);
     cute::prefetch_tma_descriptor(&tma_w);
@@ -123,7 +122,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Unit u: n tile u % n_tiles (128 outputs), m tile (u / n_tiles) * kClusterM + cy (64 rows; past
   // the last one a CTA reads zeros and writes nothing). The k iterations of all of a CTA's units run
-  // through one ring: iteration i uses stage i % kStages.
+  // through one ring: iteration i uses stage i % kStages; the CTA's j-th unit is iterations
+  // [j k_tiles, (j + 1) k_tiles) and consumer j % 2's.
   const int unit0 = int(blockIdx.y) / kClusterM, unit_step = int(gridDim.y) / kClusterM;
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
@@ -165,21 +165,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c = (threadIdx.x - 128) / 128, t_in = threadIdx.x % 128;
   const int warp = t_in / 32, lane = t_in % 32;
   const int r0 = warp * 16 + lane / 4;  // this thread's rows within the tile: r0 and r0 + 8
-  int i = 0, parity = 0;
-  for (int unit = unit0; unit < p.units; unit += unit_step, parity ^= 1) {
+  int n = 0;                            // this consumer's units so far
+  for (int j = c, unit = unit0 + c * unit_step; unit < p.units; j += kConsumers, unit += kConsumers * unit_step, ++n) {
     const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
     const int m0 = m_tile * kBM + r0, m1 = m0 + 8;
     const float* sw1 = p.w1_scale + int64_t(n_tile) * p.scale_stride;  // the tile's outputs: one block row of W1, W3
     const float* sw3 = p.w3_scale + int64_t(n_tile) * p.scale_stride;
 
-    // No zero fill of acc: the first wgmma of a stage overwrites it (scale-d 0); a fill would be a
+    // Consumer 0 starts; after that each waits until the other's main loop is done, so every stage
+    // before this unit's has been filled and waited for: none of its full barriers can be a phase
+    // behind the parity this consumer waits for.
+    if (j > 0) EmptyBarrier::wait(&turn[c], (c == 0 ? n - 1 : n) & 1);
+
+    // No zero fill of acc: the first wgmma of a half overwrites it (scale-d 0); a fill would be a
     // non-wgmma definition inside the MMA pipeline (ptxas C7515). The sums start at 0.
     float acc[kAcc];
-    float sum[kAcc];
+    float sum[kHalves * kAcc];
 #pragma unroll
-    for (int j = 0; j < kAcc; ++j) sum[j] = 0.f;
+    for (int q = 0; q < kHalves * kAcc; ++q) sum[q] = 0.f;
 
-    for (int it = 0; it < p.k_tiles; ++it, ++i) {
+    for (int it = 0, i = j * p.k_tiles; it < p.k_tiles; ++it, ++i) {
       const int s = i % kStages;
       // This block's scales, loaded before the wait so that their latency hides behind it. Rows past
       // m (a partial last tile) read zeros from TMA and get scale 0.
@@ -188,66 +193,64 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float sg = __ldg(sw1 + it), su = __ldg(sw3 + it);
       Barrier::wait(&full[s], (i / kStages) & 1);
       const uint8_t* a = smem_a + s * kStageBytesA;
-      const uint8_t* b = smem_b + s * kStageBytesB + c * kHalfN * kBK;
-      fence(acc);
-      cute::warpgroup_arrive();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 32; ++kk)
-        sm90::wgmma_call<Mma>(sm90::sw128_desc(a + kk * 32), sm90::sw128_desc(b + kk * 32), acc,
-                              kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
-                              std::make_index_sequence<kAcc>{});
-      cute::warpgroup_commit_batch();
-      cute::warpgroup_wait<0>();
-      fence(acc);
-      if (lane == 0)  // the stage back to both CTAs: each multicasts into it
-        for (int y = 0; y < kClusterM; ++y) EmptyBarrier::arrive(&empty[s], y, 1);
-      // 8-column block j of the accumulators: gate values when j is even, up values when odd (the
-      // interleave); its entries 0-1 are row r0, 2-3 row r0 + 8.
       const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
 #pragma unroll
-      for (int j = 0; j < kAcc / 4; ++j) {
-        const float lo = (j & 1) ? u0 : g0, hi = (j & 1) ? u1 : g1;
-        sum[4 * j + 0] = fmaf(lo, acc[4 * j + 0], sum[4 * j + 0]);
-        sum[4 * j + 1] = fmaf(lo, acc[4 * j + 1], sum[4 * j + 1]);
-        sum[4 * j + 2] = fmaf(hi, acc[4 * j + 2], sum[4 * j + 2]);
-        sum[4 * j + 3] = fmaf(hi, acc[4 * j + 3], sum[4 * j + 3]);
+      for (int half = 0; half < kHalves; ++half) {
+        const uint8_t* b = smem_b + s * kStageBytesB + half * kHalfN * kBK;
+        fence(acc);
+        cute::warpgroup_arrive();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 32; ++kk)
+          sm90::wgmma_call<Mma>(sm90::sw128_desc(a + kk * 32), sm90::sw128_desc(b + kk * 32), acc,
+                                kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+                                std::make_index_sequence<kAcc>{});
+        cute::warpgroup_commit_batch();
+        cute::warpgroup_wait<0>();
+        fence(acc);
+        if (half == kHalves - 1 && lane == 0)  // the stage back to both CTAs: each multicasts into it
+          for (int y = 0; y < kClusterM; ++y) EmptyBarrier::arrive(&empty[s], y, 1);
+        // 8-column block q of the accumulators: gate values when q is even, up values when odd (the
+        // interleave); its entries 0-1 are row r0, 2-3 row r0 + 8.
+        float* hs = sum + half * kAcc;
+#pragma unroll
+        for (int q = 0; q < kAcc / 4; ++q) {
+          const float lo = (q & 1) ? u0 : g0, hi = (q & 1) ? u1 : g1;
+          hs[4 * q + 0] = fmaf(lo, acc[4 * q + 0], hs[4 * q + 0]);
+          hs[4 * q + 1] = fmaf(lo, acc[4 * q + 1], hs[4 * q + 1]);
+          hs[4 * q + 2] = fmaf(hi, acc[4 * q + 2], hs[4 * q + 2]);
+          hs[4 * q + 3] = fmaf(hi, acc[4 * q + 3], hs[4 * q + 3]);
+        }
       }
     }
+    EmptyBarrier::arrive(&turn[1 - c]);  // the tensor cores to the other consumer during this epilogue
 
-    // u of output group g (8 outputs: the gate block 2g and the up block 2g + 1), row half h (r0,
-    // r0 + 8), column e of the thread's pair; this warpgroup's outputs are [64 c, 64 c + 64) of the
-    // tile's 128.
-    float u[2][kAcc / 4];
+    // u of output group g (8 outputs: the gate block 2g and the up block 2g + 1 of a half), row half
+    // h (r0, r0 + 8), column e of the thread's pair, written over the gate's sum; the half's outputs
+    // are [64 half, 64 half + 64) of the tile's 128.
     float amax[2] = {0.f, 0.f};
 #pragma unroll
-    for (int g = 0; g < kAcc / 8; ++g)
+    for (int half = 0; half < kHalves; ++half)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int g = 0; g < kAcc / 8; ++g)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float v = silu_mul(sum[4 * (2 * g) + 2 * h + e], sum[4 * (2 * g + 1) + 2 * h + e]);
-          u[h][2 * g + e] = v;
-          amax[h] = fmaxf(amax[h], fabsf(v));
-        }
-    // The row's 64 outputs here lie in the quad of lanes sharing lane / 4; the block's other 64 in
-    // the other consumer warpgroup.
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& v = sum[half * kAcc + 4 * (2 * g) + 2 * h + e];
+            v = silu_mul(v, sum[half * kAcc + 4 * (2 * g + 1) + 2 * h + e]);
+            amax[h] = fmaxf(amax[h], fabsf(v));
+          }
+    // The row's 128 outputs lie in the quad of lanes sharing lane / 4.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
       amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
     }
-    float* exchange = amax_exchange + parity * kConsumers * kBM;
-    if (lane % 4 == 0) {
-      exchange[c * kBM + r0] = amax[0];
-      exchange[c * kBM + r0 + 8] = amax[1];
-    }
-    asm volatile("bar.sync %0, %1;" ::"r"(kExchangeBarrier), "r"(128 * kConsumers) : "memory");
-    const int col0 = n_tile * kFp8Block + c * (kHalfN / 2) + 2 * (lane % 4);  // the output of u[h][0]
+    const int col0 = n_tile * kFp8Block + 2 * (lane % 4);  // the output of group 0, column 0
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int m = h ? m1 : m0;
-      const float block_amax = fmaxf(amax[h], exchange[(1 - c) * kBM + r0 + 8 * h]);
-      const float scale = block_amax > 0.f ? __fdiv_rn(block_amax, kE4m3Max) : 1.f;
+      const float scale = amax[h] > 0.f ? __fdiv_rn(amax[h], kE4m3Max) : 1.f;
       // Below 2^-126 the reciprocal leaves fp32's range (inf, then NaN codes): such a block divides.
       const bool divide = scale < kMinNormalFloat;
       const float inv = divide ? 0.f : __frcp_rn(scale);
@@ -255,12 +258,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (m >= p.m) continue;
       uint8_t* row = p.u + int64_t(m) * p.f + col0;
 #pragma unroll
-      for (int g = 0; g < kAcc / 8; ++g) {
-        const __nv_fp8x2_storage_t codes = __nv_cvt_float2_to_fp8x2(
-            make_float2(code_of(u[h][2 * g]), code_of(u[h][2 * g + 1])), __NV_SATFINITE, __NV_E4M3);
-        *reinterpret_cast<__nv_fp8x2_storage_t*>(row + 8 * g) = codes;
-      }
-      if (c == 0 && lane % 4 == 0) p.u_scale[int64_t(n_tile) * p.m + m] = scale;
+      for (int half = 0; half < kHalves; ++half)
+#pragma unroll
+        for (int g = 0; g < kAcc / 8; ++g) {
+          const float* v = sum + half * kAcc + 4 * (2 * g) + 2 * h;
+          const __nv_fp8x2_storage_t codes =
+              __nv_cvt_float2_to_fp8x2(make_float2(code_of(v[0]), code_of(v[1])), __NV_SATFINITE, __NV_E4M3);
+          *reinterpret_cast<__nv_fp8x2_storage_t*>(row + half * (kHalfN / 2) + 8 * g) = codes;
+        }
+      if (lane % 4 == 0) p.u_scale[int64_t(n_tile) * p.m + m] = scale;
     }
   }
   cute::cluster_arrive();

@@ -35,9 +35,7 @@ __device__ __forceinline__ bool is_padding_row(const SlotSource& pool, int64_t b
   const int32_t s = pool.ids[b];
   return s < 0 || s >= pool.slots;
 }
-#endif
 
-#ifdef __CUDACC__
 // Where row m (= b * cores + c) of a step keeps its state: a non-padding row of a slot step in its
 // pool slot, addressed in place (no copy in or out); a dense step's row, and a padding row, in the
 // engine's batch buffers (ram [M, 4, D], map [M]). ram: the row's four banks [4, D]; map: its
@@ -48,14 +46,9 @@ struct RowState {
 };
 __device__ __forceinline__ RowState row_state(const SlotSource& pool, __nv_bfloat16* batch_ram, uint8_t* batch_map,
                                               int64_t m, int64_t cores, int64_t d_model) {
-  if (pool.ids != nullptr) {
-    const int32_t s = pool.ids[m / cores];
-    if (s >= 0 && s < pool.slots) {
-      const int64_t r = int64_t(s) * cores + m % cores;
-      return {pool.ram + r * 4 * d_model, pool.map + r};
-    }
-  }
-  return {batch_ram + m * 4 * d_model, batch_map + m};
+  if (pool.ids == nullptr || is_padding_row(pool, m / cores)) return {batch_ram + m * 4 * d_model, batch_map + m};
+  const int64_t r = int64_t(pool.ids[m / cores]) * cores + m % cores;
+  return {pool.ram + r * 4 * d_model, pool.map + r};
 }
 #endif
 
