@@ -6,10 +6,11 @@
 // each load half of the W13 tile and multicast it to both (24 KB of L2 reads per k block instead of
 // 40). Warpgroup 0 produces (one thread issues the TMA loads of x and of its half of W13, 128 e4m3 of
 // k per stage, into a ring of shared-memory stages, tile after tile). Warpgroups 1 and 2 consume in
-// ping-pong: each takes every other tile of the CTA whole, and their main loops take turns (an order
-// barrier), so one's epilogue (SiLU, block amax, quantisation, stores: a third of a tile's time when
-// both worked on one tile and no wgmma ran during it) runs under the other's wgmmas. The turns also
-// keep each consumer within one phase of the ring's barriers, although it skips the other's stages.
+// ping-pong: each takes every other tile of the CTA whole, so one's epilogue (SiLU, block amax,
+// quantisation, stores: a third of a tile's time when both worked on one tile and no wgmma ran during
+// it) runs under the other's wgmmas. The ring is filled tile after tile, so the second consumer
+// starts about half a tile after the first and they stay staggered. Each consumer has its own full
+// barriers per stage: it sees only its own phases of them, although it skips the other's stages.
 // Per stage (one 128-k block of the scales) a consumer runs the tile's two 128-column halves one
 // after the other (four wgmma m64n128k32 each into one set of fresh accumulators: two sets and the
 // fp32 sums would not fit the registers), waits for them and adds each block into its fp32 sums
@@ -55,9 +56,9 @@ constexpr int kHalves = 2;               // 128-column halves of a tile, one wgm
 constexpr int kHalfN = kBN / kHalves;    // interleaved columns per wgmma set
 constexpr int kAcc = kHalfN / 2;         // m64n128 fp32 accumulators per thread
 constexpr int kStageBytesA = kBM * kBK, kStageBytesB = kBN * kBK;
-// Stages, then their full and empty barriers and the consumers' two order barriers; 1024 bytes of
+// Stages, then the full barriers [consumer][stage] and the empty ones [stage]; 1024 bytes of
 // alignment slack.
-constexpr int kSmemBytes = 1024 + kStages * (kStageBytesA + kStageBytesB) + (2 * kStages + kConsumers) * 8;
+constexpr int kSmemBytes = 1024 + kStages * (kStageBytesA + kStageBytesB) + (kConsumers + 1) * kStages * 8;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
 static_assert(kBN / 2 == kFp8Block, "a tile's outputs must be one whole 1x128 block of u");
@@ -68,7 +69,7 @@ static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0 && (kHalfN * 
               "stage buffers and each half of B must keep the 1024-byte alignment of the 128B swizzle");
 static_assert(kSmemBytes <= 227 * 1024, "the stages must fit the 227 KB of shared memory a CTA may opt into");
 static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the setmaxnreg targets must fit");
-static_assert(kConsumers == 2, "the order barriers hand the main loop from one consumer to the other");
+static_assert(kStages <= 32, "a consumer keeps its stages' full-barrier phases in the bits of one word");
 
 using Mma = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
 static_assert(kHalfN == 128, "the wgmma atom is m64n128k32");
@@ -101,17 +102,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* smem_a = smem;
   uint8_t* smem_b = smem_a + kStages * kStageBytesA;
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * kStageBytesB);
-  uint64_t* empty = full + kStages;
-  uint64_t* turn = empty + kStages;  // turn[c]: consumer c may run its next main loop
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * kStageBytesB);  // [consumer][stage]
+  uint64_t* empty = full + kConsumers * kStages;
 
   const int cy = int(blockIdx.y) % kClusterM;  // this CTA's rank in its cluster
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      Barrier::init(&full[s], 1);
+    for (int s = 0; s < kConsumers * kStages; ++s) Barrier::init(&full[s], 1);
+    for (int s = 0; s < kStages; ++s)
       EmptyBarrier::init(&empty[s], kClusterM * 4);  // lane 0 of the consuming warpgroup's warps, both CTAs
-    }
-    for (int c = 0; c < kConsumers; ++c) EmptyBarrier::init(&turn[c], 128);
     cutlass::arch::fence_barrier_init();
     cute::prefetch_tma_descriptor(&tma_x);
     cute::prefetch_tma_descriptor(&tma_w);
@@ -123,32 +121,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Unit u: n tile u % n_tiles (128 outputs), m tile (u / n_tiles) * kClusterM + cy (64 rows; past
   // the last one a CTA reads zeros and writes nothing). The k iterations of all of a CTA's units run
   // through one ring: iteration i uses stage i % kStages; the CTA's j-th unit is iterations
-  // [j k_tiles, (j + 1) k_tiles) and consumer j % 2's.
+  // [j k_tiles, (j + 1) k_tiles), consumer j % kConsumers's, signalled on that consumer's full
+  // barrier of the stage (the peer CTA's multicast signals the same one: both walk the same units).
   const int unit0 = int(blockIdx.y) / kClusterM, unit_step = int(gridDim.y) / kClusterM;
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (threadIdx.x == 0 && unit0 < p.units) {
       constexpr uint16_t kMask = (1u << kClusterM) - 1;
       constexpr int kShareRows = kBN / kClusterM, kShareBytes = kShareRows * kBK;
-      const auto load_w = [&](int s, int it, int n_tile) {
-        cute::SM90_TMA_LOAD_MULTICAST_3D::copy(&tma_w, &full[s], kMask, 0, smem_b + s * kStageBytesB + cy * kShareBytes,
+      const auto load_w = [&](uint64_t* bar, int s, int it, int n_tile) {
+        cute::SM90_TMA_LOAD_MULTICAST_3D::copy(&tma_w, bar, kMask, 0, smem_b + s * kStageBytesB + cy * kShareBytes,
                                                it * kBK, n_tile * kBN + cy * kShareRows, 0);
       };
       // The weights of the first stage before the wait for the previous kernel (they are constant).
       Barrier::arrive_and_expect_tx(&full[0], kStageBytesA + kStageBytesB);
-      load_w(0, 0, unit0 % p.n_tiles);
+      load_w(&full[0], 0, 0, unit0 % p.n_tiles);
       pdl_wait();  // x is what the previous kernel of the step wrote
       int i = 0;
-      for (int unit = unit0; unit < p.units; unit += unit_step) {
+      for (int j = 0, unit = unit0; unit < p.units; ++j, unit += unit_step) {
         const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
         for (int it = 0; it < p.k_tiles; ++it, ++i) {
           const int s = i % kStages;
+          uint64_t* bar = &full[(j % kConsumers) * kStages + s];
           if (i > 0) {
             EmptyBarrier::wait(&empty[s], ((i / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
-            Barrier::arrive_and_expect_tx(&full[s], kStageBytesA + kStageBytesB);
-            load_w(s, it, n_tile);
+            Barrier::arrive_and_expect_tx(bar, kStageBytesA + kStageBytesB);
+            load_w(bar, s, it, n_tile);
           }
-          cute::SM90_TMA_LOAD_3D::copy(&tma_x, &full[s], 0, smem_a + s * kStageBytesA, it * kBK, m_tile * kBM, 0);
+          cute::SM90_TMA_LOAD_3D::copy(&tma_x, bar, 0, smem_a + s * kStageBytesA, it * kBK, m_tile * kBM, 0);
         }
       }
     }
@@ -165,17 +165,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int c = (threadIdx.x - 128) / 128, t_in = threadIdx.x % 128;
   const int warp = t_in / 32, lane = t_in % 32;
   const int r0 = warp * 16 + lane / 4;  // this thread's rows within the tile: r0 and r0 + 8
-  int n = 0;                            // this consumer's units so far
-  for (int j = c, unit = unit0 + c * unit_step; unit < p.units; j += kConsumers, unit += kConsumers * unit_step, ++n) {
+  uint64_t* my_full = full + c * kStages;
+  uint32_t phases = 0;  // bit s: the parity of this consumer's next wait on its full barrier of stage s
+  for (int j = c, unit = unit0 + c * unit_step; unit < p.units; j += kConsumers, unit += kConsumers * unit_step) {
     const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
     const int m0 = m_tile * kBM + r0, m1 = m0 + 8;
     const float* sw1 = p.w1_scale + int64_t(n_tile) * p.scale_stride;  // the tile's outputs: one block row of W1, W3
     const float* sw3 = p.w3_scale + int64_t(n_tile) * p.scale_stride;
-
-    // Consumer 0 starts; after that each waits until the other's main loop is done, so every stage
-    // before this unit's has been filled and waited for: none of its full barriers can be a phase
-    // behind the parity this consumer waits for.
-    if (j > 0) EmptyBarrier::wait(&turn[c], (c == 0 ? n - 1 : n) & 1);
 
     // No zero fill of acc: the first wgmma of a half overwrites it (scale-d 0); a fill would be a
     // non-wgmma definition inside the MMA pipeline (ptxas C7515). The sums start at 0.
@@ -191,7 +187,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float sa0 = m0 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m0) : 0.f;
       const float sa1 = m1 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m1) : 0.f;
       const float sg = __ldg(sw1 + it), su = __ldg(sw3 + it);
-      Barrier::wait(&full[s], (i / kStages) & 1);
+      Barrier::wait(&my_full[s], (phases >> s) & 1);
+      phases ^= 1u << s;
       const uint8_t* a = smem_a + s * kStageBytesA;
       const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
 #pragma unroll
@@ -222,7 +219,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    EmptyBarrier::arrive(&turn[1 - c]);  // the tensor cores to the other consumer during this epilogue
 
     // u of output group g (8 outputs: the gate block 2g and the up block 2g + 1 of a half), row half
     // h (r0, r0 + 8), column e of the thread's pair, written over the gate's sum; the half's outputs
