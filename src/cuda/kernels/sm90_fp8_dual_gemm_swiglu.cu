@@ -167,11 +167,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int r0 = warp * 16 + lane / 4;  // this thread's rows within the tile: r0 and r0 + 8
   uint64_t* my_full = full + c * kStages;
   uint32_t phases = 0;  // bit s: the parity of this consumer's next wait on its full barrier of stage s
-  for (int j = c, unit = unit0 + c * unit_step; unit < p.units; j += kConsumers, unit += kConsumers * unit_step) {
+  // Descriptors of stage 0's x tile and W13 tile; a stage, half or k step adds its byte offset / 16
+  // to the start address (the low 14 bits; shared memory ends below 2^18 bytes, so no carry).
+  const uint64_t desc_a = sm90::sw128_desc(smem_a), desc_b = sm90::sw128_desc(smem_b);
+  // The scales of k block it of a unit: the x scales of this thread's two rows (0 past m: a partial
+  // last tile reads zeros from TMA) and the W1 and W3 scales of the tile's outputs (one block row).
+  // Each block's are loaded a stage ahead, the first of a unit during the previous unit's last stage,
+  // so that the promotion does not wait for them.
+  struct Scales {
+    float a0, a1, g, u;
+  };
+  const auto load_scales = [&](int unit, int it) {
+    const int n_tile = unit % p.n_tiles, m0 = ((unit / p.n_tiles) * kClusterM + cy) * kBM + r0, m1 = m0 + 8;
+    return Scales{m0 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m0) : 0.f,
+                  m1 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m1) : 0.f,
+                  __ldg(p.w1_scale + int64_t(n_tile) * p.scale_stride + it),
+                  __ldg(p.w3_scale + int64_t(n_tile) * p.scale_stride + it)};
+  };
+  const int first_unit = unit0 + c * unit_step;
+  Scales next = first_unit < p.units ? load_scales(first_unit, 0) : Scales{};
+  for (int j = c, unit = first_unit; unit < p.units; j += kConsumers, unit += kConsumers * unit_step) {
     const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
     const int m0 = m_tile * kBM + r0, m1 = m0 + 8;
-    const float* sw1 = p.w1_scale + int64_t(n_tile) * p.scale_stride;  // the tile's outputs: one block row of W1, W3
-    const float* sw3 = p.w3_scale + int64_t(n_tile) * p.scale_stride;
 
     // No zero fill of acc: the first wgmma of a half overwrites it (scale-d 0); a fill would be a
     // non-wgmma definition inside the MMA pipeline (ptxas C7515). The sums start at 0.
@@ -182,23 +199,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     for (int it = 0, i = j * p.k_tiles; it < p.k_tiles; ++it, ++i) {
       const int s = i % kStages;
-      // This block's scales, loaded before the wait so that their latency hides behind it. Rows past
-      // m (a partial last tile) read zeros from TMA and get scale 0.
-      const float sa0 = m0 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m0) : 0.f;
-      const float sa1 = m1 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m1) : 0.f;
-      const float sg = __ldg(sw1 + it), su = __ldg(sw3 + it);
+      const Scales sc = next;
+      if (it + 1 < p.k_tiles)
+        next = load_scales(unit, it + 1);
+      else if (unit + kConsumers * unit_step < p.units)
+        next = load_scales(unit + kConsumers * unit_step, 0);
       Barrier::wait(&my_full[s], (phases >> s) & 1);
       phases ^= 1u << s;
-      const uint8_t* a = smem_a + s * kStageBytesA;
-      const float g0 = sa0 * sg, g1 = sa1 * sg, u0 = sa0 * su, u1 = sa1 * su;
+      const uint64_t da = desc_a + uint64_t(s * (kStageBytesA >> 4));
+      const float g0 = sc.a0 * sc.g, g1 = sc.a1 * sc.g, u0 = sc.a0 * sc.u, u1 = sc.a1 * sc.u;
 #pragma unroll
       for (int half = 0; half < kHalves; ++half) {
-        const uint8_t* b = smem_b + s * kStageBytesB + half * kHalfN * kBK;
+        const uint64_t db = desc_b + uint64_t((s * kStageBytesB + half * kHalfN * kBK) >> 4);
         fence(acc);
         cute::warpgroup_arrive();
 #pragma unroll
         for (int kk = 0; kk < kBK / 32; ++kk)
-          sm90::wgmma_call<Mma>(sm90::sw128_desc(a + kk * 32), sm90::sw128_desc(b + kk * 32), acc,
+          sm90::wgmma_call<Mma>(da + (kk * 32 >> 4), db + (kk * 32 >> 4), acc,
                                 kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
                                 std::make_index_sequence<kAcc>{});
         cute::warpgroup_commit_batch();
