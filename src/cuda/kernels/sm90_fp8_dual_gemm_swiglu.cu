@@ -9,8 +9,9 @@
 // ping-pong: each takes every other tile of the CTA whole, so one's epilogue (SiLU, block amax,
 // quantisation, stores: a third of a tile's time when both worked on one tile and no wgmma ran during
 // it) runs under the other's wgmmas. The ring is filled tile after tile, so the second consumer
-// starts about half a tile after the first and they stay staggered. Each consumer has its own full
-// barriers per stage: it sees only its own phases of them, although it skips the other's stages.
+// starts when the first is kStages stages from its tile's end (k = 1024: 8 stages, about half a
+// tile) and they stay staggered. Each consumer has its own full barriers per stage: it sees only
+// its own phases of them, although it skips the other's stages.
 // Per stage (one 128-k block of the scales) a consumer runs the tile's two 128-column halves one
 // after the other (four wgmma m64n128k32 each into one set of fresh accumulators: two sets and the
 // fp32 sums would not fit the registers), waits for them and adds each block into its fp32 sums
