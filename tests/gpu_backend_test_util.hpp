@@ -1,8 +1,10 @@
-// Shared pieces of the GPU backend tests: cached random weights, a mid-decode state,
-// a decode that poisons its output first, and bitwise comparison of whole runs.
+// Shared pieces of the GPU backend tests: cached random weights, a mid-decode state, an engine with
+// pinned kernel choices, a decode that poisons its output first, bitwise comparison of whole runs,
+// and the batch-invariance and row-group checks the fused backends share.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -28,6 +30,15 @@ inline const Weights& weights_of(const std::string& preset) {
 }
 
 inline State random_state(const Config& cfg, int64_t batch, uint64_t seed) { return State::random(cfg, batch, seed); }
+
+// Backend `backend` of the fused kind with the kernel choices `kernels` pinned ("" = built in).
+inline std::unique_ptr<Engine> fused_engine(const std::string& backend, const Weights& w, bool graph = true,
+                                            const std::string& kernels = "") {
+  EngineOptions o;
+  o.graph = graph;
+  o.fused.pinned = parse_fused_choice(kernels);
+  return make_engine(backend, w, o);
+}
 
 struct Decoded {
   std::vector<float> delta;
@@ -105,6 +116,52 @@ inline void expect_bad_input_refused(const std::function<std::unique_ptr<Engine>
 
   auto fresh = make();
   expect_bitwise_equal(decode(*e, x, 1, before), decode(*fresh, x, 1, before));
+}
+
+// A sequence's bits must not depend on its batch-mates or on B: sequence 3 of a batch of B run with
+// the choices `batch_kernels` against the same sequence alone with `alone_kernels` (delta of every
+// token, final state).
+inline void expect_alone_as_in_a_batch(const std::string& backend, const char* preset, int64_t B,
+                                       const std::string& batch_kernels, const std::string& alone_kernels) {
+  SCOPED_TRACE(backend + " " + preset + " B=" + std::to_string(B) + " batch: " + batch_kernels +
+               ", alone: " + alone_kernels);
+  const Weights& w = weights_of(preset);
+  const int64_t T = preset[0] == 't' ? 3 : 2, D = w.cfg.d_model, pick = 3;
+  const State batch_state = random_state(w.cfg, B, 31);
+  const auto x = decode_inputs(32, T, B, D);
+  const Decoded all = decode(*fused_engine(backend, w, true, batch_kernels), x, T, batch_state);
+
+  State one = State::init(w.cfg, 1);
+  batch_state.copy_sequence_to(pick, one, 0);
+  std::vector<float> x1(static_cast<size_t>(T * D));
+  for (int64_t t = 0; t < T; ++t)
+    std::copy_n(&x[static_cast<size_t>((t * B + pick) * D)], D, &x1[static_cast<size_t>(t * D)]);
+  const Decoded alone = decode(*fused_engine(backend, w, true, alone_kernels), x1, T, one);
+
+  for (int64_t t = 0; t < T; ++t)
+    EXPECT_EQ(0, std::memcmp(&alone.delta[static_cast<size_t>(t * D)], &all.delta[static_cast<size_t>((t * B + pick) * D)],
+                             static_cast<size_t>(D) * sizeof(float)))
+        << "delta of token " << t << " differs alone vs in the batch";
+  State got = State::init(w.cfg, 1);
+  all.state.copy_sequence_to(pick, got, 0);
+  EXPECT_TRUE(got == alone.state) << "final state differs alone vs in the batch";
+}
+
+// Row groups change which rows a launch covers and which stream runs it, never a row's arithmetic:
+// the bits of groups=1 for 2, 3 and 8 groups, captured in a graph or run eagerly (`more`: further
+// choices, appended to each, e.g. ",fp8up=cublas").
+inline void expect_row_groups_bitwise_equal(const std::string& backend, const char* preset, int64_t B, int64_t T,
+                                            const std::string& more = "") {
+  const Weights& w = weights_of(preset);
+  const State s0 = random_state(w.cfg, B, 51);
+  const auto x = decode_inputs(52, T, B, w.cfg.d_model);
+  const Decoded one = decode(*fused_engine(backend, w, true, "groups=1" + more), x, T, s0);
+  for (const char* groups : {"groups=2", "groups=3", "groups=8"}) {
+    const std::string kernels = groups + more;
+    SCOPED_TRACE(backend + " " + preset + " " + kernels);
+    expect_bitwise_equal(one, decode(*fused_engine(backend, w, true, kernels), x, T, s0));
+    expect_bitwise_equal(one, decode(*fused_engine(backend, w, false, kernels), x, T, s0));
+  }
 }
 
 }  // namespace swapffn::gpu_test

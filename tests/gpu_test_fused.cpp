@@ -29,10 +29,7 @@ using gpu_test::random_state;
 using gpu_test::weights_of;
 
 std::unique_ptr<Engine> fused(const Weights& w, bool graph = true, const std::string& kernels = "") {
-  EngineOptions o;
-  o.graph = graph;
-  o.fused.pinned = parse_fused_choice(kernels);
-  return make_engine("fused", w, o);
+  return gpu_test::fused_engine("fused", w, graph, kernels);
 }
 
 struct CheckCase {
@@ -158,46 +155,16 @@ TEST(Fused, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         {"default", 9, "up=bn256_st4_sk1_mc2_p", "folded"},  // the built-in choice from B = 16
         {"tiny", 400, "", "folded"},                          // the built-in choice: two groups on 132 SMs
         {"default", 9, "up=bn256_st4_sk1_mc2_p", "cublas"}}) {
-    const Weights& w = weights_of(preset);
-    const bool tiny = preset[0] == 't';
-    const int64_t T = tiny ? 3 : 2, D = w.cfg.d_model, pick = 3;
-    const State batch_state = random_state(w.cfg, B, 31);
-    const auto x = decode_inputs(32, T, B, D);
     const std::string router = std::string("router=") + head;
-    const Decoded all =
-        decode(*fused(w, true, router + (*batch_kernels ? "," : "") + batch_kernels), x, T, batch_state);
-
-    State one = State::init(w.cfg, 1);
-    batch_state.copy_sequence_to(pick, one, 0);
-    std::vector<float> x1(static_cast<size_t>(T * D));
-    for (int64_t t = 0; t < T; ++t)
-      std::copy_n(&x[static_cast<size_t>((t * B + pick) * D)], D, &x1[static_cast<size_t>(t * D)]);
-    const Decoded alone = decode(*fused(w, true, router + ",up=bn256_st4_sk1_mc1"), x1, T, one);
-
-    for (int64_t t = 0; t < T; ++t)
-      EXPECT_EQ(0, std::memcmp(&alone.delta[static_cast<size_t>(t * D)], &all.delta[static_cast<size_t>((t * B + pick) * D)],
-                               static_cast<size_t>(D) * sizeof(float)))
-          << preset << ": delta of token " << t << " differs alone vs in the batch";
-    State got = State::init(w.cfg, 1);
-    all.state.copy_sequence_to(pick, got, 0);
-    EXPECT_TRUE(got == alone.state) << preset << ": final state differs alone vs in the batch";
+    gpu_test::expect_alone_as_in_a_batch("fused", preset, B, router + (*batch_kernels ? "," : "") + batch_kernels,
+                                         router + ",up=bn256_st4_sk1_mc1");
   }
 }
 
-// Row groups change which rows a launch covers and which stream runs it, never a row's arithmetic:
-// the same bits for every group count, captured in a graph or run eagerly.
+// Row groups change which rows a launch covers and which stream runs it, never a row's arithmetic.
 TEST(Fused, RowGroupsGiveTheSameBitsAsOneGroup) {
-  for (const auto& [preset, B, T] : {std::tuple<const char*, int64_t, int64_t>{"tiny", 5, 3}, {"default", 1, 2}}) {
-    const Weights& w = weights_of(preset);
-    const State s0 = random_state(w.cfg, B, 51);
-    const auto x = decode_inputs(52, T, B, w.cfg.d_model);
-    const Decoded one = decode(*fused(w, true, "groups=1"), x, T, s0);
-    for (const char* kernels : {"groups=2", "groups=3", "groups=8"}) {
-      SCOPED_TRACE(std::string(preset) + " " + kernels);
-      expect_bitwise_equal(one, decode(*fused(w, true, kernels), x, T, s0));
-      expect_bitwise_equal(one, decode(*fused(w, false, kernels), x, T, s0));
-    }
-  }
+  gpu_test::expect_row_groups_bitwise_equal("fused", "tiny", 5, 3);
+  gpu_test::expect_row_groups_bitwise_equal("fused", "default", 1, 2);
 }
 
 TEST(Fused, BadInputIsRefusedAndStateLeftUnchanged) {

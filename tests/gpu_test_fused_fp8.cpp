@@ -32,10 +32,7 @@ using gpu_test::random_state;
 using gpu_test::weights_of;
 
 std::unique_ptr<Engine> fused_fp8(const Weights& w, bool graph = true, const std::string& kernels = "") {
-  EngineOptions o;
-  o.graph = graph;
-  o.fused.pinned = parse_fused_choice(kernels);
-  return make_engine("fused-fp8", w, o);
+  return gpu_test::fused_engine("fused-fp8", w, graph, kernels);
 }
 
 struct CheckCase {
@@ -180,45 +177,16 @@ TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         {"default", 9, "", "router=cublas"},
         {"default", 9, "", "router=folded,fp8up=cublas"},
         {"tiny", 400, "", "router=folded,fp8up=cublas"}}) {
-    const Weights& w = weights_of(preset);
-    const bool tiny = preset[0] == 't';
-    const int64_t T = tiny ? 3 : 2, D = w.cfg.d_model, pick = 3;
-    const State batch_state = random_state(w.cfg, B, 31);
-    const auto x = decode_inputs(32, T, B, D);
-    const std::string router = both;
-    const Decoded all = decode(*fused_fp8(w, true, router + (*batch_kernels ? "," : "") + batch_kernels), x, T, batch_state);
-
-    State one = State::init(w.cfg, 1);
-    batch_state.copy_sequence_to(pick, one, 0);
-    std::vector<float> x1(static_cast<size_t>(T * D));
-    for (int64_t t = 0; t < T; ++t)
-      std::copy_n(&x[static_cast<size_t>((t * B + pick) * D)], D, &x1[static_cast<size_t>(t * D)]);
-    const Decoded alone = decode(*fused_fp8(w, true, router), x1, T, one);
-
-    for (int64_t t = 0; t < T; ++t)
-      EXPECT_EQ(0, std::memcmp(&alone.delta[static_cast<size_t>(t * D)], &all.delta[static_cast<size_t>((t * B + pick) * D)],
-                               static_cast<size_t>(D) * sizeof(float)))
-          << preset << ": delta of token " << t << " differs alone vs in the batch";
-    State got = State::init(w.cfg, 1);
-    all.state.copy_sequence_to(pick, got, 0);
-    EXPECT_TRUE(got == alone.state) << preset << ": final state differs alone vs in the batch";
+    const std::string choices = both;
+    gpu_test::expect_alone_as_in_a_batch("fused-fp8", preset, B, choices + (*batch_kernels ? "," : "") + batch_kernels,
+                                         choices);
   }
 }
 
 TEST(FusedFp8, RowGroupsGiveTheSameBitsAsOneGroup) {
-  for (const auto& [preset, B, T, up] : {std::tuple<const char*, int64_t, int64_t, std::string>{"tiny", 5, 3, ""},
-                                         {"default", 1, 2, ""}, {"tiny", 5, 3, ",fp8up=cublas"}}) {
-    const Weights& w = weights_of(preset);
-    const State s0 = random_state(w.cfg, B, 51);
-    const auto x = decode_inputs(52, T, B, w.cfg.d_model);
-    const Decoded one = decode(*fused_fp8(w, true, "groups=1" + up), x, T, s0);
-    for (const char* groups : {"groups=2", "groups=3", "groups=8"}) {
-      const std::string kernels = groups + up;
-      SCOPED_TRACE(std::string(preset) + " " + kernels);
-      expect_bitwise_equal(one, decode(*fused_fp8(w, true, kernels), x, T, s0));
-      expect_bitwise_equal(one, decode(*fused_fp8(w, false, kernels), x, T, s0));
-    }
-  }
+  gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "tiny", 5, 3);
+  gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "default", 1, 2);
+  gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "tiny", 5, 3, ",fp8up=cublas");
 }
 
 // A model that carries its e4m3 FFN (Weights::fp8_ffn, as `swapffn quantize` writes it) runs those
