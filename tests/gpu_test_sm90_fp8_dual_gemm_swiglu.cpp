@@ -10,8 +10,8 @@
 // (several units per cluster) and at 120 (a partial 64-row tile), the tiny model's (k = 128,
 // f = 384) at 40 rows (one m tile: the cluster's second CTA has no rows), and 150 rows of k = 256
 // (three m tiles: the second unit has one CTA past the last row); 1000 rows of k = 384 (several
-// units per cluster, 3 k blocks through 4 stages), with rows whose u is so small (block amax below
-// 1.3e-36) that a reciprocal of its scale would overflow.
+// units per cluster, 3 k blocks: fewer than the ring's stages), with rows whose u is so small
+// (block amax below 1.3e-36) that a reciprocal of its scale would overflow.
 #include <gtest/gtest.h>
 
 #include <algorithm>

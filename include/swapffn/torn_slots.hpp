@@ -22,6 +22,8 @@ class TornSlots {
   void require_whole(const std::vector<int32_t>* slot_ids) const;
 
  private:
+  bool names_slot(int32_t s) const { return s >= 0 && static_cast<size_t>(s) < torn_.size(); }  // not padding
+
   std::vector<bool> torn_;
   int64_t count_ = 0;  // torn slots: a step's check is free while there are none
   std::string fault_;  // the last fault that tore slots

@@ -12,14 +12,14 @@ void TornSlots::tear(const std::vector<int32_t>* slot_ids, const std::string& fa
     return;
   }
   for (int32_t s : *slot_ids)
-    if (s >= 0 && static_cast<size_t>(s) < torn_.size() && !torn_[static_cast<size_t>(s)]) {
+    if (names_slot(s) && !torn_[static_cast<size_t>(s)]) {
       torn_[static_cast<size_t>(s)] = true;
       ++count_;
     }
 }
 
 void TornSlots::mend(int32_t slot) {
-  if (slot >= 0 && static_cast<size_t>(slot) < torn_.size() && torn_[static_cast<size_t>(slot)]) {
+  if (names_slot(slot) && torn_[static_cast<size_t>(slot)]) {
     torn_[static_cast<size_t>(slot)] = false;
     --count_;
   }
@@ -37,7 +37,7 @@ void TornSlots::require_whole(const std::vector<int32_t>* slot_ids) const {
     return;
   }
   for (int32_t s : *slot_ids)
-    if (s >= 0 && static_cast<size_t>(s) < torn_.size() && torn_[static_cast<size_t>(s)]) refuse(s);
+    if (names_slot(s) && torn_[static_cast<size_t>(s)]) refuse(s);
 }
 
 }  // namespace swapffn
