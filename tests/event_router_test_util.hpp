@@ -86,6 +86,8 @@ struct RouterOutputs {
   std::vector<float> h;
   std::vector<__nv_bfloat16> ram, norm_out;
   std::vector<uint8_t> map, gate, slot;
+  std::vector<uint8_t> norm_e4m3;  // the FFN operand's codes and scales when it was asked for in e4m3
+  std::vector<float> norm_scales;
 };
 
 template <class T>
@@ -109,16 +111,25 @@ inline void expect_same_outputs(const RouterOutputs& want, const RouterOutputs& 
   EXPECT_TRUE(same_bits(want.gate, got.gate)) << where << ": gates differ";
   EXPECT_TRUE(same_bits(want.slot, got.slot)) << where << ": slots differ";
   EXPECT_TRUE(same_bits(want.norm_out, got.norm_out)) << where << ": FFN operands differ";
+  EXPECT_TRUE(same_bits(want.norm_e4m3, got.norm_e4m3)) << where << ": e4m3 FFN operands differ";
+  EXPECT_TRUE(same_bits(want.norm_scales, got.norm_scales)) << where << ": the e4m3 FFN operand's scales differ";
 }
 
-// One event over `in` (the RMSNorm operand written when with_norm): uploads the inputs and the
-// folded vectors, poisons the FFN operand and the trace, calls launch(args) with every pointer of
-// the args set (over all rows; launch may narrow the range), synchronises and downloads. With
-// `film`, the router does the core broadcast: h is poisoned instead of uploaded (in.h is unused).
+// The FFN operand's form a router is asked to write.
+enum class Operand { bf16, e4m3 };
+
+// One event over `in` (the RMSNorm operand written when with_norm, in the form `form`): uploads the
+// inputs and the folded vectors, poisons the FFN operand and the trace, calls launch(args) with
+// every pointer of the args set (over all rows; launch may narrow the range), synchronises and
+// downloads. With `film`, the router does the core broadcast: h is poisoned instead of uploaded
+// (in.h is unused).
 template <class Launch>
-RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, const FilmInputs* film = nullptr) {
+RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, const FilmInputs* film = nullptr,
+                        Operand form = Operand::bf16) {
   DeviceBuffer<float> h, swap_b, bank_b, ngain, fold;
   DeviceBuffer<__nv_bfloat16> ram, norm_out(static_cast<size_t>(in.rows * in.d));
+  DeviceBuffer<uint8_t> norm_e4m3(static_cast<size_t>(in.rows * in.d));
+  DeviceBuffer<float> norm_scales(static_cast<size_t>(in.rows * in.d / 128));
   DeviceBuffer<uint8_t> map, gate(static_cast<size_t>(in.rows)), slot(static_cast<size_t>(in.rows));
   DeviceBuffer<float> x, scale, shift;
   if (film) {
@@ -137,6 +148,11 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, c
   map.upload(in.map);
   fold.upload(fold_router(in.rgain, in.router_w_f32(), in.swap_w, in.bank_w, in.d, in.r));
   CUDA_CHECK(cudaMemset(norm_out.get(), 0xFF, norm_out.size() * sizeof(__nv_bfloat16)));
+  CUDA_CHECK(cudaMemset(norm_e4m3.get(), 0x7F, norm_e4m3.size()));  // NaN codes
+  CUDA_CHECK(cudaMemset(norm_scales.get(), 0xFF, norm_scales.size() * sizeof(float)));
+  FfnOperand operand;
+  if (with_norm && form == Operand::bf16) operand.bf16 = norm_out.get();
+  if (with_norm && form == Operand::e4m3) operand = {.e4m3 = norm_e4m3.get(), .scales = norm_scales.get()};
   CUDA_CHECK(cudaMemset(gate.get(), 0xEE, gate.size()));
   CUDA_CHECK(cudaMemset(slot.get(), 0xEE, slot.size()));
   DeviceBuffer<StepIO> io;
@@ -144,15 +160,21 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, c
   launch(EventRouterArgs{.h = h.get(), .swap_b = swap_b.get(), .bank_b = bank_b.get(), .ram = ram.get(),
                          .stream_map = map.get(), .io = io.get(), .event = 0, .row_begin = 0, .rows = in.rows,
                          .total_rows = in.rows, .d_model = in.d,
-                         .norm_gain = with_norm ? ngain.get() : nullptr, .norm_out = with_norm ? norm_out.get() : nullptr,
+                         .norm_gain = with_norm ? ngain.get() : nullptr, .norm_out = operand,
                          .eps = 1e-6f, .router_fold = fold.get(), .cores = film ? film->cores : in.rows,
                          .film_scale = film ? scale.get() : nullptr, .film_shift = film ? shift.get() : nullptr});
   CUDA_CHECK(cudaDeviceSynchronize());
-  return {download(h), download(ram), download(norm_out), download(map), download(gate), download(slot)};
+  RouterOutputs out{download(h), download(ram), download(norm_out), download(map), download(gate), download(slot), {}, {}};
+  if (form == Operand::e4m3) {
+    out.norm_e4m3 = download(norm_e4m3);
+    out.norm_scales = download(norm_scales);
+  }
+  return out;
 }
 
 // launch, or with split > 0 two launches: rows [0, split) and [split, rows) (the fused backend's
-// row groups).
+// row groups, each with its own FFN operand: its rows' codes, and its scales [D / 128, its rows]
+// after the first group's).
 template <class Launch>
 auto in_two_launches(int64_t split, Launch launch) {
   return [split, launch](EventRouterArgs a) {
@@ -162,6 +184,12 @@ auto in_two_launches(int64_t split, Launch launch) {
       launch(a);
       a.row_begin = split;
       a.rows = rows - split;
+      FfnOperand& o = a.norm_out;
+      if (o.bf16) o.bf16 += split * a.d_model;
+      if (o.e4m3) {
+        o.e4m3 += split * a.d_model;
+        o.scales += split * (a.d_model / 128);
+      }
     }
     launch(a);
   };

@@ -5,6 +5,8 @@
 //   following the kernel's own decisions, h, the banks, the stream maps and the trace are exactly
 //   the spec's exchange, and the FFN operand is bf16(rms(h) * norm.weight) of the new h.
 // - Row splits (the fused backend's row groups) and repeated runs give the same bits.
+// - The e4m3 FFN operand (fused-fp8's) is the recipe's quantisation of the bf16 one, bit for bit,
+//   with and without row splits; every other output keeps its bits.
 // - The core broadcast done by the router (the first event of a step) gives the bits of the FiLM
 //   kernel followed by the router, with and without row splits.
 // - Bad arguments are refused by name before any CUDA call (these run without a GPU).
@@ -14,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -25,6 +28,7 @@
 #include "event_router_test_util.hpp"
 #include "gpu_backend_test_util.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/fp8.hpp"
 
 namespace swapffn::cuda {
 namespace {
@@ -33,6 +37,7 @@ using router_test::download;
 using router_test::expect_same_outputs;
 using router_test::FilmInputs;
 using router_test::in_two_launches;
+using router_test::Operand;
 using router_test::RouterInputs;
 using router_test::RouterOutputs;
 using router_test::run_event;
@@ -90,10 +95,12 @@ TEST(FoldedEventRouter, FoldGivesTheSpecChainsLogits) {
   }
 }
 
-RouterOutputs run_folded(const RouterInputs& in, bool with_norm, int64_t split = 0, const FilmInputs* film = nullptr) {
+RouterOutputs run_folded(const RouterInputs& in, bool with_norm, int64_t split = 0, const FilmInputs* film = nullptr,
+                         Operand form = Operand::bf16) {
   return run_event(
       in, with_norm,
-      in_two_launches(split, [](const EventRouterArgs& a) { launch_folded_event_router(a, nullptr, false); }), film);
+      in_two_launches(split, [](const EventRouterArgs& a) { launch_folded_event_router(a, nullptr, false); }), film,
+      form);
 }
 
 TEST(FoldedEventRouter, FollowsTheSpecOnRandomRows) {
@@ -189,6 +196,35 @@ TEST(FoldedEventRouter, RowSplitsAndRepeatsGiveTheSameBits) {
   }
 }
 
+// The fp8 FFN's operand: the bf16 operand's values quantised by the recipe (fp8::quantize_row), each
+// launch's scales in its own [D / 128, rows] block; everything else the bf16 run's bits.
+TEST(FoldedEventRouter, E4m3OperandIsTheRecipeOnTheBf16Operand) {
+  for (const auto& [rows, D, R] : {std::tuple<int64_t, int64_t, int64_t>{512, 1024, 64}, {333, 256, 32}}) {
+    const RouterInputs in = RouterInputs::random(rows, D, R, 91 + static_cast<uint32_t>(rows));
+    const RouterOutputs bf = run_folded(in, true);
+    for (const int64_t split : {int64_t{0}, rows / 3 + 1}) {
+      const std::string where = "rows " + std::to_string(rows) + (split ? ", split at " + std::to_string(split) : "");
+      RouterOutputs got = run_folded(in, true, split, nullptr, Operand::e4m3);
+      std::vector<float> row(static_cast<size_t>(D)), want_s(static_cast<size_t>(D / 128));
+      std::vector<uint8_t> want_q(static_cast<size_t>(D));
+      for (int64_t m = 0; m < rows; ++m) {
+        for (int64_t d = 0; d < D; ++d) row[size_t(d)] = __bfloat162float(bf.norm_out[size_t(m * D + d)]);
+        fp8::quantize_row(row.data(), D, want_q.data(), want_s.data());
+        ASSERT_EQ(std::memcmp(want_q.data(), &got.norm_e4m3[size_t(m * D)], size_t(D)), 0)
+            << where << ": row " << m << " codes";
+        const int64_t g0 = m < split ? 0 : split, g_rows = m < split ? split : rows - split;
+        for (int64_t kb = 0; kb < D / 128; ++kb)
+          ASSERT_EQ(got.norm_scales[size_t(g0 * (D / 128) + kb * g_rows + (m - g0))], want_s[size_t(kb)])
+              << where << ": row " << m << " scale of block " << kb;
+      }
+      got.norm_out = bf.norm_out;  // not written: poison in both
+      got.norm_e4m3.clear();
+      got.norm_scales.clear();
+      expect_same_outputs(bf, got, where);
+    }
+  }
+}
+
 TEST(FoldedEventRouter, CoreBroadcastInTheHeadGivesTheFilmKernelsBits) {
   struct Shape {
     int64_t batch, cores, d, r;
@@ -233,7 +269,7 @@ TEST(FoldedEventRouter, RefusesBadArgumentsNamingThem) {
   auto* bf = reinterpret_cast<__nv_bfloat16*>(storage);
   const EventRouterArgs ok{.h = storage, .swap_b = storage, .bank_b = storage, .ram = bf, .stream_map = nullptr,
                            .io = reinterpret_cast<const StepIO*>(storage), .event = 0, .row_begin = 0, .rows = 8,
-                           .total_rows = 8, .d_model = 128, .norm_gain = storage, .norm_out = bf, .eps = 1e-6f,
+                           .total_rows = 8, .d_model = 128, .norm_gain = storage, .norm_out = {.bf16 = bf}, .eps = 1e-6f,
                            .router_fold = storage, .cores = 8};
   struct Case {
     const char* needle;
@@ -245,7 +281,9 @@ TEST(FoldedEventRouter, RefusesBadArgumentsNamingThem) {
                        Case{"got 1152", [](EventRouterArgs& a) { a.d_model = 1152; }},
                        Case{"got 96", [](EventRouterArgs& a) { a.d_model = 96; }},
                        Case{"not within the 8 rows", [](EventRouterArgs& a) { a.row_begin = 4; }},
-                       Case{"must be given together", [](EventRouterArgs& a) { a.norm_out = nullptr; }},
+                       Case{"must be given together", [](EventRouterArgs& a) { a.norm_out = {}; }},
+                       Case{"bf16 rows or e4m3 codes with their scales",
+                            [](EventRouterArgs& a) { a.norm_out = {.e4m3 = reinterpret_cast<uint8_t*>(a.h)}; }},
                        Case{"io (the step's StepIO) is not set", [](EventRouterArgs& a) { a.io = nullptr; }},
                        Case{"film_scale and film_shift must be given together",
                             [](EventRouterArgs& a) { a.film_scale = a.h; }},

@@ -5,6 +5,7 @@
 // - SwiGLU then quantisation: the device's expf is not the host's std::exp (both within an ulp or
 //   two), so a code may differ where u lies on a rounding boundary: scales within 4 ulp, at most
 //   0.1% of the codes different and each only to its neighbour.
+// - the RMSNorm writing e4m3: the recipe on the bf16 values it writes otherwise, bit-exact.
 // The scales' layout is cuBLASLt's [k / 128, rows] (rows innermost). Outputs are poisoned first.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 
 #include "cuda/kernels/fp8_quantize_rows.hpp"
 #include "cuda/kernels/fp8_swiglu_quantize.hpp"
+#include "cuda/kernels/rmsnorm.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/device_buffer.hpp"
 #include "swapffn/bf16.hpp"
@@ -134,6 +136,48 @@ TEST(Fp8Quantize, SwigluThenQuantiseFollowsTheRecipe) {
   }
   EXPECT_EQ(s[size_t(0 * rows + 7)], 1.0f) << "an all-zero block's scale is 1";
   EXPECT_LE(differ, rows * F / 1000) << differ << " codes differ";
+}
+
+// The RMSNorm writing the fp8 FFN's operand (the head and the RMSNorm of fused-fp8): the recipe on
+// the bf16 values it writes otherwise, bit for bit; rows of very different magnitudes, a row of
+// zeros, and both kernels (row in registers up to D = 1024, streamed above).
+TEST(Fp8Quantize, RmsnormE4m3IsTheRecipeOnItsBf16Output) {
+  for (const auto& [rows, D] : {std::pair<int64_t, int64_t>{37, 1024}, {5, 2048}, {64, 384}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + ", D " + std::to_string(D));
+    std::mt19937_64 rng(uint64_t(rows + D));
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> h(static_cast<size_t>(rows * D)), gain(static_cast<size_t>(D));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < D; ++d)
+        h[size_t(r * D + d)] = r == 3 ? 0.f : nd(rng) * std::ldexp(1.f, int(r % 9) * 4 - 16) * (d % 128 == 7 ? 30.f : 1.f);
+    for (float& g : gain) g = 0.5f + std::fabs(nd(rng));
+    DeviceBuffer<float> hd, gd;
+    hd.upload(h);
+    gd.upload(gain);
+    DeviceBuffer<__nv_bfloat16> bf(static_cast<size_t>(rows * D));
+    QuantOut out(rows, D);
+    launch_rmsnorm(hd.get(), gd.get(), {.bf16 = bf.get()}, rows, D, 1e-6f, nullptr);
+    launch_rmsnorm(hd.get(), gd.get(), {.e4m3 = out.q.get(), .scales = out.s.get()}, rows, D, 1e-6f, nullptr,
+                   /*pdl=*/true);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<__nv_bfloat16> x = download(bf, size_t(rows * D));
+    const std::vector<uint8_t> q = download(out.q, size_t(rows * D));
+    const std::vector<float> s = download(out.s, size_t(rows * (D / 128)));
+    std::vector<float> row(static_cast<size_t>(D)), want_s(static_cast<size_t>(D / 128));
+    std::vector<uint8_t> want_q(static_cast<size_t>(D));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t d = 0; d < D; ++d) row[size_t(d)] = __bfloat162float(x[size_t(r * D + d)]);
+      fp8::quantize_row(row.data(), D, want_q.data(), want_s.data());
+      for (int64_t b = 0; b < D / 128; ++b)
+        ASSERT_EQ(0, std::memcmp(&want_s[size_t(b)], &s[size_t(b * rows + r)], sizeof(float)))
+            << "scale of row " << r << " block " << b << ": " << s[size_t(b * rows + r)] << " vs " << want_s[size_t(b)];
+      ASSERT_EQ(0, std::memcmp(want_q.data(), &q[size_t(r * D)], size_t(D))) << "codes of row " << r;
+    }
+    EXPECT_EQ(s[3], 1.0f) << "the zero row's scale is 1";
+  }
+  QuantOut out(4, 256);
+  EXPECT_THROW(launch_rmsnorm(nullptr, nullptr, {.e4m3 = out.q.get()}, 4, 256, 1e-6f, nullptr), Error)
+      << "codes without scales";
 }
 
 TEST(Fp8Quantize, RefusesWidthsThatAreNotWholeBlocks) {

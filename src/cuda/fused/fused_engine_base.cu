@@ -48,6 +48,10 @@ void FusedEngineBase::release_batch() {
   release_ffn();
 }
 
+FfnOperand FusedEngineBase::ffn_operand(size_t g) const {
+  return {.bf16 = as_nv(nrm_.get() + groups_[g].first * cfg_.d_model)};
+}
+
 bool FusedEngineBase::film_in_head() const { return kcfg_.router == EventHead::folded && cfg_.n_events > 0; }
 
 void FusedEngineBase::enqueue_step() {
@@ -79,7 +83,9 @@ void FusedEngineBase::enqueue_group_events(size_t g, cudaStream_t stream) {
   const float eps = static_cast<float>(cfg_.norm_eps);
   const bool cublas_head = kcfg_.router == EventHead::cublas;
   const float* ffn_gain = cfg_.k_ffn > 0 ? norm_w_.get() : nullptr;
-  bf16* nrm = nrm_.get() + g0 * D;
+  const FfnOperand ffn_in = ffn_operand(g);
+  SWAPFFN_ASSERT(!cublas_head || ffn_in.bf16 == as_nv(nrm_.get()),
+                 "the cuBLAS head writes the FFN operand where the router reads its own: nrm_, bf16");
   float* h = h_.get() + g0 * D;
   for (int64_t e = 0; e < cfg_.n_events; ++e) {
     const bool last_event = e + 1 == cfg_.n_events;
@@ -94,7 +100,7 @@ void FusedEngineBase::enqueue_group_events(size_t g, cudaStream_t stream) {
                                 stream);
     } else {
       EventRouterArgs args{h_.get(), swap_b_.get(), bank_b_.get(), as_nv(ram_.get()), map_.get(), io_.get(),
-                           static_cast<int>(e), g0, g_rows, M, D, ffn_gain, ffn_gain ? as_nv(nrm_.get()) : nullptr,
+                           static_cast<int>(e), g0, g_rows, M, D, ffn_gain, ffn_gain ? ffn_in : FfnOperand{},
                            eps, router_fold_.get(), cfg_.core_count};
       if (e == 0) {
         args.film_scale = scale_.get();
@@ -106,8 +112,10 @@ void FusedEngineBase::enqueue_group_events(size_t g, cudaStream_t stream) {
       enqueue_ffn(g, g0, g_rows, stream);
       // The operand of the next GEMM: this event's next FFN step, or (cuBLAS head) the next event's
       // router; the folded head and the collapse read h directly.
-      const float* gain = i + 1 < cfg_.k_ffn ? norm_w_.get() : (cublas_head && !last_event ? router_norm_.get() : nullptr);
-      if (gain) launch_rmsnorm_bf16(h, gain, as_nv(nrm), g_rows, D, eps, stream, /*pdl=*/true);
+      if (i + 1 < cfg_.k_ffn)
+        launch_rmsnorm(h, norm_w_.get(), ffn_in, g_rows, D, eps, stream, /*pdl=*/true);
+      else if (cublas_head && !last_event)
+        launch_rmsnorm(h, router_norm_.get(), {.bf16 = as_nv(nrm_.get())}, g_rows, D, eps, stream, /*pdl=*/true);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "cuda/common/batch_invariant_gemm.hpp"
 #include "cuda/common/gpu_engine.hpp"
 #include "cuda/fused/fused_config.hpp"
+#include "cuda/kernels/ffn_operand.hpp"
 
 namespace swapffn::cuda {
 
@@ -25,9 +26,13 @@ class FusedEngineBase : public GpuEngine {
   // Sizes the FFN's own buffers for `rows` = B * C rows in groups_ (set, as are kcfg_ and group_rows_).
   virtual void allocate_ffn(int64_t rows) = 0;
   virtual void release_ffn() = 0;
-  // One FFN step of row group g, rows [g0, g0 + rows), on `stream`: reads nrm_'s rows (bf16, the
-  // FFN's RMSNorm of h) and updates h_'s rows (h += FFN when ffn_residual, else h = FFN).
+  // One FFN step of row group g, rows [g0, g0 + rows), on `stream`: reads the group's FFN operand
+  // (ffn_operand: the FFN's RMSNorm of h) and updates h_'s rows (h += FFN when ffn_residual, else
+  // h = FFN).
   virtual void enqueue_ffn(size_t g, int64_t g0, int64_t rows, cudaStream_t stream) = 0;
+  // Where the head and the RMSNorms write row group g's FFN operand: by default nrm_'s rows (bf16).
+  // With the cuBLAS head it must be those (they are also the router's operand).
+  virtual FfnOperand ffn_operand(size_t g) const;
 
   // Group g's cuBLAS workspace (the groups run side by side).
   uint8_t* workspace(size_t g) const { return gemm_workspace_.get() + g * kGemmWorkspaceBytes; }

@@ -1,7 +1,9 @@
 // Backend `fused-fp8`: the fused token step (FusedEngineBase: event heads, row groups, RMSNorms, the
 // fp32 residual h) with the FFN in e4m3, the recipe of SPEC section 5's fp8 paths (swapffn/fp8.hpp):
 // weights in 128x128 blocks, activations in 1x128 blocks along k, fp32 scales, fp32 accumulation.
-// Per FFN step: the bf16 normed operand quantised (fp8_quantize_rows); the up projection into e4m3 u
+// Per FFN step: the normed operand in e4m3 (the folded head and the RMSNorm quantise the bf16 values
+// they compute, ffn_operand; the cuBLAS head's bf16 rows are quantised by fp8_quantize_rows, since
+// they are also its router's operand); the up projection into e4m3 u
 // (fp8up=cublas: cuBLASLt's w1|w3 GEMM into bf16 [rows, 2F], then SwiGLU and quantisation,
 // fp8_swiglu_quantize; fp8up=sm90: our kernel with both in its epilogue, sm90_fp8_dual_gemm_swiglu);
 // the w2 GEMM adding into h in place (fp32, beta = 1). The cuBLASLt GEMMs are its block-scaled fp8
@@ -88,6 +90,12 @@ class FusedFp8Engine final : public FusedEngineBase {
     us_.release();
   }
 
+  FfnOperand ffn_operand(size_t g) const override {
+    if (kcfg_.router == EventHead::cublas) return FusedEngineBase::ffn_operand(g);
+    const int64_t g0 = groups_[g].first, D = cfg_.d_model;
+    return {.e4m3 = xq_.get() + g0 * D, .scales = xs_.get() + g0 * (D / fp8::kBlock)};
+  }
+
   void enqueue_ffn(size_t g, int64_t g0, int64_t rows, cudaStream_t stream) override {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff;
     uint8_t* xq = xq_.get() + g0 * D;
@@ -95,7 +103,7 @@ class FusedFp8Engine final : public FusedEngineBase {
     bf16* gu = gu_.get() + g0 * 2 * F;  // the cuBLASLt up GEMM's
     uint8_t* uq = uq_.get() + g0 * F;
     float* us = us_.get() + g0 * (F / fp8::kBlock);
-    launch_quantize_rows_e4m3(as_nv(nrm_.get() + g0 * D), rows, D, xq, xs, stream, /*pdl=*/true);
+    if (const FfnOperand in = ffn_operand(g); in.bf16) launch_quantize_rows_e4m3(in.bf16, rows, D, xq, xs, stream, /*pdl=*/true);
     if (up_ == Fp8UpGemm::sm90) {
       const int64_t stride = weight_scale_stride(D);
       launch_fp8_dual_gemm_swiglu({xq, xs, w13_.get(), w13_scale_.get(),

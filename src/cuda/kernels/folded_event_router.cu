@@ -57,7 +57,7 @@ __device__ __forceinline__ float row_rs(const float4 (&hv)[kMaxVec], int D, floa
 // Called by the warp that holds row m in hv (st: where its state is; map: its stream map before the
 // event; rs: row_rs of that row, or a negative value when the caller has not kept it; trace:
 // load_trace of a.io), after the row's decision d: the trace entry, the exchange of h with the
-// chosen bank, then the FFN operand bf16(rms(h) * norm_gain) of the new h when a.norm_out is set
+// chosen bank, then the FFN operand bf16(rms(h) * norm_gain) of the new h (bf16 or e4m3) when a.norm_out is set
 // (ngain: norm_gain, anywhere). Without a swap h is unchanged, and so is its rs.
 __device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, RowDecision d, const float* ngain,
                                           RowState st, uint8_t map, float4 (&hv)[kMaxVec], float rs, int lane,
@@ -81,15 +81,15 @@ __device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, R
         hg[lane + 32 * i] = hv[i];
       }
   }
-  if (a.norm_out) {
+  if (a.norm_out.bf16 != nullptr || a.norm_out.e4m3 != nullptr) {
     if (d.gate || rs < 0.f) rs = row_rs(hv, D, a.eps);
     const float4* ng4 = reinterpret_cast<const float4*>(ngain);
-    uint2* out = reinterpret_cast<uint2*>(a.norm_out + size_t(m) * D);
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
       if (i < nvec) {
         const float4 v = hv[i], gg = ng4[lane + 32 * i];
-        out[lane + 32 * i] = pack_bf16x4(v.x * rs * gg.x, v.y * rs * gg.y, v.z * rs * gg.z, v.w * rs * gg.w);
+        store_ffn_operand(a.norm_out, m - a.row_begin, a.rows, D, i, lane, v.x * rs * gg.x, v.y * rs * gg.y,
+                          v.z * rs * gg.z, v.w * rs * gg.w);
       }
   }
 }
@@ -218,8 +218,10 @@ void launch_folded_event_router(const EventRouterArgs& a, cudaStream_t stream, b
   SWAPFFN_ASSERT(a.row_begin >= 0 && a.rows >= 0 && a.row_begin + a.rows <= a.total_rows,
                  "folded event router: rows [" + std::to_string(a.row_begin) + ", " + std::to_string(a.row_begin + a.rows) +
                      ") are not within the " + std::to_string(a.total_rows) + " rows of the arrays");
-  SWAPFFN_ASSERT((a.norm_out == nullptr) == (a.norm_gain == nullptr),
+  SWAPFFN_ASSERT(a.norm_out.any() == (a.norm_gain != nullptr),
                  "folded event router: the RMSNorm output and its gain must be given together");
+  SWAPFFN_ASSERT(a.norm_out.well_formed(),
+                 "folded event router: the RMSNorm output must be bf16 rows or e4m3 codes with their scales");
   if (a.rows == 0) return;
   SWAPFFN_ASSERT(folded_event_router_fits(a.d_model),
                  "folded event router needs d_model % 128 == 0 and <= " + std::to_string(kFoldedRouterMaxDModel) +

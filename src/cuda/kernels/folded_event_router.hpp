@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "cuda/kernels/ffn_operand.hpp"
 #include "cuda/kernels/step_io.hpp"
 
 namespace swapffn::cuda {
@@ -33,8 +34,8 @@ struct EventRouterArgs {
   // (the fused backend's row groups run one launch each; total_rows is also the trace's row stride).
   int64_t row_begin, rows, total_rows;
   int64_t d_model;
-  const float* norm_gain;   // [D] FFN norm.weight, or null (then norm_out is not written)
-  __nv_bfloat16* norm_out;  // [M, D]
+  const float* norm_gain;  // [D] FFN norm.weight, or null (then norm_out is not written)
+  FfnOperand norm_out;     // the FFN operand of rows [row_begin, row_begin + rows), at row_begin
   float eps;
   const float* router_fold;  // [5, D]: fold_router's vectors
   int64_t cores;  // rows per sequence (row m is core m % cores of sequence m / cores)

@@ -1,5 +1,8 @@
-#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/rmsnorm.hpp"
+
+#include <string>
+
+#include "cuda/runtime/cuda_check.hpp"
 #include "cuda/kernels/row_reduce.cuh"
 #include "cuda/runtime/launch.hpp"
 
@@ -27,7 +30,7 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kMaxVec = 8;  // float4 per lane
 template <bool kInRegisters>
 __global__ void __launch_bounds__(kWarpKernelThreads)
-    rmsnorm_bf16_warp_kernel(const float* h, const float* gain, __nv_bfloat16* out, int64_t rows, int D, float eps) {
+    rmsnorm_warp_kernel(const float* h, const float* gain, FfnOperand out, int64_t rows, int D, float eps) {
   pdl_wait();
   pdl_launch_dependents();  // the next kernel may start its prologue; its own wait covers this grid
   const int64_t m = blockIdx.x * int64_t{kWarpKernelThreads / 32} + threadIdx.x / 32;
@@ -35,10 +38,9 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
   if (m >= rows) return;
   const float4* src = reinterpret_cast<const float4*>(h + m * D);
   const float4* g4 = reinterpret_cast<const float4*>(gain);
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(out + m * D);
-  const auto store = [&](int k4, const float4& v, const float4& g, float inv) {
-    dst[2 * k4] = __floats2bfloat162_rn(v.x * inv * g.x, v.y * inv * g.y);
-    dst[2 * k4 + 1] = __floats2bfloat162_rn(v.z * inv * g.z, v.w * inv * g.w);
+  // float4 lane + 32 i of the row is its 1x128 block i's (store_ffn_operand).
+  const auto store = [&](int i, const float4& v, const float4& g, float inv) {
+    store_ffn_operand(out, m, rows, D, i, lane, v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z, v.w * inv * g.w);
   };
   float ss = 0.f;
   if constexpr (kInRegisters) {
@@ -59,7 +61,7 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
     const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) store(lane + 32 * i, v[i], g[i], inv);
+      if (i < nvec) store(i, v[i], g[i], inv);
   } else {
 #pragma unroll 8
     for (int k4 = lane; k4 < D / 4; k4 += 32) {
@@ -68,23 +70,25 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
     }
     const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
 #pragma unroll 8
-    for (int k4 = lane; k4 < D / 4; k4 += 32) store(k4, src[k4], g4[k4], inv);
+    for (int i = 0; i < D / 128; ++i) store(i, src[lane + 32 * i], g4[lane + 32 * i], inv);
   }
 }
 }  // namespace
 
-void launch_rmsnorm_bf16(const float* h, const float* gain, __nv_bfloat16* out, int64_t rows, int64_t d_model,
-                         float eps, cudaStream_t stream, bool pdl) {
+void launch_rmsnorm(const float* h, const float* gain, const FfnOperand& out, int64_t rows, int64_t d_model, float eps,
+                    cudaStream_t stream, bool pdl) {
+  SWAPFFN_ASSERT(out.any() && out.well_formed(), "rmsnorm: the output must be bf16 rows or e4m3 codes with scales");
   if (rows == 0) return;
   if (d_model % 128 == 0) {
     constexpr int per_block = kWarpKernelThreads / 32;
     const auto blocks = static_cast<unsigned>((rows + per_block - 1) / per_block);
-    const auto kernel = d_model <= 128 * kMaxVec ? rmsnorm_bf16_warp_kernel<true> : rmsnorm_bf16_warp_kernel<false>;
+    const auto kernel = d_model <= 128 * kMaxVec ? rmsnorm_warp_kernel<true> : rmsnorm_warp_kernel<false>;
     launch_kernel_ex(kernel, dim3(blocks), dim3(kWarpKernelThreads), dim3(1, 1, 1), 0, stream, pdl, h, gain, out, rows,
                      static_cast<int>(d_model), eps);
   } else {
+    SWAPFFN_ASSERT(out.e4m3 == nullptr, "rmsnorm: e4m3 output needs d_model % 128 == 0, got " + std::to_string(d_model));
     launch_kernel_ex(rmsnorm_bf16_kernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), dim3(1, 1, 1), 0, stream,
-                     pdl, h, gain, out, d_model, eps);
+                     pdl, h, gain, out.bf16, d_model, eps);
   }
 }
 

@@ -117,7 +117,7 @@ void UnfusedEngine::enqueue_step() {
       down_gemm_->run(w2_.get(), u_.get(), h_.get(), ws, stream_);
       const float* gain = i + 1 < cfg_.k_ffn ? norm_w_.get() : after_ffn_gain;
       if (gain) {
-        launch_rmsnorm_bf16(h_.get(), gain, as_nv(nrm_.get()), M, D, eps, stream_);
+        launch_rmsnorm(h_.get(), gain, {.bf16 = as_nv(nrm_.get())}, M, D, eps, stream_);
       }
     }
   }
