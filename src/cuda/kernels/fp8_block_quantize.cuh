@@ -1,8 +1,9 @@
 // The fp8 recipe's 1x128 activation block (swapffn/fp8.hpp) on the device, one warp per block, four
 // consecutive values per lane: scale = amax / 448 (1 for an all-zero block), codes
 // e4m3_rne_satfinite(v / scale). Bit-identical to fp8::quantize_row: amax is exact (a maximum), the
-// scale and every quotient are one IEEE fp32 division each (__fdiv_rn, whatever the compile flags),
-// the conversion one cvt.rn.satfinite.
+// scale one IEEE fp32 division (__fdiv_rn, whatever the compile flags), every quotient that can
+// round to a nonzero code rounded once as IEEE division rounds it (div_by_scale), the conversion
+// one cvt.rn.satfinite.
 #pragma once
 #include <cstdint>
 
@@ -25,6 +26,25 @@ __device__ __forceinline__ void load_bf16x4(const __nv_bfloat16* p, float (&v)[4
   v[3] = b.y;
 }
 
+// Below this scale the quotients divide (__fdiv_rn): div_by_scale's residuals need it (below).
+inline constexpr float kMinRefinedScale = 0x1p-90f;
+
+// x / scale rounded to nearest even, the bits of __fdiv_rn, for x of the block whose scale it is
+// (|x| <= 448 scale) and scale >= kMinRefinedScale, with inv = __frcp_rn(scale): the quotient x * inv
+// refined twice, q += (x - q scale) * inv (fused multiply-adds). With a correctly rounded reciprocal
+// and a quotient within an ulp, one refinement rounds correctly (Markstein), provided the residual
+// is exact: it is a multiple of ulp(scale) ulp(q) >= 2^-149 (scale >= 2^-90, |q| >= 2^-10, the
+// smallest quotient that does not round to a zero code). x * inv alone may be 1.5 ulp off: hence
+// two. The sign is copied back, since a zero quotient's residual steps lose it. This is the fast
+// path of div.rn without its range check and branch per value (the branches kept the per-row
+// quantisers of the head and the RMSNorm from overlapping their blocks' work).
+__device__ __forceinline__ float div_by_scale(float x, float scale, float inv) {
+  float q = x * inv;
+  q = fmaf(fmaf(-q, scale, x), inv, q);
+  q = fmaf(fmaf(-q, scale, x), inv, q);
+  return copysignf(q, x);
+}
+
 // The warp's block: v holds this lane's values [4 * lane, 4 * lane + 4) of it. Returns their four
 // codes packed little-endian (value 4 * lane in the low byte); every lane gets the block's scale.
 __device__ __forceinline__ uint32_t quantize_block_e4m3(const float (&v)[4], float& scale) {
@@ -32,10 +52,17 @@ __device__ __forceinline__ uint32_t quantize_block_e4m3(const float (&v)[4], flo
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   scale = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f;
-  const __nv_fp8x2_storage_t lo =
-      __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(v[0], scale), __fdiv_rn(v[1], scale)), __NV_SATFINITE, __NV_E4M3);
-  const __nv_fp8x2_storage_t hi =
-      __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(v[2], scale), __fdiv_rn(v[3], scale)), __NV_SATFINITE, __NV_E4M3);
+  float c[4];
+  if (scale >= kMinRefinedScale) {  // the same for the whole warp
+    const float inv = __frcp_rn(scale);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = div_by_scale(v[i], scale, inv);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = __fdiv_rn(v[i], scale);
+  }
+  const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(c[0], c[1]), __NV_SATFINITE, __NV_E4M3);
+  const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c[2], c[3]), __NV_SATFINITE, __NV_E4M3);
   return uint32_t(lo) | (uint32_t(hi) << 16);
 }
 

@@ -10,10 +10,8 @@
 // quantisation, stores: a third of a tile's time when both worked on one tile and no wgmma ran during
 // it) runs under the other's wgmmas. The ring is filled tile after tile, so the second consumer
 // starts when the first is kStages stages from its tile's end (k = 1024: 8 stages, about half a
-// tile) and they stay staggered. A CTA with only one tile per consumer (one round: B = 1) has no
-// epilogue to hide and would leave its second consumer waiting: its ring alternates the two tiles'
-// k blocks, so both run from the start. Each consumer has its own full barriers per stage: it sees
-// only its own phases of them, although it skips the other's stages.
+// tile) and they stay staggered. Each consumer has its own full barriers per stage: it sees only
+// its own phases of them, although it skips the other's stages.
 // Per stage (one 128-k block of the scales) a consumer runs the tile's two 128-column halves one
 // after the other (four wgmma m64n128k32 each into one set of fresh accumulators: two sets and the
 // fp32 sums would not fit the registers), waits for them and adds each block into its fp32 sums
@@ -123,13 +121,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Unit u: n tile u % n_tiles (128 outputs), m tile (u / n_tiles) * kClusterM + cy (64 rows; past
   // the last one a CTA reads zeros and writes nothing). The k iterations of all of a CTA's units run
-  // through one ring: iteration i uses stage i % kStages; k block it of the CTA's j-th unit is
-  // iteration ring_index(j, it), consumer j % kConsumers's, signalled on that consumer's full
+  // through one ring: iteration i uses stage i % kStages; the CTA's j-th unit is iterations
+  // [j k_tiles, (j + 1) k_tiles), consumer j % kConsumers's, signalled on that consumer's full
   // barrier of the stage (the peer CTA's multicast signals the same one: both walk the same units).
   const int unit0 = int(blockIdx.y) / kClusterM, unit_step = int(gridDim.y) / kClusterM;
-  const int cta_units = unit0 < p.units ? (p.units - unit0 + unit_step - 1) / unit_step : 0;
-  const bool one_round = cta_units <= kConsumers;  // k blocks alternate between the consumers' tiles
-  const auto ring_index = [&](int j, int it) { return one_round ? it * cta_units + j : j * p.k_tiles + it; };
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
     if (threadIdx.x == 0 && unit0 < p.units) {
@@ -143,12 +138,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       Barrier::arrive_and_expect_tx(&full[0], kStageBytesA + kStageBytesB);
       load_w(&full[0], 0, 0, unit0 % p.n_tiles);
       pdl_wait();  // x is what the previous kernel of the step wrote
-      // In ring order: unit after unit, or (one round) k block after k block.
-      const int outer = one_round ? p.k_tiles : cta_units, inner = one_round ? cta_units : p.k_tiles;
-      for (int i = 0, o = 0; o < outer; ++o)
-        for (int n = 0; n < inner; ++n, ++i) {
-          const int j = one_round ? n : o, it = one_round ? o : n, unit = unit0 + j * unit_step;
-          const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
+      int i = 0;
+      for (int j = 0, unit = unit0; unit < p.units; ++j, unit += unit_step) {
+        const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
+        for (int it = 0; it < p.k_tiles; ++it, ++i) {
           const int s = i % kStages;
           uint64_t* bar = &full[(j % kConsumers) * kStages + s];
           if (i > 0) {
@@ -158,6 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           cute::SM90_TMA_LOAD_3D::copy(&tma_x, bar, 0, smem_a + s * kStageBytesA, it * kBK, m_tile * kBM, 0);
         }
+      }
     }
     // The peer may still multicast into this CTA and arrive on its barriers: leave together.
     cute::cluster_arrive();
@@ -204,8 +198,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int q = 0; q < kHalves * kAcc; ++q) sum[q] = 0.f;
 
-    for (int it = 0; it < p.k_tiles; ++it) {
-      const int s = ring_index(j, it) % kStages;
+    for (int it = 0, i = j * p.k_tiles; it < p.k_tiles; ++it, ++i) {
+      const int s = i % kStages;
       const Scales sc = next;
       if (it + 1 < p.k_tiles)
         next = load_scales(unit, it + 1);
