@@ -6,12 +6,14 @@
 // most 1% of the codes different and each of those within one e4m3 step of the recipe's code, or
 // within 2e-3 of the block's largest (448: small codes, whose steps are finer than the sums' error).
 // A wrong column, row or scale gives errors of hundreds. Every output is poisoned
-// first; two runs give the same bits. Shapes: the default model's (k = 1024, f = 4096) at 512 rows
-// (several units per cluster) and at 120 (a partial 64-row tile), the tiny model's (k = 128,
-// f = 384) at 40 rows (one m tile: the cluster's second CTA has no rows), and 150 rows of k = 256
-// (three m tiles: the second unit has one CTA past the last row); 1000 rows of k = 384 (several
-// units per cluster, 3 k blocks: fewer than the ring's stages), with rows whose u is so small
-// (block amax below 1.3e-36) that a reciprocal of its scale would overflow.
+// first; two runs give the same bits. The kernel has two tilings (its header); with no more tiles
+// of 128 rows than resident CTAs (132 on H100 and H200) it takes the shared one. Shapes: the default model's (k = 1024, f = 4096) at 512
+// rows and at 120 (a partial tile: the cluster's second CTA has no rows), the tiny model's
+// (k = 128, f = 384) at 40 rows, and 150 rows of k = 256 (the cluster's second tile partial), all
+// shared; ping-pong: 1000 rows of k = 384 (several units per cluster, 3 k blocks: fewer than the
+// ring's stages), with rows whose u is so small (block amax below 1.3e-36) that a reciprocal of its
+// scale would overflow, and 1100 rows of the default model (a partial 64-row tile). The two tilings
+// give the same rows the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -60,6 +62,52 @@ std::vector<int64_t> sample_rows(int64_t m) {
   return r;
 }
 
+// Random activation rows over several binades (with tiny_rows every 37th row scaled by 2^-62),
+// quantised by the recipe: codes [m, k] and scales [m, k / 128] (row-major, as quantize_row writes).
+struct Rows {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+Rows random_rows(int64_t m, int64_t k, std::mt19937_64& rng, bool tiny_rows) {
+  const int64_t kb = k / 128;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  Rows x{std::vector<uint8_t>(size_t(m * k)), std::vector<float>(size_t(m * kb))};
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t r = 0; r < m; ++r) {
+    const int tiny = tiny_rows && r % 37 == 5 ? -62 : 0;
+    for (int64_t c = 0; c < k; ++c) row[size_t(c)] = std::ldexp(nd(rng), int((3 * r + c / 128) % 5) - 2 + tiny);
+    fp8::quantize_row(row.data(), k, &x.codes[size_t(r * k)], &x.scales[size_t(r * kb)]);
+  }
+  return x;
+}
+
+// The kernel's u codes [m, f] and scales [f / 128, m] for rows x, outputs poisoned first.
+std::pair<std::vector<uint8_t>, std::vector<float>> run_dual(const Rows& x, const fp8::BlockScaledWeight& w1,
+                                                             const fp8::BlockScaledWeight& w3, int64_t m, int64_t f,
+                                                             int64_t k) {
+  const int64_t kb = k / 128, fb = f / 128;
+  std::vector<float> x_scale(size_t(kb * m));  // [k / 128, m]
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t b = 0; b < kb; ++b) x_scale[size_t(b * m + r)] = x.scales[size_t(r * kb + b)];
+  std::vector<float> w13_scale = weight_scales(w1);
+  const std::vector<float> w3_scale = weight_scales(w3);
+  w13_scale.insert(w13_scale.end(), w3_scale.begin(), w3_scale.end());
+  DeviceBuffer<uint8_t> xd, w13d, ud;
+  DeviceBuffer<float> xsd, wsd, usd;
+  xd.upload(x.codes);
+  xsd.upload(x_scale);
+  w13d.upload(interleave_w13_e4m3(w1.data, w3.data, f, k));
+  wsd.upload(w13_scale);
+  const int64_t stride = weight_scale_stride(k);
+  ud.upload(std::vector<uint8_t>(size_t(m * f), 0x7F));  // NaN codes
+  usd.upload(std::vector<float>(size_t(fb * m), std::nanf("")));
+  launch_fp8_dual_gemm_swiglu({xd.get(), xsd.get(), w13d.get(), wsd.get(), wsd.get() + fb * stride, int(stride),
+                               ud.get(), usd.get(), int(m), int(f), int(k)},
+                              nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return {download(ud, size_t(m * f)), download(usd, size_t(fb * m))};
+}
+
 struct Shape {
   int64_t m, f, k;
   bool tiny_rows = false;  // every 37th row scaled by 2^-62: u's block amax below 1.3e-36, whose
@@ -73,35 +121,8 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
   const int64_t kb = k / 128, fb = f / 128;
   std::mt19937_64 rng(uint64_t(m * 7 + f + k));
   const fp8::BlockScaledWeight w1 = random_weight(f, k, rng, 0.05f, "w1"), w3 = random_weight(f, k, rng, 0.05f, "w3");
-  // Activation rows over several binades, quantised by the recipe; scales laid out [k / 128, m].
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<uint8_t> x(size_t(m * k));
-  std::vector<float> x_scale_rows(size_t(m * kb)), x_scale(size_t(kb * m)), row(static_cast<size_t>(k));
-  for (int64_t r = 0; r < m; ++r) {
-    const int tiny = tiny_rows && r % 37 == 5 ? -62 : 0;
-    for (int64_t c = 0; c < k; ++c) row[size_t(c)] = std::ldexp(nd(rng), int((3 * r + c / 128) % 5) - 2 + tiny);
-    fp8::quantize_row(row.data(), k, &x[size_t(r * k)], &x_scale_rows[size_t(r * kb)]);
-    for (int64_t b = 0; b < kb; ++b) x_scale[size_t(b * m + r)] = x_scale_rows[size_t(r * kb + b)];
-  }
-  std::vector<float> w13_scale = weight_scales(w1);
-  const std::vector<float> w3_scale = weight_scales(w3);
-  w13_scale.insert(w13_scale.end(), w3_scale.begin(), w3_scale.end());
-  DeviceBuffer<uint8_t> xd, w13d, ud;
-  DeviceBuffer<float> xsd, wsd, usd;
-  xd.upload(x);
-  xsd.upload(x_scale);
-  w13d.upload(interleave_w13_e4m3(w1.data, w3.data, f, k));
-  wsd.upload(w13_scale);
-  const int64_t stride = weight_scale_stride(k);
-  const auto run = [&] {
-    ud.upload(std::vector<uint8_t>(size_t(m * f), 0x7F));  // NaN codes
-    usd.upload(std::vector<float>(size_t(fb * m), std::nanf("")));
-    launch_fp8_dual_gemm_swiglu({xd.get(), xsd.get(), w13d.get(), wsd.get(), wsd.get() + fb * stride, int(stride),
-                                 ud.get(), usd.get(), int(m), int(f), int(k)},
-                                nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    return std::make_pair(download(ud, size_t(m * f)), download(usd, size_t(fb * m)));
-  };
+  const Rows x = random_rows(m, k, rng, tiny_rows);
+  const auto run = [&] { return run_dual(x, w1, w3, m, f, k); };
   const auto [q, s] = run();
   const auto [q2, s2] = run();
   EXPECT_TRUE(q == q2 && std::memcmp(s.data(), s2.data(), s.size() * sizeof(float)) == 0) << "runs differ";
@@ -118,8 +139,8 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   for (const int64_t r : rows) {
-    fp8::gemm_reference(&x[size_t(r * k)], &x_scale_rows[size_t(r * kb)], w1, 1, gate.data());
-    fp8::gemm_reference(&x[size_t(r * k)], &x_scale_rows[size_t(r * kb)], w3, 1, up.data());
+    fp8::gemm_reference(&x.codes[size_t(r * k)], &x.scales[size_t(r * kb)], w1, 1, gate.data());
+    fp8::gemm_reference(&x.codes[size_t(r * k)], &x.scales[size_t(r * kb)], w3, 1, up.data());
     for (int64_t j = 0; j < f; ++j) {
       const double g = gate[size_t(j)];
       u[size_t(j)] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[size_t(j)]);
@@ -148,8 +169,26 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Sm90Fp8DualGemm,
                          ::testing::Values(Shape{512, 4096, 1024}, Shape{120, 4096, 1024}, Shape{40, 384, 128},
-                                           Shape{150, 384, 256}, Shape{1000, 4096, 384, true}),
+                                           Shape{150, 384, 256}, Shape{1000, 4096, 384, true},
+                                           Shape{1100, 4096, 1024}),
                          [](const auto& info) { return "shape" + std::to_string(info.index); });
+
+// The same rows give the same bits in either tiling (the kernel takes the shared one for 512 rows of
+// the default model, the ping-pong one for 2048), so the choice may follow the batch size.
+TEST(Sm90Fp8DualGemmTilings, RowsHaveTheSameBitsInEitherTiling) {
+  constexpr int64_t f = 4096, k = 1024, small = 512, large = 2048;
+  std::mt19937_64 rng(44);
+  const fp8::BlockScaledWeight w1 = random_weight(f, k, rng, 0.05f, "w1"), w3 = random_weight(f, k, rng, 0.05f, "w3");
+  const Rows x = random_rows(large, k, rng, false);
+  const Rows head{std::vector<uint8_t>(x.codes.begin(), x.codes.begin() + small * k),
+                  std::vector<float>(x.scales.begin(), x.scales.begin() + small * (k / 128))};
+  const auto [qa, sa] = run_dual(head, w1, w3, small, f, k);
+  const auto [qb, sb] = run_dual(x, w1, w3, large, f, k);
+  ASSERT_EQ(std::memcmp(qa.data(), qb.data(), size_t(small * f)), 0) << "codes differ between the tilings";
+  for (int64_t b = 0; b < f / 128; ++b)
+    ASSERT_EQ(std::memcmp(&sa[size_t(b * small)], &sb[size_t(b * large)], size_t(small) * sizeof(float)), 0)
+        << "scales of block " << b << " differ between the tilings";
+}
 
 TEST(Sm90Fp8DualGemmRefusals, WidthsThatAreNotWholeBlocks) {
   DeviceBuffer<uint8_t> b(4096);
