@@ -12,11 +12,6 @@
 // starts when the first is kStages stages from its tile's end (k = 1024: 8 stages, about half a
 // tile) and they stay staggered. Each consumer has its own full barriers per stage: it sees only
 // its own phases of them, although it skips the other's stages.
-// When every CTA has at most one tile of 128 rows (B = 1: M = 512), the shared tiling runs instead:
-// 128-row tiles whose W13 stage both consumers read, each its 64 rows, waiting on one full barrier.
-// There the W13 bytes a CTA takes in per output are half the ping-pong's, and nothing is left to
-// hide behind a second tile anyway. Both tilings do the same arithmetic per output, in the same
-// order: the same bits, so the choice may follow the row count.
 // Per stage (one 128-k block of the scales) a consumer runs the tile's two 128-column halves one
 // after the other (four wgmma m64n128k32 each into one set of fresh accumulators: two sets and the
 // fp32 sums would not fit the registers), waits for them and adds each block into its fp32 sums
@@ -50,9 +45,10 @@
 namespace swapffn::cuda {
 namespace {
 
-constexpr int kBM = 64;                  // rows per consumer: one wgmma's m
+constexpr int kBM = 64;                  // rows per tile
 constexpr int kBN = 256;                 // interleaved weight rows per tile: 128 outputs
 constexpr int kBK = 128;                 // e4m3 of k per stage: one 128-byte swizzle atom, one scale block
+constexpr int kStages = 5;               // as many 40 KB stages as fit
 constexpr float kMinNormalFloat = 1.17549435e-38f;  // FLT_MIN, 2^-126
 constexpr int kClusterM = 2;             // CTAs along m sharing (multicasting) one W13 tile
 constexpr int kConsumers = 2;            // warpgroups taking every other tile (ping-pong)
@@ -60,34 +56,21 @@ constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kHalves = 2;               // 128-column halves of a tile, one wgmma set each
 constexpr int kHalfN = kBN / kHalves;    // interleaved columns per wgmma set
 constexpr int kAcc = kHalfN / 2;         // m64n128 fp32 accumulators per thread
-constexpr int kStageBytesB = kBN * kBK;
-constexpr int kSmemLimit = 227 * 1024;  // the shared memory a CTA may opt into
+constexpr int kStageBytesA = kBM * kBK, kStageBytesB = kBN * kBK;
+// Stages, then the full barriers [consumer][stage] and the empty ones [stage]; 1024 bytes of
+// alignment slack.
+constexpr int kSmemBytes = 1024 + kStages * (kStageBytesA + kStageBytesB) + (kConsumers + 1) * kStages * 8;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-
-// The two tilings (header). Shared: 128-row tiles, both consumers on each stage.
-template <bool kShared>
-struct Tiling {
-  static constexpr int kRows = kShared ? kConsumers * kBM : kBM;  // rows per tile
-  static constexpr int kStageBytesA = kRows * kBK;
-  static constexpr int kFullSets = kShared ? 1 : kConsumers;       // full barriers per stage
-  static constexpr int kBarrierBytes = (kFullSets + 1) * 8;        // a stage's full and empty barriers
-  // As many stages as fit (5 of 40 KB, or 4 of 48 KB), then the barriers [set][stage] and [stage];
-  // 1024 bytes of alignment slack.
-  static constexpr int kStages = (kSmemLimit - 1024) / (kStageBytesA + kStageBytesB + kBarrierBytes);
-  static constexpr int kSmemBytes = 1024 + kStages * (kStageBytesA + kStageBytesB + kBarrierBytes);
-  static constexpr int kEmptyArrivals = kClusterM * 4 * (kShared ? kConsumers : 1);  // lane 0 of each warp
-  static_assert(kStageBytesA % 1024 == 0, "a stage's x tile must keep the 1024-byte alignment of the 128B swizzle");
-  static_assert(kSmemBytes <= kSmemLimit, "the stages must fit the shared memory a CTA may opt into");
-  static_assert(kStages >= 3 && kStages <= 32, "a ring of at least 3 stages, whose phases fit the bits of one word");
-};
 
 static_assert(kBN / 2 == kFp8Block, "a tile's outputs must be one whole 1x128 block of u");
 static_assert(kBK == kFp8Block, "a stage must be one 128-k block of the scales");
 static_assert(kBN % kClusterM == 0 && (kBN / kClusterM * kBK) % 1024 == 0,
               "each CTA's share of the W13 tile must keep the 1024-byte alignment of the 128B swizzle");
-static_assert((kBM * kBK) % 1024 == 0 && kStageBytesB % 1024 == 0 && (kHalfN * kBK) % 1024 == 0,
-              "each consumer's rows and each half of B must keep the 1024-byte alignment of the 128B swizzle");
+static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0 && (kHalfN * kBK) % 1024 == 0,
+              "stage buffers and each half of B must keep the 1024-byte alignment of the 128B swizzle");
+static_assert(kSmemBytes <= 227 * 1024, "the stages must fit the 227 KB of shared memory a CTA may opt into");
 static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the setmaxnreg targets must fit");
+static_assert(kStages <= 32, "a consumer keeps its stages' full-barrier phases in the bits of one word");
 
 using Mma = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
 static_assert(kHalfN == 128, "the wgmma atom is m64n128k32");
@@ -111,26 +94,23 @@ __device__ __forceinline__ void fence(float (&acc)[kAcc]) {
 // negative g, as exactly).
 __device__ __forceinline__ float silu_mul(float g, float up) { return __fdividef(g, 1.f + __expf(-g)) * up; }
 
-template <bool kShared>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_fp8_dual_gemm_swiglu_kernel(const __grid_constant__ CUtensorMap tma_x, const __grid_constant__ CUtensorMap tma_w,
                                      const __grid_constant__ Params p) {
-  using T = Tiling<kShared>;
-  constexpr int kStages = T::kStages, kStageBytesA = T::kStageBytesA, kRows = T::kRows;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* smem_a = smem;
   uint8_t* smem_b = smem_a + kStages * kStageBytesA;
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * kStageBytesB);  // [set][stage]
-  uint64_t* empty = full + T::kFullSets * kStages;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * kStageBytesB);  // [consumer][stage]
+  uint64_t* empty = full + kConsumers * kStages;
 
   const int cy = int(blockIdx.y) % kClusterM;  // this CTA's rank in its cluster
   if (threadIdx.x == 0) {
-    for (int s = 0; s < T::kFullSets * kStages; ++s) Barrier::init(&full[s], 1);
+    for (int s = 0; s < kConsumers * kStages; ++s) Barrier::init(&full[s], 1);
     for (int s = 0; s < kStages; ++s)
-      EmptyBarrier::init(&empty[s], T::kEmptyArrivals);  // lane 0 of each consuming warp, both CTAs
+      EmptyBarrier::init(&empty[s], kClusterM * 4);  // lane 0 of the consuming warpgroup's warps, both CTAs
     cutlass::arch::fence_barrier_init();
     cute::prefetch_tma_descriptor(&tma_x);
     cute::prefetch_tma_descriptor(&tma_w);
@@ -139,12 +119,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   cute::cluster_arrive_relaxed();
   cute::cluster_wait();
 
-  // Unit u: n tile u % n_tiles (128 outputs), m tile (u / n_tiles) * kClusterM + cy (kRows rows;
-  // past the last one a CTA reads zeros and writes nothing). The k iterations of all of a CTA's
-  // units run through one ring: iteration i uses stage i % kStages; the CTA's j-th unit is
-  // iterations [j k_tiles, (j + 1) k_tiles), consumer j % kConsumers's (shared: both consumers'),
-  // signalled on that consumer's full barrier of the stage (shared: the one full barrier; the peer
-  // CTA's multicast signals the same one: both walk the same units).
+  // Unit u: n tile u % n_tiles (128 outputs), m tile (u / n_tiles) * kClusterM + cy (64 rows; past
+  // the last one a CTA reads zeros and writes nothing). The k iterations of all of a CTA's units run
+  // through one ring: iteration i uses stage i % kStages; the CTA's j-th unit is iterations
+  // [j k_tiles, (j + 1) k_tiles), consumer j % kConsumers's, signalled on that consumer's full
+  // barrier of the stage (the peer CTA's multicast signals the same one: both walk the same units).
   const int unit0 = int(blockIdx.y) / kClusterM, unit_step = int(gridDim.y) / kClusterM;
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
@@ -164,13 +143,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
         for (int it = 0; it < p.k_tiles; ++it, ++i) {
           const int s = i % kStages;
-          uint64_t* bar = &full[(kShared ? 0 : j % kConsumers) * kStages + s];
+          uint64_t* bar = &full[(j % kConsumers) * kStages + s];
           if (i > 0) {
             EmptyBarrier::wait(&empty[s], ((i / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
             Barrier::arrive_and_expect_tx(bar, kStageBytesA + kStageBytesB);
             load_w(bar, s, it, n_tile);
           }
-          cute::SM90_TMA_LOAD_3D::copy(&tma_x, bar, 0, smem_a + s * kStageBytesA, it * kBK, m_tile * kRows, 0);
+          cute::SM90_TMA_LOAD_3D::copy(&tma_x, bar, 0, smem_a + s * kStageBytesA, it * kBK, m_tile * kBM, 0);
         }
       }
     }
@@ -186,14 +165,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
   const int c = (threadIdx.x - 128) / 128, t_in = threadIdx.x % 128;
   const int warp = t_in / 32, lane = t_in % 32;
-  const int row0 = kShared ? c * kBM : 0;      // the consumer's first row of a tile
-  const int r0 = row0 + warp * 16 + lane / 4;  // this thread's rows within the tile: r0 and r0 + 8
-  uint64_t* my_full = full + (kShared ? 0 : c) * kStages;
+  const int r0 = warp * 16 + lane / 4;  // this thread's rows within the tile: r0 and r0 + 8
+  uint64_t* my_full = full + c * kStages;
   uint32_t phases = 0;  // bit s: the parity of this consumer's next wait on its full barrier of stage s
-  // Descriptors of stage 0's x rows (the consumer's) and W13 tile; a stage, half or k step adds its
-  // byte offset / 16 to the start address (the low 14 bits; shared memory ends below 2^18 bytes, so
-  // no carry).
-  const uint64_t desc_a = sm90::sw128_desc(smem_a + row0 * kBK), desc_b = sm90::sw128_desc(smem_b);
+  // Descriptors of stage 0's x tile and W13 tile; a stage, half or k step adds its byte offset / 16
+  // to the start address (the low 14 bits; shared memory ends below 2^18 bytes, so no carry).
+  const uint64_t desc_a = sm90::sw128_desc(smem_a), desc_b = sm90::sw128_desc(smem_b);
   // The scales of k block it of a unit: the x scales of this thread's two rows (0 past m: a partial
   // last tile reads zeros from TMA) and the W1 and W3 scales of the tile's outputs (one block row).
   // Each block's are loaded a stage ahead, the first of a unit during the previous unit's last stage,
@@ -202,19 +179,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     float a0, a1, g, u;
   };
   const auto load_scales = [&](int unit, int it) {
-    const int n_tile = unit % p.n_tiles, m0 = ((unit / p.n_tiles) * kClusterM + cy) * kRows + r0, m1 = m0 + 8;
+    const int n_tile = unit % p.n_tiles, m0 = ((unit / p.n_tiles) * kClusterM + cy) * kBM + r0, m1 = m0 + 8;
     return Scales{m0 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m0) : 0.f,
                   m1 < p.m ? __ldg(p.x_scale + int64_t(it) * p.m + m1) : 0.f,
                   __ldg(p.w1_scale + int64_t(n_tile) * p.scale_stride + it),
                   __ldg(p.w3_scale + int64_t(n_tile) * p.scale_stride + it)};
   };
-  // The consumer's units: every other one of the CTA's, or (shared) all of them.
-  const int j_first = kShared ? 0 : c, j_step = kShared ? 1 : kConsumers;
-  const int first_unit = unit0 + j_first * unit_step;
+  const int first_unit = unit0 + c * unit_step;
   Scales next = first_unit < p.units ? load_scales(first_unit, 0) : Scales{};
-  for (int j = j_first, unit = first_unit; unit < p.units; j += j_step, unit += j_step * unit_step) {
+  for (int j = c, unit = first_unit; unit < p.units; j += kConsumers, unit += kConsumers * unit_step) {
     const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
-    const int m0 = m_tile * kRows + r0, m1 = m0 + 8;
+    const int m0 = m_tile * kBM + r0, m1 = m0 + 8;
 
     // No zero fill of acc: the first wgmma of a half overwrites it (scale-d 0); a fill would be a
     // non-wgmma definition inside the MMA pipeline (ptxas C7515). The sums start at 0.
@@ -228,8 +203,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const Scales sc = next;
       if (it + 1 < p.k_tiles)
         next = load_scales(unit, it + 1);
-      else if (unit + j_step * unit_step < p.units)
-        next = load_scales(unit + j_step * unit_step, 0);
+      else if (unit + kConsumers * unit_step < p.units)
+        next = load_scales(unit + kConsumers * unit_step, 0);
       Barrier::wait(&my_full[s], (phases >> s) & 1);
       phases ^= 1u << s;
       const uint64_t da = desc_a + uint64_t(s * (kStageBytesA >> 4));
@@ -314,52 +289,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
-namespace {
-
-// Clusters of a tiling that are resident at once (one CTA per SM: the stages take most of its
-// shared memory), queried once per device.
-template <bool kShared>
-int resident_clusters() {
-  static std::atomic<int> resident_on[kMaxDevices] = {};
-  return once_per_device(resident_on, [] {
-    const int n = max_active_clusters(sm90_fp8_dual_gemm_swiglu_kernel<kShared>, dim3(kThreads), dim3(1, kClusterM, 1),
-                                      Tiling<kShared>::kSmemBytes);
-    SWAPFFN_REQUIRE(n > 0, "fp8 dual GEMM: no cluster of " + std::to_string(kClusterM) + " CTAs fits the GPU");
-    return n;
-  });
-}
-
-int units_of(int m, int rows_per_tile, int n_tiles) {
-  return n_tiles * (((m + rows_per_tile - 1) / rows_per_tile + kClusterM - 1) / kClusterM);
-}
-
-// As many clusters as are resident, or as there are units, each walking every grid-th unit.
-template <bool kShared>
-void launch_tiling(const Fp8DualGemmSwigluArgs& a, int n_tiles, int resident, cudaStream_t stream) {
-  constexpr int kRows = Tiling<kShared>::kRows;
-  const uint64_t k = uint64_t(a.k), m = uint64_t(a.m), n2 = 2 * uint64_t(a.f);
-  const CUtensorMap tx = make_tma_3d_u8(a.x, k, m, 1, k, k * m, kBK, kRows, /*swizzle_128b=*/true);
-  const CUtensorMap tw = make_tma_3d_u8(a.w13, k, n2, 1, k, k * n2, kBK, kBN / kClusterM, /*swizzle_128b=*/true);
-  const Params p{a.x_scale, a.w1_scale, a.w3_scale, a.scale_stride, a.u,     a.u_scale,
-                 a.m,       a.f,        a.k / kBK,  n_tiles,        units_of(a.m, kRows, n_tiles)};
-  const unsigned clusters = static_cast<unsigned>(std::min(p.units, resident));
-  launch_kernel_ex(sm90_fp8_dual_gemm_swiglu_kernel<kShared>, dim3(1, clusters * kClusterM, 1), dim3(kThreads),
-                   dim3(1, kClusterM, 1), Tiling<kShared>::kSmemBytes, stream, /*pdl=*/true, tx, tw, p);
-}
-
-}  // namespace
-
 void launch_fp8_dual_gemm_swiglu(const Fp8DualGemmSwigluArgs& a, cudaStream_t stream) {
   SWAPFFN_REQUIRE(a.m > 0 && a.f > 0 && a.f % kFp8Block == 0 && a.k > 0 && a.k % kBK == 0,
                   "fp8 dual GEMM: m = " + std::to_string(a.m) + ", f = " + std::to_string(a.f) + ", k = " +
                       std::to_string(a.k) + " (f and k must be positive multiples of 128)");
-  const int n_tiles = int(2 * int64_t(a.f) / kBN);
-  // The shared tiling when its 128-row tiles take one round of the resident clusters (header).
-  const int shared_resident = resident_clusters<true>();
-  if (units_of(a.m, Tiling<true>::kRows, n_tiles) <= shared_resident)
-    launch_tiling<true>(a, n_tiles, shared_resident, stream);
-  else
-    launch_tiling<false>(a, n_tiles, resident_clusters<false>(), stream);
+  const uint64_t k = uint64_t(a.k), m = uint64_t(a.m), n2 = 2 * uint64_t(a.f);
+  const CUtensorMap tx = make_tma_3d_u8(a.x, k, m, 1, k, k * m, kBK, kBM, /*swizzle_128b=*/true);
+  const CUtensorMap tw = make_tma_3d_u8(a.w13, k, n2, 1, k, k * n2, kBK, kBN / kClusterM, /*swizzle_128b=*/true);
+  const int n_tiles = int(n2 / kBN), m_units = ((a.m + kBM - 1) / kBM + kClusterM - 1) / kClusterM;
+  const Params p{a.x_scale, a.w1_scale, a.w3_scale, a.scale_stride, a.u, a.u_scale, a.m, a.f, a.k / kBK, n_tiles,
+                 n_tiles * m_units};
+  // As many clusters as are resident at once (one CTA per SM: the stages take most of its shared
+  // memory), each walking every grid-th unit. The occupancy query is kept per device.
+  static std::atomic<int> resident_on[kMaxDevices] = {};
+  const int resident = once_per_device(resident_on, [] {
+    const int n = max_active_clusters(sm90_fp8_dual_gemm_swiglu_kernel, dim3(kThreads), dim3(1, kClusterM, 1), kSmemBytes);
+    SWAPFFN_REQUIRE(n > 0, "fp8 dual GEMM: no cluster of " + std::to_string(kClusterM) + " CTAs fits the GPU");
+    return n;
+  });
+  const unsigned clusters = static_cast<unsigned>(std::min(p.units, resident));
+  launch_kernel_ex(sm90_fp8_dual_gemm_swiglu_kernel, dim3(1, clusters * kClusterM, 1), dim3(kThreads),
+                   dim3(1, kClusterM, 1), kSmemBytes, stream, /*pdl=*/true, tx, tw, p);
 }
 
 std::vector<uint8_t> interleave_w13_e4m3(const std::vector<uint8_t>& w1, const std::vector<uint8_t>& w3, int64_t f,
