@@ -6,14 +6,13 @@
 // most 1% of the codes different and each of those within one e4m3 step of the recipe's code, or
 // within 2e-3 of the block's largest (448: small codes, whose steps are finer than the sums' error).
 // A wrong column, row or scale gives errors of hundreds. Every output is poisoned
-// first; two runs give the same bits. The kernel has two tilings (its header); with no more tiles
-// of 128 rows than resident CTAs (132 on H100 and H200) it takes the shared one. Shapes: the default model's (k = 1024, f = 4096) at 512
-// rows and at 120 (a partial tile: the cluster's second CTA has no rows), the tiny model's
-// (k = 128, f = 384) at 40 rows, and 150 rows of k = 256 (the cluster's second tile partial), all
-// shared; ping-pong: 1000 rows of k = 384 (several units per cluster, 3 k blocks: fewer than the
-// ring's stages), with rows whose u is so small (block amax below 1.3e-36) that a reciprocal of its
-// scale would overflow, and 1100 rows of the default model (a partial 64-row tile). The two tilings
-// give the same rows the same bits.
+// first; two runs give the same bits, and the same rows give the same bits at any row count (the
+// batch). Shapes: the default model's (k = 1024, f = 4096) at 512 rows (one tile per consumer), 120
+// (a partial 64-row tile) and 1100 (several tiles per consumer, a partial last tile); the tiny
+// model's (k = 128, f = 384) at 40 rows (the cluster's second CTA has no rows) and 1040 (the last
+// cluster's second CTA has no rows); 150 rows of k = 256 (three m tiles: the second unit has one CTA
+// past the last row); 1000 rows of k = 384 (3 k blocks: fewer than the ring's stages), with rows
+// whose u is so small (block amax below 1.3e-36) that a reciprocal of its scale would overflow.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -173,9 +172,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Sm90Fp8DualGemm,
                                            Shape{1100, 4096, 1024}, Shape{1040, 384, 128}),
                          [](const auto& info) { return "shape" + std::to_string(info.index); });
 
-// The same rows give the same bits in either tiling (the kernel takes the shared one for 512 rows of
-// the default model, the ping-pong one for 2048), so the choice may follow the batch size.
-TEST(Sm90Fp8DualGemmTilings, RowsHaveTheSameBitsInEitherTiling) {
+// A row's u does not depend on the other rows or on their count (fused-fp8's batch invariance): 512
+// rows of the default model alone (one tile per consumer, the ring filled tile after tile) and as
+// the first of 2048 (several tiles per consumer, the same rows on other CTAs).
+TEST(Sm90Fp8DualGemmRows, RowsHaveTheSameBitsAtAnyRowCount) {
   constexpr int64_t f = 4096, k = 1024, small = 512, large = 2048;
   std::mt19937_64 rng(44);
   const fp8::BlockScaledWeight w1 = random_weight(f, k, rng, 0.05f, "w1"), w3 = random_weight(f, k, rng, 0.05f, "w3");
@@ -184,10 +184,10 @@ TEST(Sm90Fp8DualGemmTilings, RowsHaveTheSameBitsInEitherTiling) {
                   std::vector<float>(x.scales.begin(), x.scales.begin() + small * (k / 128))};
   const auto [qa, sa] = run_dual(head, w1, w3, small, f, k);
   const auto [qb, sb] = run_dual(x, w1, w3, large, f, k);
-  ASSERT_EQ(std::memcmp(qa.data(), qb.data(), size_t(small * f)), 0) << "codes differ between the tilings";
+  ASSERT_EQ(std::memcmp(qa.data(), qb.data(), size_t(small * f)), 0) << "codes differ between 512 and 2048 rows";
   for (int64_t b = 0; b < f / 128; ++b)
     ASSERT_EQ(std::memcmp(&sa[size_t(b * small)], &sb[size_t(b * large)], size_t(small) * sizeof(float)), 0)
-        << "scales of block " << b << " differ between the tilings";
+        << "scales of block " << b << " differ between 512 and 2048 rows";
 }
 
 TEST(Sm90Fp8DualGemmRefusals, WidthsThatAreNotWholeBlocks) {
