@@ -4,7 +4,8 @@
 //   division, subnormal codes, blocks of very different magnitudes;
 // - SwiGLU then quantisation: the device's expf is not the host's std::exp (both within an ulp or
 //   two), so a code may differ where u lies on a rounding boundary: scales within 4 ulp, at most
-//   0.1% of the codes different and each only to its neighbour.
+//   0.1% of the codes different and each only to its neighbour; a block of u so small that its
+//   scale would underflow gets scale 1 and zero codes.
 // - the RMSNorm writing e4m3: the recipe on the bf16 values it writes otherwise, bit-exact.
 // The scales' layout is cuBLASLt's [k / 128, rows] (rows innermost). Outputs are poisoned first.
 #include <gtest/gtest.h>
@@ -103,6 +104,11 @@ TEST(Fp8Quantize, SwigluThenQuantiseFollowsTheRecipe) {
   std::vector<bf16> gu(size_t(rows * 2 * F));
   for (size_t i = 0; i < gu.size(); ++i) gu[i] = float_to_bf16(nd(rng) * ((i / 128) % 3 == 0 ? 1e-3f : 1.f));
   for (int64_t f = 0; f < 128; ++f) gu[size_t(7 * 2 * F + F + f)] = bf16{};  // row 7's first up block: u = 0
+  // Row 11's second block: u ~ 5e-44, whose scale u / 448 would underflow to 0 (scale 1, zero codes).
+  for (int64_t f = 128; f < 256; ++f) {
+    gu[size_t(11 * 2 * F + f)] = float_to_bf16(1e-30f * (f % 2 ? 1.f : -1.f));
+    gu[size_t(11 * 2 * F + F + f)] = float_to_bf16(1e-13f);
+  }
   DeviceBuffer<bf16> gd;
   gd.upload(gu);
   QuantOut out(rows, F);
@@ -135,6 +141,8 @@ TEST(Fp8Quantize, SwigluThenQuantiseFollowsTheRecipe) {
     }
   }
   EXPECT_EQ(s[size_t(0 * rows + 7)], 1.0f) << "an all-zero block's scale is 1";
+  EXPECT_EQ(s[size_t(1 * rows + 11)], 1.0f) << "a block whose scale would underflow has scale 1";
+  for (int64_t f = 128; f < 256; ++f) EXPECT_EQ(q[size_t(11 * F + f)] & 0x7F, 0) << "row 11 column " << f;
   EXPECT_LE(differ, rows * F / 1000) << differ << " codes differ";
 }
 

@@ -12,7 +12,8 @@
 // model's (k = 128, f = 384) at 40 rows (the cluster's second CTA has no rows) and 1040 (the last
 // cluster's second CTA has no rows); 150 rows of k = 256 (three m tiles: the second unit has one CTA
 // past the last row); 1000 rows of k = 384 (3 k blocks: fewer than the ring's stages), with rows
-// whose u is so small (block amax below 1.3e-36) that a reciprocal of its scale would overflow.
+// whose u is so small (block amax below 1.3e-36) that a reciprocal of its scale would overflow, and
+// rows whose u's block scale would underflow to 0.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,7 +74,7 @@ Rows random_rows(int64_t m, int64_t k, std::mt19937_64& rng, bool tiny_rows) {
   Rows x{std::vector<uint8_t>(size_t(m * k)), std::vector<float>(size_t(m * kb))};
   std::vector<float> row(static_cast<size_t>(k));
   for (int64_t r = 0; r < m; ++r) {
-    const int tiny = tiny_rows && r % 37 == 5 ? -62 : 0;
+    const int tiny = !tiny_rows ? 0 : r % 37 == 5 ? -62 : r % 37 == 6 ? -74 : 0;
     for (int64_t c = 0; c < k; ++c) row[size_t(c)] = std::ldexp(nd(rng), int((3 * r + c / 128) % 5) - 2 + tiny);
     fp8::quantize_row(row.data(), k, &x.codes[size_t(r * k)], &x.scales[size_t(r * kb)]);
   }
@@ -110,7 +111,8 @@ std::pair<std::vector<uint8_t>, std::vector<float>> run_dual(const Rows& x, cons
 struct Shape {
   int64_t m, f, k;
   bool tiny_rows = false;  // every 37th row scaled by 2^-62: u's block amax below 1.3e-36, whose
-                           // reciprocal scale would overflow fp32
+                           // reciprocal scale would overflow fp32; the next by 2^-74: u's block amax
+                           // below 448 * 2^-150, whose scale would underflow to 0 (scale 1, zero codes)
 };
 
 class Sm90Fp8DualGemm : public ::testing::TestWithParam<Shape> {};
@@ -134,7 +136,10 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
   int64_t checked = 0, differ = 0;
   double worst_scale = 0;
   std::vector<int64_t> rows = sample_rows(m);
-  for (int64_t r = 5; tiny_rows && r < m; r += 37) rows.push_back(r);
+  for (int64_t r = 5; tiny_rows && r < m; r += 37) {
+    rows.push_back(r);
+    if (r + 1 < m) rows.push_back(r + 1);
+  }
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   for (const int64_t r : rows) {

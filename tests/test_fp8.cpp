@@ -86,6 +86,16 @@ TEST(Fp8, AllZeroBlockHasScaleOneAndNonFiniteWeightsAreRefused) {
   const BlockScaledWeight q = quantize_weight(w, 128, 128, "w");
   EXPECT_EQ(q.scale[0], 1.0f);
   for (uint8_t v : q.data) EXPECT_EQ(v, 0);
+  // A row block so small that amax / 448 underflows to 0: scale 1 (not 0, whose quotients are no
+  // codes), codes zero; and the smallest amax whose scale does not underflow keeps it.
+  const float tiny[128] = {3e-44f, -5e-44f};
+  uint8_t codes[128];
+  float scale = 0.f;
+  quantize_row(tiny, 128, codes, &scale);
+  EXPECT_EQ(scale, 1.0f);
+  for (uint8_t v : codes) EXPECT_EQ(v & 0x7F, 0);
+  EXPECT_GT(block_scale(1e-42f), 0.0f);
+  EXPECT_LT(block_scale(1e-42f), 1e-44f);
   w[17] = float_to_bf16(std::numeric_limits<float>::infinity());
   try {
     quantize_weight(w, 128, 128, "w2.weight");

@@ -20,8 +20,13 @@ constexpr int kBlock = 128;         // the block edge of both scale layouts
 uint8_t e4m3_from_float(float x);
 float e4m3_to_float(uint8_t v);
 
-// The scale of a block whose largest magnitude is amax (finite, >= 0).
-inline float block_scale(float amax) { return amax > 0.0f ? amax / kE4m3Max : 1.0f; }
+// The scale of a block whose largest magnitude is amax (finite, >= 0): amax / 448, or 1 where that is
+// 0: an all-zero block, or amax below 448 * 2^-150 (fp32 subnormals), whose scale would underflow
+// (x / 0 is not a code); such a block's codes are zeros either way.
+inline float block_scale(float amax) {
+  const float s = amax / kE4m3Max;
+  return s > 0.0f ? s : 1.0f;
+}
 
 inline int64_t blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
 

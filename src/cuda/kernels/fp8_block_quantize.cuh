@@ -1,5 +1,5 @@
 // The fp8 recipe's 1x128 activation block (swapffn/fp8.hpp) on the device, one warp per block, four
-// consecutive values per lane: scale = amax / 448 (1 for an all-zero block), codes
+// consecutive values per lane: scale = amax / 448 (1 where that is 0: fp8::block_scale), codes
 // e4m3_rne_satfinite(v / scale). Bit-identical to fp8::quantize_row: amax is exact (a maximum), the
 // scale one IEEE fp32 division (__fdiv_rn, whatever the compile flags), every quotient that can
 // round to a nonzero code rounded once as IEEE division rounds it (div_by_scale), the conversion
@@ -51,7 +51,8 @@ __device__ __forceinline__ uint32_t quantize_block_e4m3(const float (&v)[4], flo
   float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  scale = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f;
+  scale = __fdiv_rn(amax, kE4m3Max);
+  if (!(scale > 0.f)) scale = 1.f;  // all zeros, or so small that the scale underflows (fp8::block_scale)
   float c[4];
   if (scale >= kMinRefinedScale) {  // the same for the whole warp
     const float inv = __frcp_rn(scale);

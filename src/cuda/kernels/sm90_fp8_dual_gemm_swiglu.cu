@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int m = h ? m1 : m0;
-      const float scale = amax[h] > 0.f ? __fdiv_rn(amax[h], kE4m3Max) : 1.f;
+      const float q = __fdiv_rn(amax[h], kE4m3Max), scale = q > 0.f ? q : 1.f;  // fp8::block_scale
       // Below 2^-126 the reciprocal leaves fp32's range (inf, then NaN codes): such a block divides.
       const bool divide = scale < kMinNormalFloat;
       const float inv = divide ? 0.f : __frcp_rn(scale);
