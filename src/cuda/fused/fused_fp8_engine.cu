@@ -103,7 +103,8 @@ class FusedFp8Engine final : public FusedEngineBase {
     bf16* gu = gu_.get() + g0 * 2 * F;  // the cuBLASLt up GEMM's
     uint8_t* uq = uq_.get() + g0 * F;
     float* us = us_.get() + g0 * (F / fp8::kBlock);
-    if (const FfnOperand in = ffn_operand(g); in.bf16) launch_quantize_rows_e4m3(in.bf16, rows, D, xq, xs, stream, /*pdl=*/true);
+    if (const FfnOperand in = ffn_operand(g); in.bf16)  // the cuBLAS head's rows
+      launch_quantize_rows_e4m3(in.bf16, rows, D, xq, xs, stream, /*pdl=*/true);
     if (up_ == Fp8UpGemm::sm90) {
       const int64_t stride = weight_scale_stride(D);
       launch_fp8_dual_gemm_swiglu({xq, xs, w13_.get(), w13_scale_.get(),

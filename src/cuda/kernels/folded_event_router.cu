@@ -57,8 +57,9 @@ __device__ __forceinline__ float row_rs(const float4 (&hv)[kMaxVec], int D, floa
 // Called by the warp that holds row m in hv (st: where its state is; map: its stream map before the
 // event; rs: row_rs of that row, or a negative value when the caller has not kept it; trace:
 // load_trace of a.io), after the row's decision d: the trace entry, the exchange of h with the
-// chosen bank, then the FFN operand bf16(rms(h) * norm_gain) of the new h (bf16 or e4m3) when a.norm_out is set
-// (ngain: norm_gain, anywhere). Without a swap h is unchanged, and so is its rs.
+// chosen bank, then the FFN operand bf16(rms(h) * norm_gain) of the new h (stored as bf16 or e4m3)
+// when a.norm_out is set (ngain: norm_gain, anywhere). Without a swap h is unchanged, and so is its
+// rs.
 __device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, RowDecision d, const float* ngain,
                                           RowState st, uint8_t map, float4 (&hv)[kMaxVec], float rs, int lane,
                                           TracePtrs trace) {
