@@ -87,7 +87,7 @@ TEST(Fp8, AllZeroBlockHasScaleOneAndNonFiniteWeightsAreRefused) {
   EXPECT_EQ(q.scale[0], 1.0f);
   for (uint8_t v : q.data) EXPECT_EQ(v, 0);
   // A row block so small that amax / 448 underflows to 0: scale 1 (not 0, whose quotients are no
-  // codes), codes zero; and the smallest amax whose scale does not underflow keeps it.
+  // codes), codes zero; an amax a little above that threshold (448 * 2^-150) keeps its own scale.
   const float tiny[128] = {3e-44f, -5e-44f};
   uint8_t codes[128];
   float scale = 0.f;
