@@ -1,7 +1,8 @@
 // The fp8 backend's activation quantisers against the recipe on the host (fp8::quantize_row):
 // - bf16 rows -> e4m3 and 1x128 scales: bit-exact (codes and scales), on rows holding every case
 //   the recipe names: an all-zero block, negative zeros, values that saturate at 448 after the
-//   division, subnormal codes, blocks of very different magnitudes;
+//   division, subnormal codes, blocks of very different magnitudes, an infinite value (scale inf:
+//   its code NaN, the block's others zero, as IEEE division gives);
 // - SwiGLU then quantisation: the device's expf is not the host's std::exp (both within an ulp or
 //   two), so a code may differ where u lies on a rounding boundary: scales within 4 ulp, at most
 //   0.1% of the codes different and each only to its neighbour; a block of u so small that its
@@ -60,6 +61,7 @@ std::vector<bf16> special_rows(int64_t rows, int64_t k, uint64_t seed) {
       if (kind == 3 && c % 128 == 5) v = 1e3f;                 // one outlier: the rest become subnormal codes
       if (kind == 4 && c % 128 == 0) v = 0.0f;                 // a zero inside an ordinary block
       if (kind == 5 && c % 128 == 9) v = -std::fabs(v) * 40;   // a negative maximum
+      if (kind == 6 && r % 2 && c % 128 == 3) v = INFINITY;    // an infinite value: NaN there, zeros beside
       x[size_t(r * k + c)] = float_to_bf16(v);
     }
   return x;

@@ -54,7 +54,7 @@ __device__ __forceinline__ uint32_t quantize_block_e4m3(const float (&v)[4], flo
   scale = __fdiv_rn(amax, kE4m3Max);
   if (!(scale > 0.f)) scale = 1.f;  // all zeros, or so small that the scale underflows (fp8::block_scale)
   float c[4];
-  if (scale >= kMinRefinedScale) {  // the same for the whole warp
+  if (scale >= kMinRefinedScale && scale < INFINITY) {  // the same for the whole warp; inf divides (x / inf)
     const float inv = __frcp_rn(scale);
 #pragma unroll
     for (int i = 0; i < 4; ++i) c[i] = div_by_scale(v[i], scale, inv);
