@@ -170,7 +170,9 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
               static_cast<long long>(m), static_cast<long long>(f), static_cast<long long>(k),
               static_cast<long long>(differ), static_cast<long long>(checked), worst_scale);
   EXPECT_LE(differ, checked / 100);
-  if (tiny_rows) EXPECT_GT(underflowing, 0) << "no block of u small enough for its scale to underflow";
+  if (tiny_rows) {
+    EXPECT_GT(underflowing, 0) << "no block of u small enough for its scale to underflow";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Sm90Fp8DualGemm,
