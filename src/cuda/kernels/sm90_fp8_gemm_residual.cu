@@ -144,10 +144,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       // The first unit's first stages of W before the wait for the previous kernel.
       const int ahead = p.k_tiles < kStages ? p.k_tiles : kStages;
-      for (int s = 0; s < ahead; ++s) {  // iteration s: k block s, consumer s % kConsumers's
-        uint64_t* bar = &full[(s % kConsumers) * kStages + s];
-        Barrier::arrive_and_expect_tx(bar, kStageBytes);
-        load_w(bar, s, s, unit0 % p.n_tiles);
+      for (int s = 0; s < ahead; ++s) {
+        Barrier::arrive_and_expect_tx(&full[s], kStageBytes);
+        load_w(&full[s], s, s, unit0 % p.n_tiles);
       }
       pdl_wait();  // a is what the previous kernel of the step wrote
       int i = 0;
