@@ -166,9 +166,10 @@ TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
     expect_bitwise_equal(rg, decode(*fused_fp8(w, true, up), x, T, s0));
     per_up.push_back(rg);
   }
-  // The two up projections round differently (a bf16 intermediate or none): equal bits would mean
-  // the choice did not reach the engine. (The two down projections may agree bitwise here.)
+  // The two up projections round differently (a bf16 intermediate or none), and so do the two down
+  // projections (their block sums): equal bits would mean the choice did not reach the engine.
   EXPECT_NE(0, std::memcmp(per_up[0].delta.data(), per_up[2].delta.data(), per_up[0].delta.size() * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(per_up[1].delta.data(), per_up[2].delta.data(), per_up[1].delta.size() * sizeof(float)));
 }
 
 // A sequence's bits must not depend on its batch-mates or on B, whether its rows run in groups side

@@ -1,19 +1,16 @@
 // The fp8 GEMM into the fp32 residual (header: why it exists).
 //
-// Persistent CTAs in clusters of two along m, the two CTAs of a cluster each loading half of the W
-// tile and multicasting it to both (as in sm90_fp8_dual_gemm_swiglu.cu). Warpgroup 0 produces: one
-// thread issues the TMA loads into a ring of shared-memory stages, 128 e4m3 of k per stage, tile
-// after tile. Warpgroups 1 and 2 consume every tile together, splitting its k blocks: consumer c
-// takes the blocks b with b % 2 == c, so both issue wgmmas side by side and one's promotion runs
-// under the other's tensor-core work (with k = 4096 a tile is 32 stages long; one consumer per tile
-// would leave the tensor cores idle while it promotes, and one tile per CTA at B = 1 has no other
-// tile to overlap with). A tile is 64 rows by kHalves column halves of kHalfN; per stage a consumer
-// runs the halves one after the other into one set of fresh accumulators and adds each into its fp32
-// sums scaled by sa[row] * sw[block] (the recipe's: scale the block sum, then add). At the tile's end
-// consumer 1 hands its sums to consumer 0 through shared memory; the output is the even blocks' sum
-// plus the odd blocks' sum, added into out (or stored): one order at every tile shape and row count.
-// W is constant, so the producer loads the W part of the ring's first stages before it waits for the
-// previous kernel: they arrive under that kernel's tail.
+// The structure is the dual GEMM's (sm90_fp8_dual_gemm_swiglu.cu): persistent CTAs in clusters of two
+// along m, the two CTAs of a cluster each loading half of the W tile and multicasting it to both;
+// warpgroup 0 produces (one thread issues the TMA loads into a ring of shared-memory stages, 128 e4m3
+// of k per stage, tile after tile); warpgroups 1 and 2 consume in ping-pong, each taking every other
+// tile of the CTA whole, so one's epilogue runs under the other's wgmmas. A tile is 64 rows by
+// kHalves column halves of kHalfN; per stage (one 128-k block of the scales) a consumer runs the
+// halves one after the other into one set of fresh accumulators and adds each into its fp32 sums
+// scaled by sa[row] * sw[block] (the recipe's order: scale the block sum, then add). The epilogue
+// adds the sums into out (or stores them). W is constant, so the producer loads the W part of the
+// ring's first stages before it waits for the previous kernel: with k = 4096 at B = 1 most of the
+// bytes a CTA reads are W's, and those of the first stages then arrive under that kernel's tail.
 #include "cuda/kernels/sm90_fp8_gemm_residual.hpp"
 
 #include <cuda.h>
@@ -43,7 +40,7 @@ constexpr int kBM = 64;         // rows per tile: one wgmma m64 per consumer
 constexpr int kBK = 128;        // e4m3 of k per stage: one 128-byte swizzle atom, one scale block
 constexpr int kScaleBlock = 128;
 constexpr int kClusterM = 2;    // CTAs along m sharing (multicasting) one W tile
-constexpr int kConsumers = 2;   // warpgroups taking every other k block of each tile
+constexpr int kConsumers = 2;   // warpgroups taking every other tile (ping-pong)
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
@@ -55,11 +52,10 @@ struct Tile {
   static constexpr int kBN = kHalfN * kHalves;
   static constexpr int kAcc = kHalfN / 2;  // m64nHalfN fp32 accumulators per thread
   static constexpr int kStageBytesA = kBM * kBK, kStageBytesB = kBN * kBK;
-  static constexpr int kPartialBytes = 128 * kHalves * kAcc * 4;  // consumer 1's sums, [sum][thread]
-  // Stages, the partial sums, then the full barriers [consumer][stage] and the empty ones [stage];
-  // 1024 bytes of alignment slack.
+  // Stages, then the full barriers [consumer][stage] and the empty ones [stage]; 1024 bytes of
+  // alignment slack.
   static constexpr int kSmemBytes =
-      1024 + kStages * (kStageBytesA + kStageBytesB) + kPartialBytes + (kConsumers + 1) * kStages * 8;
+      1024 + kStages * (kStageBytesA + kStageBytesB) + (kConsumers + 1) * kStages * 8;
   using Mma = std::conditional_t<kHalfN == 64, cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>,
                                  cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>>;
 
@@ -74,8 +70,8 @@ struct Tile {
 };
 // 16 KB stages: 12 keep ~190 KB of a CTA's reads in flight (the short, byte-bound wave at B = 1).
 using TileN64 = Tile<64, 1, 12>;
-// 40 KB stages: as many as fit beside the 64 KB of partial sums.
-using TileN256 = Tile<128, 2, 4>;
+// 40 KB stages: as many as fit.
+using TileN256 = Tile<128, 2, 5>;
 static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the setmaxnreg targets must fit");
 
 struct Params {
@@ -93,11 +89,6 @@ __device__ __forceinline__ void fence(float (&acc)[N]) {
   for (int i = 0; i < N; ++i) cute::warpgroup_fence_operand(acc[i]);
 }
 
-// A barrier of the two consumer warpgroups only (id 0 is __syncthreads').
-__device__ __forceinline__ void named_barrier_sync(int id) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(128 * kConsumers) : "memory");
-}
-
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_fp8_gemm_residual_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_w,
@@ -109,8 +100,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* smem_a = smem;
   uint8_t* smem_b = smem_a + kStages * T::kStageBytesA;
-  float* partial = reinterpret_cast<float*>(smem_b + kStages * T::kStageBytesB);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * T::kStageBytesB + T::kPartialBytes);  // [consumer][stage]
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * T::kStageBytesB);  // [consumer][stage]
   uint64_t* empty = full + kConsumers * kStages;
 
   const int cy = int(blockIdx.y) % kClusterM;  // this CTA's rank in its cluster
@@ -128,10 +118,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Unit u: n tile u % n_tiles, m tile (u / n_tiles) * kClusterM + cy (past the last one a CTA reads
   // zeros and writes nothing). All of a CTA's k iterations run through one ring: iteration i uses
-  // stage i % kStages; the CTA's j-th unit is iterations [j k_tiles, (j + 1) k_tiles), its k block
-  // it consumer it % kConsumers's, signalled on that consumer's full barrier of the stage (the peer
-  // CTA's multicast signals the same one: both walk the same units). Each consumer sees only its own
-  // phases of its barriers, although it skips the other's stages.
+  // stage i % kStages; the CTA's j-th unit is iterations [j k_tiles, (j + 1) k_tiles), consumer
+  // j % kConsumers's, signalled on that consumer's full barrier of the stage.
   const int unit0 = int(blockIdx.y) / kClusterM, unit_step = int(gridDim.y) / kClusterM;
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
@@ -150,11 +138,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       pdl_wait();  // a is what the previous kernel of the step wrote
       int i = 0;
-      for (int unit = unit0; unit < p.units; unit += unit_step) {
+      for (int j = 0, unit = unit0; unit < p.units; ++j, unit += unit_step) {
         const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
         for (int it = 0; it < p.k_tiles; ++it, ++i) {
           const int s = i % kStages;
-          uint64_t* bar = &full[(it % kConsumers) * kStages + s];
+          uint64_t* bar = &full[(j % kConsumers) * kStages + s];
           if (i >= ahead) {
             EmptyBarrier::wait(&empty[s], ((i / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
             Barrier::arrive_and_expect_tx(bar, kStageBytes);
@@ -200,8 +188,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     return sc;
   };
-  Scales next = c < p.k_tiles && unit0 < p.units ? load_scales(unit0, c) : Scales{};
-  for (int j = 0, unit = unit0; unit < p.units; ++j, unit += unit_step) {
+  const int first_unit = unit0 + c * unit_step;
+  Scales next = first_unit < p.units ? load_scales(first_unit, 0) : Scales{};
+  for (int j = c, unit = first_unit; unit < p.units; j += kConsumers, unit += kConsumers * unit_step) {
     const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
 
     // No zero fill of acc: the first wgmma of a half overwrites it (scale-d 0); a fill would be a
@@ -211,13 +200,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int q = 0; q < T::kHalves * kAcc; ++q) sum[q] = 0.f;
 
-    for (int it = c, i = j * p.k_tiles + c; it < p.k_tiles; it += kConsumers, i += kConsumers) {
+    for (int it = 0, i = j * p.k_tiles; it < p.k_tiles; ++it, ++i) {
       const int s = i % kStages;
       const Scales sc = next;
-      if (it + kConsumers < p.k_tiles)
-        next = load_scales(unit, it + kConsumers);
-      else if (unit + unit_step < p.units)
-        next = load_scales(unit + unit_step, c);
+      if (it + 1 < p.k_tiles)
+        next = load_scales(unit, it + 1);
+      else if (unit + kConsumers * unit_step < p.units)
+        next = load_scales(unit + kConsumers * unit_step, 0);
       Barrier::wait(&my_full[s], (phases >> s) & 1);
       phases ^= 1u << s;
       const uint64_t da = desc_a + uint64_t(s * (T::kStageBytesA >> 4));
@@ -249,18 +238,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-
-    // Consumer 1's sums to consumer 0 (a thread's counterpart holds the same outputs): written after
-    // consumer 0 has read the previous tile's (barrier 1), read after they are written (barrier 2).
-    named_barrier_sync(1);
-    if (c == 1) {
-#pragma unroll
-      for (int q = 0; q < T::kHalves * kAcc; ++q) partial[q * 128 + t_in] = sum[q];
-    }
-    named_barrier_sync(2);
-    if (c == 1) continue;
-#pragma unroll
-    for (int q = 0; q < T::kHalves * kAcc; ++q) sum[q] += partial[q * 128 + t_in];
 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -2,9 +2,8 @@
 // recipe's block scales (swapffn/fp8.hpp) into the fp32 residual. It exists because cuBLASLt's
 // block-scaled matmul has only 128x128 tiles: at B = 1 (512 rows, d_model 1024) that is 32 CTAs on a
 // 132-SM GPU, each bound by the bytes it must read alone. wgmma e4m3 with fp32 accumulation, each
-// 128-k block promoted into fp32 registers with its scales (acc += block * sa[row] * sw[block]); the
-// even and the odd k blocks are summed apart, each in order, then added: one order at every tile
-// shape and row count, so an output's bits depend on neither.
+// 128-k block promoted into fp32 registers with its scales (acc += block * sa[row] * sw[block]), the
+// k blocks in order: an output's bits do not depend on the tile shape or the row count.
 #pragma once
 #include <cuda_runtime.h>
 
