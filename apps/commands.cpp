@@ -16,7 +16,7 @@ CLI::App* add_command(CLI::App& app, const std::string& name, const std::string&
 void FusedFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--kernels", kernels,
                   "fused backends: pin kernel choices, e.g. 'up=bn256_st4_sk1_mc1_p,router=folded,groups=2' "
-                  "(fused-fp8: router=, groups=, fp8up=cublas|sm90, fp8down=cublas|sm90)");
+                  "(fused-fp8: router=, groups=, fp8up=cublas|sm90)");
   cmd->add_option("--tune", tune_file,
                   "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE, else the "
                   "built-in choices)");

@@ -1,10 +1,9 @@
-// The fp8 GEMMs: BatchInvariantGemm with block-scaled e4m3 operands (cuBLASLt's BLK128x128_32F weight
-// scales and VEC128_32F activation scales, Hopper), and our sm90_fp8_gemm_residual, against
-// fp8::gemm_reference: the recipe's product of the
+// BatchInvariantGemm with block-scaled e4m3 operands (cuBLASLt's BLK128x128_32F weight scales and
+// VEC128_32F activation scales, Hopper) against fp8::gemm_reference: the recipe's product of the
 // same codes and scales, block sums in fp64. Tolerance: relative L2 error over the checked rows
 // <= 1e-3 with fp32 output, <= 4e-3 with bf16 output. Why not ~1e-6: Hopper's fp8 tensor cores
 // keep about 14 bits while they add inside a k-block (DeepSeek-V3 report, section 3.3.2), cuBLASLt
-// promotes to fp32 per 128-k block (and so does ours), so block sums carry ~1e-4 relative error; bf16 output adds its
+// promotes to fp32 per 128-k block, so block sums carry ~1e-4 relative error; bf16 output adds its
 // rounding (2^-9). A wrong scale layout (a transposed index, the weight's missing k-block pad, a
 // mixed-up row) gives errors of order 1. Also: a row's bits do not depend on the row count.
 #include <gtest/gtest.h>
@@ -13,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -21,7 +19,6 @@
 
 #include "cuda/common/batch_invariant_gemm.hpp"
 #include "cuda/common/gpu_engine.hpp"
-#include "cuda/kernels/sm90_fp8_gemm_residual.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/device_buffer.hpp"
 #include "swapffn/bf16.hpp"
@@ -81,32 +78,14 @@ struct DeviceOperands {
   }
 };
 
-// A product under test: rows of e4m3 activations x with their scales ([blocks(k), rows]) into `out`
-// (bf16 or fp32, accumulating or not, as the product was made).
-using Product = std::function<void(int64_t rows, const uint8_t* x, const float* xs, void* out)>;
-
-Product cublas_product(const BatchInvariantGemm& g, const DeviceOperands& d, const DeviceBuffer<uint8_t>& ws) {
-  return [&g, &d, &ws](int64_t rows, const uint8_t* x, const float* xs, void* out) {
-    g.run(rows, ScaledOperand{d.w.get(), d.w_scale.get()}, ScaledOperand{x, xs}, out, ws.get(), nullptr);
-  };
-}
-
-Product sm90_product(const HostOperands& o, const DeviceOperands& d, Fp8GemmTile tile, bool accumulate) {
-  return [&o, &d, tile, accumulate](int64_t rows, const uint8_t* x, const float* xs, void* out) {
-    launch_fp8_gemm_residual({x, xs, d.w.get(), d.w_scale.get(), int(weight_scale_stride(o.k)),
-                              static_cast<float*>(out), accumulate, int(rows), int(o.n), int(o.k)},
-                             tile, nullptr);
-  };
-}
-
-// Rows [r0, r0 + rows) through the product into an output of out_type, starting from `start` (used
-// when accumulating; else the output is poisoned with NaN first); returns the outputs widened to fp32.
-std::vector<float> run_rows(const Product& product, const HostOperands& o, const DeviceOperands& d, int64_t r0,
+// Rows [r0, r0 + rows) through g into `out` (device, out_type), starting from `start` (used when
+// accumulating; else the output is poisoned with NaN first); returns the outputs widened to fp32.
+std::vector<float> run_rows(const BatchInvariantGemm& g, const HostOperands& o, const DeviceOperands& d, int64_t r0,
                             int64_t rows, bool bf16_out, const std::vector<float>* start) {
   DeviceBuffer<float> xs;
   xs.upload(rows_innermost(o, r0, rows));
   const size_t n_out = size_t(rows * o.n);
-  DeviceBuffer<uint8_t> out(n_out * (bf16_out ? 2 : 4));
+  DeviceBuffer<uint8_t> out(n_out * (bf16_out ? 2 : 4)), ws(kWorkspace);
   if (bf16_out) {
     std::vector<bf16> init(n_out, bf16{0x7FC0});  // NaN
     if (start)
@@ -116,7 +95,8 @@ std::vector<float> run_rows(const Product& product, const HostOperands& o, const
     std::vector<float> init = start ? *start : std::vector<float>(n_out, std::numeric_limits<float>::quiet_NaN());
     CUDA_CHECK(cudaMemcpy(out.get(), init.data(), n_out * 4, cudaMemcpyHostToDevice));
   }
-  product(rows, d.x.get() + r0 * o.k, xs.get(), out.get());
+  g.run(rows, ScaledOperand{d.w.get(), d.w_scale.get()}, ScaledOperand{d.x.get() + r0 * o.k, xs.get()}, out.get(),
+        ws.get(), nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> got(n_out);
   if (bf16_out) {
@@ -147,20 +127,28 @@ struct Shape {
   bool bf16_out, accumulate;
 };
 
-// The accumulator a product starts from (random; bf16 values for bf16 output), or none.
-std::vector<float> random_start(const Shape& s) {
-  std::vector<float> start;
-  if (!s.accumulate) return start;
-  std::mt19937_64 rng(77);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  start.resize(size_t(s.rows * s.n));
-  for (auto& v : start) v = s.bf16_out ? round_bf16(nd(rng)) : nd(rng);
-  return start;
-}
+class Fp8Gemm : public ::testing::TestWithParam<Shape> {};
 
-// The product's outputs `got` (from `start` when accumulating) against the recipe's, over checked_rows.
-void expect_the_recipe(const Shape& s, const HostOperands& o, const std::vector<float>& start,
-                       const std::vector<float>& got) {
+TEST_P(Fp8Gemm, AgreesWithTheRecipesReference) {
+  const Shape s = GetParam();
+  const HostOperands o = make_operands(s.rows, s.n, s.k, 1000 + uint64_t(s.rows + s.n + s.k));
+  const DeviceOperands d(o);
+  OwnedLtHandle lt;
+  BatchInvariantGemm g(lt.h, s.n, s.k, s.bf16_out ? CUDA_R_16BF : CUDA_R_32F, s.accumulate, 512, kWorkspace,
+                       GemmOperands::e4m3_block_scaled);
+  g.set_rows(s.rows);
+  std::printf("[%s rows=%lld n=%lld k=%lld] anchor %s; at these rows %s\n", s.what, static_cast<long long>(s.rows),
+              static_cast<long long>(s.n), static_cast<long long>(s.k), g.describe().c_str(),
+              g.describe(s.rows).c_str());
+  std::vector<float> start;
+  if (s.accumulate) {
+    std::mt19937_64 rng(77);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    start.resize(size_t(s.rows * s.n));
+    for (auto& v : start) v = s.bf16_out ? round_bf16(nd(rng)) : nd(rng);
+  }
+  const std::vector<float> got = run_rows(g, o, d, 0, s.rows, s.bf16_out, s.accumulate ? &start : nullptr);
+
   const int64_t kb = fp8::blocks(s.k);
   double err2 = 0, ref2 = 0;
   std::vector<float> want(static_cast<size_t>(s.n));
@@ -180,25 +168,6 @@ void expect_the_recipe(const Shape& s, const HostOperands& o, const std::vector<
   std::printf("[%s] relative L2 error %.3g (tolerance %.0e)\n", s.what, rel, tol);
   EXPECT_LE(rel, tol);
   EXPECT_GT(ref2, 0.0);
-}
-
-class Fp8Gemm : public ::testing::TestWithParam<Shape> {};
-
-TEST_P(Fp8Gemm, AgreesWithTheRecipesReference) {
-  const Shape s = GetParam();
-  const HostOperands o = make_operands(s.rows, s.n, s.k, 1000 + uint64_t(s.rows + s.n + s.k));
-  const DeviceOperands d(o);
-  OwnedLtHandle lt;
-  BatchInvariantGemm g(lt.h, s.n, s.k, s.bf16_out ? CUDA_R_16BF : CUDA_R_32F, s.accumulate, 512, kWorkspace,
-                       GemmOperands::e4m3_block_scaled);
-  g.set_rows(s.rows);
-  std::printf("[%s rows=%lld n=%lld k=%lld] anchor %s; at these rows %s\n", s.what, static_cast<long long>(s.rows),
-              static_cast<long long>(s.n), static_cast<long long>(s.k), g.describe().c_str(),
-              g.describe(s.rows).c_str());
-  const DeviceBuffer<uint8_t> ws(kWorkspace);
-  const std::vector<float> start = random_start(s);
-  expect_the_recipe(s, o, start,
-                    run_rows(cublas_product(g, d, ws), o, d, 0, s.rows, s.bf16_out, s.accumulate ? &start : nullptr));
 }
 
 // The engine's products: the default model's w1|w3 GEMM (bf16 out, n = 2F) and w2 GEMM (fp32 h +=),
@@ -231,13 +200,11 @@ TEST(Fp8GemmBatchInvariance, RowBitsDoNotDependOnTheRowCount) {
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> start(size_t(big * n));
   for (auto& v : start) v = nd(rng);
-  const DeviceBuffer<uint8_t> ws(kWorkspace);
-  const Product product = cublas_product(g, d, ws);
-  const std::vector<float> all = run_rows(product, o, d, 0, big, false, &start);
+  const std::vector<float> all = run_rows(g, o, d, 0, big, false, &start);
   ASSERT_NE(0, std::memcmp(all.data(), start.data(), all.size() * sizeof(float))) << "the product changed nothing";
   const auto expect_same = [&](int64_t r0, int64_t rows) {
     const std::vector<float> part_start(start.begin() + r0 * n, start.begin() + (r0 + rows) * n);
-    const std::vector<float> part = run_rows(product, o, d, r0, rows, false, &part_start);
+    const std::vector<float> part = run_rows(g, o, d, r0, rows, false, &part_start);
     for (int64_t r = 0; r < rows; ++r)
       ASSERT_EQ(0, std::memcmp(&part[size_t(r * n)], &all[size_t((r0 + r) * n)], size_t(n) * sizeof(float)))
           << "row " << r0 + r << " differs between the 8192-row product and a " << rows << "-row one";
@@ -262,84 +229,6 @@ TEST(Fp8GemmRefusals, RowCountsAndShapesOutsideTheLayouts) {
   g.set_rows(8);
   DeviceBuffer<uint8_t> dummy(4096);
   EXPECT_THROW(g.run(8, dummy.get(), dummy.get(), dummy.get(), dummy.get(), nullptr), Error);  // no scales given
-}
-
-// sm90_fp8_gemm_residual (fused-fp8's down projection with fp8down=sm90), each tile, against the
-// same reference and tolerance: the default model's w2 GEMM at B = 1 (one tile per CTA with the
-// 64-column tile), at 1100 rows (several tiles per consumer, a partial last m tile) and without the
-// residual; the tiny model's (n = 128: the 256-column tile's second half lies past n; three k blocks,
-// fewer than the ring's stages); 40 rows (the cluster's second CTA has no rows); 4 rows.
-struct TiledShape {
-  Shape shape;
-  Fp8GemmTile tile;
-};
-
-class Sm90Fp8GemmResidual : public ::testing::TestWithParam<TiledShape> {};
-
-TEST_P(Sm90Fp8GemmResidual, AgreesWithTheRecipesReference) {
-  const auto [s, tile] = GetParam();
-  const HostOperands o = make_operands(s.rows, s.n, s.k, 2000 + uint64_t(s.rows + s.n + s.k));
-  const DeviceOperands d(o);
-  const std::vector<float> start = random_start(s);
-  const Product product = sm90_product(o, d, tile, s.accumulate);
-  const std::vector<float> got = run_rows(product, o, d, 0, s.rows, false, s.accumulate ? &start : nullptr);
-  expect_the_recipe(s, o, start, got);
-  const std::vector<float> again = run_rows(product, o, d, 0, s.rows, false, s.accumulate ? &start : nullptr);
-  EXPECT_EQ(0, std::memcmp(got.data(), again.data(), got.size() * sizeof(float))) << "runs differ";
-}
-
-std::vector<TiledShape> tiled_shapes() {
-  std::vector<TiledShape> v;
-  for (const Fp8GemmTile tile : {Fp8GemmTile::m64n64, Fp8GemmTile::m64n256})
-    for (const Shape& s : {Shape{"default down B=1", 512, 1024, 4096, false, true},
-                           Shape{"default down 1100 rows", 1100, 1024, 4096, false, true},
-                           Shape{"default down B=1 no residual", 512, 1024, 4096, false, false},
-                           Shape{"tiny down", 120, 128, 384, false, true}, Shape{"40 rows", 40, 384, 256, false, true},
-                           Shape{"four rows", 4, 256, 384, false, false}})
-      v.push_back({s, tile});
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, Sm90Fp8GemmResidual, ::testing::ValuesIn(tiled_shapes()),
-                         [](const auto& info) { return "shape" + std::to_string(info.index); });
-
-// A row's bits depend neither on the row count nor on the tile (the engine picks the tile by batch
-// size): the rows of an 8192-row product with the 256-column tile against the same rows in 512-row
-// products with either tile and in a 1000-row one.
-TEST(Sm90Fp8GemmResidualInvariance, RowBitsDoNotDependOnTheRowCountOrTheTile) {
-  constexpr int64_t n = 1024, k = 4096, big = 8192;
-  const HostOperands o = make_operands(big, n, k, 4343);
-  const DeviceOperands d(o);
-  std::mt19937_64 rng(6);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> start(size_t(big * n));
-  for (auto& v : start) v = nd(rng);
-  const std::vector<float> all = run_rows(sm90_product(o, d, Fp8GemmTile::m64n256, true), o, d, 0, big, false, &start);
-  ASSERT_NE(0, std::memcmp(all.data(), start.data(), all.size() * sizeof(float))) << "the product changed nothing";
-  const auto expect_same = [&](Fp8GemmTile tile, int64_t r0, int64_t rows) {
-    const std::vector<float> part_start(start.begin() + r0 * n, start.begin() + (r0 + rows) * n);
-    const std::vector<float> part = run_rows(sm90_product(o, d, tile, true), o, d, r0, rows, false, &part_start);
-    for (int64_t r = 0; r < rows; ++r)
-      ASSERT_EQ(0, std::memcmp(&part[size_t(r * n)], &all[size_t((r0 + r) * n)], size_t(n) * sizeof(float)))
-          << "row " << r0 + r << " differs between the 8192-row product and a " << rows << "-row one with tile "
-          << (tile == Fp8GemmTile::m64n64 ? "m64n64" : "m64n256");
-  };
-  expect_same(Fp8GemmTile::m64n256, 0, 1000);
-  for (const int64_t r0 : {int64_t{0}, int64_t{4096}, big - 512}) {
-    expect_same(Fp8GemmTile::m64n64, r0, 512);
-    expect_same(Fp8GemmTile::m64n256, r0, 512);
-  }
-}
-
-TEST(Sm90Fp8GemmResidualRefusals, WidthsOutsideTheTiles) {
-  DeviceBuffer<uint8_t> b(4096);
-  DeviceBuffer<float> s(64);
-  const auto args = [&](int n, int k) {
-    return Fp8GemmResidualArgs{b.get(), s.get(), b.get(), s.get(), 4, s.get(), true, 4, n, k};
-  };
-  EXPECT_THROW(launch_fp8_gemm_residual(args(96, 128), Fp8GemmTile::m64n64, nullptr), Error);
-  EXPECT_THROW(launch_fp8_gemm_residual(args(192, 128), Fp8GemmTile::m64n256, nullptr), Error);
-  EXPECT_THROW(launch_fp8_gemm_residual(args(128, 96), Fp8GemmTile::m64n64, nullptr), Error);
 }
 
 }  // namespace

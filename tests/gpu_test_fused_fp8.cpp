@@ -58,8 +58,7 @@ TEST_P(FusedFp8Check, AgreesWithReferenceWithinFp8Tolerance) {
 
 // Both event heads, row groups (120 rows as 64 + 56; 640 rows as 3 x 192 + 64; the default model's
 // 512 rows as 2 x 256), and the built-in choice at 16,000 rows (two groups on a 132-SM Hopper); each
-// up projection (cuBLASLt's GEMM then the SwiGLU kernel, or ours with both fused) and each down
-// projection (cuBLASLt's, or ours: 64x64 tiles at B = 1 on the default model, 64x256 beyond).
+// up projection (cuBLASLt's GEMM then the SwiGLU kernel, or ours with both fused).
 INSTANTIATE_TEST_SUITE_P(
     Paths, FusedFp8Check,
     ::testing::Values(CheckCase{"tiny", 1, 4, ""}, CheckCase{"tiny", 3, 4, ""}, CheckCase{"tiny", 16, 2, ""},
@@ -68,9 +67,7 @@ INSTANTIATE_TEST_SUITE_P(
                       CheckCase{"default", 2, 1, "router=cublas"}, CheckCase{"default", 1, 2, "groups=2"},
                       CheckCase{"tiny", 400, 2, ""}, CheckCase{"tiny", 3, 4, "fp8up=cublas"},
                       CheckCase{"tiny", 16, 2, "fp8up=cublas,groups=4"}, CheckCase{"default", 1, 2, "fp8up=cublas"},
-                      CheckCase{"default", 2, 1, "fp8up=cublas,fp8down=cublas,router=cublas"},
-                      CheckCase{"tiny", 3, 4, "fp8down=cublas"}, CheckCase{"default", 1, 2, "fp8down=cublas"},
-                      CheckCase{"default", 3, 1, ""}),
+                      CheckCase{"default", 2, 1, "fp8up=cublas,router=cublas"}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
 
 // The e4m3 operands really run: fused-fp8's delta differs from the bf16 fused path's by the order of
@@ -109,9 +106,9 @@ TEST(FusedFp8, NoResidualNoSiluAndDegenerateCountsAgree) {
     // decisions). The H200 gave 0.32 / 0.11 with cuBLASLt's up GEMM (bf16 gate and up products) and
     // 0.42 / 0.13 with ours (fp32 products), whose h moves the router's logits enough to flip one
     // decision of margin 0.36 (so its tau is 0.5; cuBLASLt's path keeps 0.25): the same order as the
-    // 30-40% error of h itself. Both heads and both paths (ours, all cuBLASLt) are run and printed.
+    // 30-40% error of h itself. Both heads and both up projections are run and printed.
     const Weights w = Weights::random(cfg, 17).quantized_fp8();
-    for (const char* kernels : {"router=folded", "router=cublas", "router=folded,fp8up=cublas,fp8down=cublas"}) {
+    for (const char* kernels : {"router=folded", "router=cublas", "router=folded,fp8up=cublas"}) {
       Tolerance tol = Tolerance::fp8();
       if (!cfg.ffn_residual) {
         tol.delta_rel_l2 = 0.5;
@@ -145,10 +142,8 @@ TEST(FusedFp8, RefusesShapesAndChoicesItCannotRunNamingThem) {
   EXPECT_THROW(fused_fp8(weights_of("tiny"), true, "up=bn256_st4_sk1_mc1"), Error);  // no dual GEMM tile here
   EXPECT_THROW(fused_fp8(weights_of("tiny"), true, "router=cublas,groups=2"), Error);
   EngineOptions bf16_with_fp8_choice;
-  for (const char* choice : {"fp8up=sm90", "fp8down=sm90"}) {
-    bf16_with_fp8_choice.fused.pinned = parse_fused_choice(choice);
-    EXPECT_THROW(make_engine("fused", weights_of("tiny"), bf16_with_fp8_choice), Error) << choice;
-  }
+  bf16_with_fp8_choice.fused.pinned = parse_fused_choice("fp8up=sm90");
+  EXPECT_THROW(make_engine("fused", weights_of("tiny"), bf16_with_fp8_choice), Error);
 }
 
 TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
@@ -157,7 +152,7 @@ TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
   const State s0 = random_state(w.cfg, B, 21);
   const auto x = decode_inputs(22, T, B, w.cfg.d_model);
   std::vector<Decoded> per_up;
-  for (const char* up : {"fp8up=cublas,fp8down=cublas", "fp8up=sm90,fp8down=sm90", "fp8up=sm90,fp8down=cublas"}) {
+  for (const char* up : {"fp8up=cublas", "fp8up=sm90"}) {
     SCOPED_TRACE(up);
     auto g = fused_fp8(w, true, up), n = fused_fp8(w, false, up);
     const Decoded rg = decode(*g, x, T, s0);
@@ -166,15 +161,13 @@ TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
     expect_bitwise_equal(rg, decode(*fused_fp8(w, true, up), x, T, s0));
     per_up.push_back(rg);
   }
-  // The two up projections round differently (a bf16 intermediate or none), and so do the two down
-  // projections (their block sums): equal bits would mean the choice did not reach the engine.
-  EXPECT_NE(0, std::memcmp(per_up[0].delta.data(), per_up[2].delta.data(), per_up[0].delta.size() * sizeof(float)));
-  EXPECT_NE(0, std::memcmp(per_up[1].delta.data(), per_up[2].delta.data(), per_up[1].delta.size() * sizeof(float)));
+  // The two up projections round differently (a bf16 intermediate or none): equal bits would mean
+  // the choice did not reach the engine.
+  EXPECT_NE(0, std::memcmp(per_up[0].delta.data(), per_up[1].delta.data(), per_up[0].delta.size() * sizeof(float)));
 }
 
 // A sequence's bits must not depend on its batch-mates or on B, whether its rows run in groups side
-// by side, with either event head and either up and down projection (`both`: the choices of both
-// runs). On the default model our down projection's tile changes with B (64x64 at B = 1).
+// by side, with either event head and either up projection (`both`: the choices of both runs).
 TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
   for (const auto& [preset, B, batch_kernels, both] :
        {std::tuple<const char*, int64_t, const char*, const char*>{"tiny", 5, "", "router=folded"},
@@ -183,8 +176,7 @@ TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         {"tiny", 400, "", "router=folded"},  // the built-in choice: two groups on 132 SMs
         {"default", 9, "", "router=cublas"},
         {"default", 9, "", "router=folded,fp8up=cublas"},
-        {"default", 9, "", "router=folded,fp8down=cublas"},
-        {"tiny", 400, "", "router=folded,fp8up=cublas,fp8down=cublas"}}) {
+        {"tiny", 400, "", "router=folded,fp8up=cublas"}}) {
     const std::string choices = both;
     gpu_test::expect_alone_as_in_a_batch("fused-fp8", preset, B, choices + (*batch_kernels ? "," : "") + batch_kernels,
                                          choices);
@@ -194,7 +186,7 @@ TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
 TEST(FusedFp8, RowGroupsGiveTheSameBitsAsOneGroup) {
   gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "tiny", 5, 3);
   gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "default", 1, 2);
-  gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "tiny", 5, 3, ",fp8up=cublas,fp8down=cublas");
+  gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "tiny", 5, 3, ",fp8up=cublas");
 }
 
 // A model that carries its e4m3 FFN (Weights::fp8_ffn, as `swapffn quantize` writes it) runs those

@@ -57,18 +57,16 @@ TEST(FusedOptions, ChoicesParseAndRoundTrip) {
   EXPECT_EQ(parse_fused_choice(c.describe()), c);
   for (const DualGemmTile t : kDualGemmTiles) EXPECT_EQ(parse_fused_choice(std::string("up=") + to_string(t)).up, t);
   EXPECT_EQ(parse_fused_choice("router=folded").router, EventHead::folded);
-  const FusedChoice f = parse_fused_choice("groups=2,fp8up=sm90,fp8down=cublas");
-  EXPECT_EQ(f.fp8_up, Fp8Gemm::sm90);
-  EXPECT_EQ(f.fp8_down, Fp8Gemm::cublas);
+  const FusedChoice f = parse_fused_choice("groups=2,fp8up=sm90");
+  EXPECT_EQ(f.fp8_up, Fp8UpGemm::sm90);
   EXPECT_TRUE(f.any());
   EXPECT_EQ(parse_fused_choice(f.describe()), f);
-  EXPECT_EQ(parse_fused_choice("fp8up=cublas").fp8_up, Fp8Gemm::cublas);
+  EXPECT_EQ(parse_fused_choice("fp8up=cublas").fp8_up, Fp8UpGemm::cublas);
   FusedOptions o;
   o.pinned = f;
   o.tuned = {TunedChoice{1, parse_fused_choice("up=bn256_st4_sk1_mc1,router=folded,groups=1")}};
   const FusedChoice at = o.at(16);  // the pinned choices over the tuned entry's
-  EXPECT_EQ(at.fp8_up, Fp8Gemm::sm90);
-  EXPECT_EQ(at.fp8_down, Fp8Gemm::cublas);
+  EXPECT_EQ(at.fp8_up, Fp8UpGemm::sm90);
   EXPECT_EQ(at.row_groups, 2);
   EXPECT_EQ(at.up, DualGemmTile::bn256);
 }
@@ -79,8 +77,7 @@ TEST(FusedOptions, BadChoicesAreRefusedNamingTheItem) {
            {"up=bn128_st6_sk1_mc2", "no such dual GEMM tile (known: bn256_st4_sk1_mc1"},
            {"router=event", "router=event: must be folded or cublas"}, {"groups=0", "groups=0"},
            {"groups=9", "from 1 to 8"}, {"groups=2x", "groups=2x"}, {"groups=", "groups="},
-           {"down=cublas", "unknown kernel choice 'down'"}, {"fp8up=fast", "fp8up=fast: must be cublas or sm90"},
-           {"fp8down=", "fp8down=: must be cublas or sm90"}})
+           {"down=cublas", "unknown kernel choice 'down'"}, {"fp8up=fast", "fp8up=fast: must be cublas or sm90"}})
     expect_error([&] { parse_fused_choice(spec); }, needle);
 }
 

@@ -20,16 +20,14 @@ enum class DualGemmTile : uint8_t {
 // the decision/swap kernel (any d_model).
 enum class EventHead : uint8_t { folded, cublas };
 
-// The fused-fp8 backend's GEMMs: cuBLASLt's block-scaled ones, or our Hopper e4m3 kernels. The up
-// projection: cuBLASLt's GEMM into bf16, then a SwiGLU and quantisation kernel; or ours with both in
-// its epilogue on the fp32 sums. The down projection: cuBLASLt's (128x128 tiles) or ours (tiles of
-// 64 rows, a wave of them at B = 1). They round differently, so the engine refuses a choice that
-// changes with B.
-enum class Fp8Gemm : uint8_t { cublas, sm90 };
+// The fused-fp8 backend's up projection: cuBLASLt's block-scaled GEMM into bf16, then a SwiGLU and
+// quantisation kernel; or our Hopper e4m3 kernel with both in its epilogue on the fp32 sums. They
+// round differently (a bf16 intermediate or none), so the engine refuses one that changes with B.
+enum class Fp8UpGemm : uint8_t { cublas, sm90 };
 
 const char* to_string(DualGemmTile t);  // "bn256_st4_sk1_mc1", "..._p", "bn256_st4_sk1_mc2_p"
 const char* to_string(EventHead h);     // "folded", "cublas"
-const char* to_string(Fp8Gemm g);     // "cublas", "sm90"
+const char* to_string(Fp8UpGemm g);     // "cublas", "sm90"
 inline constexpr DualGemmTile kDualGemmTiles[] = {DualGemmTile::bn256, DualGemmTile::bn256_persistent,
                                                   DualGemmTile::bn256_persistent_mc2};
 inline constexpr int kMaxRowGroups = 8;  // more only cut the rows finer than the GEMM tiles use
@@ -38,9 +36,9 @@ struct FusedChoice {
   std::optional<DualGemmTile> up;
   std::optional<EventHead> router;
   std::optional<int> row_groups;  // 1..kMaxRowGroups
-  std::optional<Fp8Gemm> fp8_up, fp8_down;  // fused-fp8 only
-  bool any() const { return up || router || row_groups || fp8_up || fp8_down; }
-  std::string describe() const;   // "up=...,router=...,groups=N,fp8up=...,fp8down=...", the set parts
+  std::optional<Fp8UpGemm> fp8_up;  // fused-fp8 only
+  bool any() const { return up || router || row_groups || fp8_up; }
+  std::string describe() const;   // "up=...,router=...,groups=N,fp8up=...", the set parts
   bool operator==(const FusedChoice&) const = default;
 };
 
@@ -58,7 +56,7 @@ struct FusedOptions {
   std::string describe() const;
 };
 
-// "up=<tile>,router=folded|cublas,groups=<1..8>,fp8up=cublas|sm90,fp8down=cublas|sm90", each part optional; throws naming
+// "up=<tile>,router=folded|cublas,groups=<1..8>,fp8up=cublas|sm90", each part optional; throws naming
 // the bad item.
 FusedChoice parse_fused_choice(const std::string& spec);
 

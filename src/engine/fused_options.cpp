@@ -25,10 +25,10 @@ EventHead parse_head(const std::string& v) {
   SWAPFFN_FAIL("kernel choice router=" + v + ": must be folded or cublas");
 }
 
-Fp8Gemm parse_fp8_gemm(const std::string& key, const std::string& v) {
-  if (v == "cublas") return Fp8Gemm::cublas;
-  if (v == "sm90") return Fp8Gemm::sm90;
-  SWAPFFN_FAIL("kernel choice " + key + "=" + v + ": must be cublas or sm90");
+Fp8UpGemm parse_fp8_up(const std::string& v) {
+  if (v == "cublas") return Fp8UpGemm::cublas;
+  if (v == "sm90") return Fp8UpGemm::sm90;
+  SWAPFFN_FAIL("kernel choice fp8up=" + v + ": must be cublas or sm90");
 }
 
 int parse_groups(const std::string& v) {
@@ -69,7 +69,7 @@ const char* to_string(DualGemmTile t) {
 
 const char* to_string(EventHead h) { return h == EventHead::folded ? "folded" : "cublas"; }
 
-const char* to_string(Fp8Gemm g) { return g == Fp8Gemm::cublas ? "cublas" : "sm90"; }
+const char* to_string(Fp8UpGemm g) { return g == Fp8UpGemm::cublas ? "cublas" : "sm90"; }
 
 std::string FusedChoice::describe() const {
   std::string s;
@@ -78,7 +78,6 @@ std::string FusedChoice::describe() const {
   if (router) add(std::string("router=") + to_string(*router));
   if (row_groups) add("groups=" + std::to_string(*row_groups));
   if (fp8_up) add(std::string("fp8up=") + to_string(*fp8_up));
-  if (fp8_down) add(std::string("fp8down=") + to_string(*fp8_down));
   return s;
 }
 
@@ -91,7 +90,6 @@ FusedChoice FusedOptions::at(int64_t batch) const {
   if (pinned.router) c.router = pinned.router;
   if (pinned.row_groups) c.row_groups = pinned.row_groups;
   if (pinned.fp8_up) c.fp8_up = pinned.fp8_up;
-  if (pinned.fp8_down) c.fp8_down = pinned.fp8_down;
   return c;
 }
 
@@ -117,11 +115,9 @@ FusedChoice parse_fused_choice(const std::string& spec) {
     else if (key == "groups")
       c.row_groups = parse_groups(val);
     else if (key == "fp8up")
-      c.fp8_up = parse_fp8_gemm(key, val);
-    else if (key == "fp8down")
-      c.fp8_down = parse_fp8_gemm(key, val);
+      c.fp8_up = parse_fp8_up(val);
     else
-      SWAPFFN_FAIL("unknown kernel choice '" + key + "' (known: up, router, groups, fp8up, fp8down)");
+      SWAPFFN_FAIL("unknown kernel choice '" + key + "' (known: up, router, groups, fp8up)");
     pos = end + 1;
   }
   return c;

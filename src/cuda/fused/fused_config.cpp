@@ -29,14 +29,7 @@ FusedKernelConfig defaults(const Config& cfg, int64_t rows) {
   // fused-fp8's up projection: our dual GEMM with the SwiGLU and the quantisation in its epilogue,
   // which skips the bf16 [M, 2F] round trip of cuBLASLt's GEMM and a kernel per FFN step
   // (docs/PERFORMANCE.md, "The fp8 path"); a numerics class, so the same at every batch size.
-  k.fp8_up = Fp8Gemm::sm90;
-  // Its down projection: ours, whose tiles of 64 rows fill the GPU at B = 1 where cuBLASLt's 128x128
-  // ones run on 32 CTAs, each bound by the bytes it reads (docs/PERFORMANCE.md); every B alike.
-  k.fp8_down = Fp8Gemm::sm90;
-  // 64x64 tiles while they fit one wave (B = 1: 128 of them); beyond, 64x256 tiles read half the
-  // bytes per output.
-  k.fp8_down_tile = sms > 0 && (rows + 63) / 64 * ((cfg.d_model + 63) / 64) <= sms ? Fp8GemmTile::m64n64
-                                                                                   : Fp8GemmTile::m64n256;
+  k.fp8_up = Fp8UpGemm::sm90;
   return k;
 }
 
@@ -45,7 +38,6 @@ void apply(FusedKernelConfig& k, const FusedChoice& c) {
   if (c.router) k.router = *c.router;
   if (c.row_groups) k.row_groups = *c.row_groups;
   if (c.fp8_up) k.fp8_up = *c.fp8_up;
-  if (c.fp8_down) k.fp8_down = *c.fp8_down;
 }
 
 FusedKernelConfig resolve(const Config& cfg, int64_t batch, const FusedOptions& opt) {
@@ -65,10 +57,6 @@ FusedKernelConfig select_fused_config(const Config& cfg, int64_t batch, const Fu
                                                        "size (batch invariance); batch ") +
                                               std::to_string(batch) + " would use " + to_string(k.fp8_up) +
                                               ", batch 1 " + to_string(one.fp8_up));
-  SWAPFFN_REQUIRE(k.fp8_down == one.fp8_down, std::string("fused-fp8: the down projection must be the same at every "
-                                                           "batch size (batch invariance); batch ") +
-                                                  std::to_string(batch) + " would use " + to_string(k.fp8_down) +
-                                                  ", batch 1 " + to_string(one.fp8_down));
   SWAPFFN_REQUIRE(k.router == EventHead::cublas || folded_event_router_fits(cfg.d_model),
                   "fused: the folded event head needs d_model <= " + std::to_string(kFoldedRouterMaxDModel) +
                       " (d_model = " + std::to_string(cfg.d_model) + "); use router=cublas");

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/kernels/sm90_fp8_gemm_residual.hpp"
 #include "swapffn/config.hpp"
 #include "swapffn/fused_options.hpp"
 
@@ -19,11 +18,8 @@ struct FusedKernelConfig {
   // on its own stream inside the step's graph, so one group's head and RMSNorms run under another
   // group's GEMMs. Rows are independent: no numerics change. Needs the folded head.
   int row_groups = 1;
-  // fused-fp8's up and down projections (fused_options.hpp): numerics classes, the same at every
-  // batch size.
-  Fp8Gemm fp8_up = Fp8Gemm::sm90;
-  Fp8Gemm fp8_down = Fp8Gemm::sm90;
-  Fp8GemmTile fp8_down_tile = Fp8GemmTile::m64n256;  // fp8down=sm90's tile; no numerics change
+  // fused-fp8's up projection (fused_options.hpp): a numerics class, the same at every batch size.
+  Fp8UpGemm fp8_up = Fp8UpGemm::sm90;
 };
 
 // The first row and the row count of each group when `rows` rows split into `groups` groups: whole

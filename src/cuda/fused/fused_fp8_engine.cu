@@ -6,9 +6,8 @@
 // they are also its router's operand); the up projection into e4m3 u
 // (fp8up=cublas: cuBLASLt's w1|w3 GEMM into bf16 [rows, 2F], then SwiGLU and quantisation,
 // fp8_swiglu_quantize; fp8up=sm90: our kernel with both in its epilogue, sm90_fp8_dual_gemm_swiglu);
-// the w2 GEMM adding into h in place (fp32; fp8down=sm90: our kernel, sm90_fp8_gemm_residual, with
-// its tile chosen per batch size; fp8down=cublas: cuBLASLt's with beta = 1). The cuBLASLt GEMMs are
-// its block-scaled fp8 matmul (Hopper), pinned per shape for batch invariance (BatchInvariantGemm). Its up GEMM writes
+// the w2 GEMM adding into h in place (fp32, beta = 1). The cuBLASLt GEMMs are its block-scaled fp8
+// matmul (Hopper), pinned per shape for batch invariance (BatchInvariantGemm). Its up GEMM writes
 // bf16: the output is quantised to e4m3 next, and bf16's rounding (2^-9) is far below e4m3's (2^-4)
 // at half the bytes of fp32.
 #include <cstdio>
@@ -23,7 +22,6 @@
 #include "cuda/kernels/fp8_quantize_rows.hpp"
 #include "cuda/kernels/fp8_swiglu_quantize.hpp"
 #include "cuda/kernels/sm90_fp8_dual_gemm_swiglu.hpp"
-#include "cuda/kernels/sm90_fp8_gemm_residual.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/fp8.hpp"
 
@@ -33,9 +31,7 @@ namespace {
 class FusedFp8Engine final : public FusedEngineBase {
  public:
   FusedFp8Engine(const Weights& w, const EngineOptions& opt)
-      : FusedEngineBase(w, opt),
-        up_(select_fused_config(cfg_, 1, opt_.fused).fp8_up),
-        down_(select_fused_config(cfg_, 1, opt_.fused).fp8_down) {
+      : FusedEngineBase(w, opt), up_(select_fused_config(cfg_, 1, opt_.fused).fp8_up) {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff, C = cfg_.core_count;
     // The model's own e4m3 weights when it has them (Weights::validate checked their shapes and
     // scales), else the recipe applied to its bf16 ones.
@@ -45,7 +41,7 @@ class FusedFp8Engine final : public FusedEngineBase {
     // cuBLASLt's up GEMM runs over [W1; W3] (rows [0, F) gate, [F, 2F) up); ours reads them interleaved
     // in blocks of 8 rows. Scales: W1's, then W3's (F % 128 == 0: the 128-row blocks do not straddle).
     std::vector<uint8_t> w13;
-    if (up_ == Fp8Gemm::sm90) {
+    if (up_ == Fp8UpGemm::sm90) {
       w13 = interleave_w13_e4m3(q.w1.data, q.w3.data, F, D);
     } else {
       w13 = q.w1.data;
@@ -58,16 +54,14 @@ class FusedFp8Engine final : public FusedEngineBase {
     w13_scale_.upload(w13_scale);
     w2_.upload(q.w2.data);
     w2_scale_.upload(weight_scales(q.w2));
-    if (up_ == Fp8Gemm::cublas)
+    if (up_ == Fp8UpGemm::cublas)
       up_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, 2 * F, D, CUDA_R_16BF, false, C, kGemmWorkspaceBytes,
                                                       GemmOperands::e4m3_block_scaled);
-    if (down_ == Fp8Gemm::cublas)
-      down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, D, F, CUDA_R_32F, cfg_.ffn_residual, C,
-                                                        kGemmWorkspaceBytes, GemmOperands::e4m3_block_scaled);
+    down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, D, F, CUDA_R_32F, cfg_.ffn_residual, C,
+                                                      kGemmWorkspaceBytes, GemmOperands::e4m3_block_scaled);
     if (const char* v = std::getenv("SWAPFFN_LOG_GEMMS"); v && *v && std::strcmp(v, "0") != 0)
       std::fprintf(stderr, "fused-fp8: w1|w3 GEMM %s\nfused-fp8: w2 GEMM %s\n",
-                   up_gemm_ ? up_gemm_->describe().c_str() : "sm90_fp8_dual_gemm_swiglu",
-                   down_gemm_ ? down_gemm_->describe().c_str() : "sm90_fp8_gemm_residual");
+                   up_gemm_ ? up_gemm_->describe().c_str() : "sm90_fp8_dual_gemm_swiglu", down_gemm_->describe().c_str());
   }
   std::string name() const override { return "fused-fp8"; }
   std::string precision() const override { return "fp8"; }
@@ -77,7 +71,7 @@ class FusedFp8Engine final : public FusedEngineBase {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff;
     for (const auto& [r0, n] : groups_) {
       if (up_gemm_) up_gemm_->set_rows(n);
-      if (down_gemm_) down_gemm_->set_rows(n);
+      down_gemm_->set_rows(n);
     }
     // Indexed by row (each group uses its own rows), the scales of a group's rows in its own
     // [k / 128, rows] block at the group's first row times k / 128.
@@ -111,7 +105,7 @@ class FusedFp8Engine final : public FusedEngineBase {
     float* us = us_.get() + g0 * (F / fp8::kBlock);
     if (const FfnOperand in = ffn_operand(g); in.bf16)  // the cuBLAS head's rows
       launch_quantize_rows_e4m3(in.bf16, rows, D, xq, xs, stream, /*pdl=*/true);
-    if (up_ == Fp8Gemm::sm90) {
+    if (up_ == Fp8UpGemm::sm90) {
       const int64_t stride = weight_scale_stride(D);
       launch_fp8_dual_gemm_swiglu({xq, xs, w13_.get(), w13_scale_.get(),
                                    w13_scale_.get() + fp8::blocks(F) * stride, int(stride), uq, us, int(rows), int(F),
@@ -122,18 +116,13 @@ class FusedFp8Engine final : public FusedEngineBase {
                     stream);
       launch_swiglu_quantize_e4m3(as_nv(gu), rows, F, uq, us, stream, /*pdl=*/true);
     }
-    if (down_ == Fp8Gemm::sm90)
-      launch_fp8_gemm_residual({uq, us, w2_.get(), w2_scale_.get(), int(weight_scale_stride(F)), h_.get() + g0 * D,
-                                cfg_.ffn_residual, int(rows), int(D), int(F)},
-                               kcfg_.fp8_down_tile, stream);
-    else
-      down_gemm_->run(rows, ScaledOperand{w2_.get(), w2_scale_.get()}, ScaledOperand{uq, us}, h_.get() + g0 * D,
-                      workspace(g), stream);
+    down_gemm_->run(rows, ScaledOperand{w2_.get(), w2_scale_.get()}, ScaledOperand{uq, us}, h_.get() + g0 * D,
+                    workspace(g), stream);
   }
 
  private:
-  Fp8Gemm up_, down_;  // at every batch size (select_fused_config)
-  std::unique_ptr<BatchInvariantGemm> up_gemm_, down_gemm_;  // fp8up=cublas, fp8down=cublas only
+  Fp8UpGemm up_;                                       // at every batch size (select_fused_config)
+  std::unique_ptr<BatchInvariantGemm> up_gemm_, down_gemm_;  // up_gemm_: fp8up=cublas only
   DeviceBuffer<uint8_t> w13_, w2_;           // e4m3 [2F, D] ([W1; W3], or interleaved for sm90) and [D, F]
   DeviceBuffer<float> w13_scale_, w2_scale_;  // their block scales (weight_scales' layout)
   DeviceBuffer<uint8_t> xq_, uq_;             // e4m3 [M, D] and [M, F]
@@ -155,7 +144,7 @@ std::unique_ptr<Engine> make_fused_fp8_engine(const Weights& w, const EngineOpti
   need(w.cfg.core_count % 4 == 0, "core_count = " + std::to_string(w.cfg.core_count) +
                                       " is not a multiple of 4 (cuBLASLt's 1x128 scales need row counts that are)");
   SWAPFFN_REQUIRE(!opt.fused.pinned.up && opt.fused.tuned.empty(),
-                  "backend 'fused-fp8' takes the kernel choices router=, groups=, fp8up= and fp8down= only (no dual GEMM tile, "
+                  "backend 'fused-fp8' takes the kernel choices router=, groups= and fp8up= only (no dual GEMM tile, "
                   "no tuning cache)");
   select_fused_config(w.cfg, 1, opt.fused);  // a choice that cannot run: fail now
   return std::make_unique<FusedFp8Engine>(w, opt);
