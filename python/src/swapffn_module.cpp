@@ -103,7 +103,10 @@ nb::tuple step_host(PyEngine& e, PyPool& p, HostF32 x, HostIds ids, HostF32 out,
                         nb::ndarray<nb::numpy, uint8_t, nb::ndim<3>>(slot->data(), 3, shape, own_slot));
 }
 
-#ifdef SWAPFFN_WITH_CUDA
+#ifndef SWAPFFN_WITH_CUDA
+// What the CUDA-array entry points do in a build without CUDA.
+[[noreturn]] void no_cuda(const PyPool&, uintptr_t) { SWAPFFN_FAIL("this build has no CUDA: pass host arrays"); }
+#else
 // The engine's GPU side, for CUDA arrays that must all be on its device (names: theirs, for the error).
 cuda::GpuEngine& device_engine(PyEngine& e, std::initializer_list<int32_t> devices, const char* names) {
   for (const int32_t d : devices)
@@ -124,9 +127,7 @@ void step_device(PyEngine& e, PyPool& p, CudaF32 x, CudaIds ids, CudaF32 out, ui
   g.enqueue_step_slots(x.data(), ids.data(), int64_t(ids.shape(0)), out.data(), *p.pool,
                         reinterpret_cast<cudaStream_t>(stream));
 #else
-  (void)p;
-  (void)stream;
-  SWAPFFN_FAIL("this build has no CUDA: pass host arrays");
+  no_cuda(p, stream);
 #endif
 }
 
@@ -143,9 +144,7 @@ void decode_device(PyEngine& e, PyPool& p, CudaSteps xs, CudaIds ids, CudaSteps 
   g.enqueue_decode_slots(xs.data(), out.data(), int64_t(xs.shape(0)), *p.pool, ids.data(), int64_t(ids.shape(0)),
                           reinterpret_cast<cudaStream_t>(stream));
 #else
-  (void)p;
-  (void)stream;
-  SWAPFFN_FAIL("this build has no CUDA: pass host arrays");
+  no_cuda(p, stream);
 #endif
 }
 
