@@ -12,11 +12,11 @@
 // starts when the first is kStages stages from its tile's end (k = 1024: 8 stages, about half a
 // tile) and they stay staggered. Each consumer has its own full barriers per stage: it sees only
 // its own phases of them, although it skips the other's stages.
-// Per stage (one 128-k block of the scales) a consumer runs the tile's four 64-column quarters (four
-// wgmma m64n64k32 each) into two accumulator sets in turn, so that the tensor cores run one quarter
-// while the consumer adds the previous one into its fp32 sums, scaled by sa[row] * sw[gate or up
-// block] (the recipe's order: scale the block sum, then add): the wgmmas drain once per stage, not
-// twice (two 128-column sets and the sums would not fit the registers). The epilogue computes u, the row's amax over its 128 outputs (a quad shuffle), and stores the e4m3
+// Per stage (one 128-k block of the scales) a consumer runs the tile's two 128-column halves one
+// after the other (four wgmma m64n128k32 each into one set of fresh accumulators: two sets and the
+// fp32 sums would not fit the registers), waits for them and adds each block into its fp32 sums
+// scaled by sa[row] * sw[gate or up block] (the recipe's order: scale the block sum, then add). The
+// epilogue computes u, the row's amax over its 128 outputs (a quad shuffle), and stores the e4m3
 // codes and the block's scale. Its arithmetic is the fast kind (exp2 and reciprocal approximations,
 // u times 1/scale): the tensor cores' block sums already differ from the recipe's in the last bits.
 #include "cuda/kernels/sm90_fp8_dual_gemm_swiglu.hpp"
@@ -53,12 +53,9 @@ constexpr float kMinNormalFloat = 1.17549435e-38f;  // FLT_MIN, 2^-126
 constexpr int kClusterM = 2;             // CTAs along m sharing (multicasting) one W13 tile
 constexpr int kConsumers = 2;            // warpgroups taking every other tile (ping-pong)
 constexpr int kThreads = 128 * (1 + kConsumers);
-constexpr int kQuarters = 4;             // 64-column quarters of a tile, one wgmma set each
-constexpr int kQuarterN = kBN / kQuarters;  // interleaved columns per wgmma set
-constexpr int kAcc = kQuarterN / 2;      // m64n64 fp32 accumulators per thread (two sets)
-constexpr int kSums = kBN / 2;           // the tile's fp32 sums per thread
-constexpr int kHalfN = kBN / 2;          // the epilogue's two 64-output halves of the tile
-constexpr int kHalfSums = kSums / 2;     // a half's sums per thread
+constexpr int kHalves = 2;               // 128-column halves of a tile, one wgmma set each
+constexpr int kHalfN = kBN / kHalves;    // interleaved columns per wgmma set
+constexpr int kAcc = kHalfN / 2;         // m64n128 fp32 accumulators per thread
 constexpr int kStageBytesA = kBM * kBK, kStageBytesB = kBN * kBK;
 // Stages, then the full barriers [consumer][stage] and the empty ones [stage]; 1024 bytes of
 // alignment slack.
@@ -69,15 +66,14 @@ static_assert(kBN / 2 == kFp8Block, "a tile's outputs must be one whole 1x128 bl
 static_assert(kBK == kFp8Block, "a stage must be one 128-k block of the scales");
 static_assert(kBN % kClusterM == 0 && (kBN / kClusterM * kBK) % 1024 == 0,
               "each CTA's share of the W13 tile must keep the 1024-byte alignment of the 128B swizzle");
-static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0 && (kQuarterN * kBK) % 1024 == 0,
+static_assert(kStageBytesA % 1024 == 0 && kStageBytesB % 1024 == 0 && (kHalfN * kBK) % 1024 == 0,
               "stage buffers and each half of B must keep the 1024-byte alignment of the 128B swizzle");
 static_assert(kSmemBytes <= 227 * 1024, "the stages must fit the 227 KB of shared memory a CTA may opt into");
 static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "the setmaxnreg targets must fit");
 static_assert(kStages <= 32, "a consumer keeps its stages' full-barrier phases in the bits of one word");
 
-using Mma = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
-static_assert(kQuarterN == 64, "the wgmma atom is m64n64k32");
-static_assert(kQuarters % 2 == 0, "a stage's quarters alternate the two accumulator sets, starting with set 0");
+using Mma = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
+static_assert(kHalfN == 128, "the wgmma atom is m64n128k32");
 
 struct Params {
   const float* x_scale;
@@ -195,36 +191,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
     const int m0 = m_tile * kBM + r0, m1 = m0 + 8;
 
-    // No zero fill of acc: the first wgmma of a quarter overwrites it (scale-d 0); a fill would be a
+    // No zero fill of acc: the first wgmma of a half overwrites it (scale-d 0); a fill would be a
     // non-wgmma definition inside the MMA pipeline (ptxas C7515). The sums start at 0.
-    float acc[2][kAcc];
-    float sum[kSums];
+    float acc[kAcc];
+    float sum[kHalves * kAcc];
 #pragma unroll
-    for (int q = 0; q < kSums; ++q) sum[q] = 0.f;
-    // A stage's scale products: gate and up times the rows r0 and r0 + 8.
-    struct Products {
-      float g0, g1, u0, u1;
-    };
-    // Quarter q of a stage: interleaved columns [64 q, 64 q + 64), its 8-column block b the sums'
-    // block 8 q + b: gate values when b is even, up values when odd; entries 0-1 row r0, 2-3 r0 + 8.
-    const auto promote = [&](const float(&a)[kAcc], int q, const Products& pr) {
-      float* qs = sum + q * kAcc;
-#pragma unroll
-      for (int b = 0; b < kAcc / 4; ++b) {
-        const float lo = (b & 1) ? pr.u0 : pr.g0, hi = (b & 1) ? pr.u1 : pr.g1;
-        qs[4 * b + 0] = fmaf(lo, a[4 * b + 0], qs[4 * b + 0]);
-        qs[4 * b + 1] = fmaf(lo, a[4 * b + 1], qs[4 * b + 1]);
-        qs[4 * b + 2] = fmaf(hi, a[4 * b + 2], qs[4 * b + 2]);
-        qs[4 * b + 3] = fmaf(hi, a[4 * b + 3], qs[4 * b + 3]);
-      }
-    };
-    // The stage back to both CTAs once its last wgmmas are done: each multicasts into it.
-    const auto release = [&](int s) {
-      if (lane == 0)
-        for (int y = 0; y < kClusterM; ++y) EmptyBarrier::arrive(&empty[s], y, 1);
-    };
-    // Stage `it` of the unit (ring stage s): its scales (loaded a stage ahead), then its full barrier.
-    const auto begin_stage = [&](int it, int s) {
+    for (int q = 0; q < kHalves * kAcc; ++q) sum[q] = 0.f;
+
+    for (int it = 0, i = j * p.k_tiles; it < p.k_tiles; ++it, ++i) {
+      const int s = i % kStages;
       const Scales sc = next;
       if (it + 1 < p.k_tiles)
         next = load_scales(unit, it + 1);
@@ -232,40 +207,35 @@ __global__ void __launch_bounds__(kThreads, 1)
         next = load_scales(unit + kConsumers * unit_step, 0);
       Barrier::wait(&my_full[s], (phases >> s) & 1);
       phases ^= 1u << s;
-      return Products{sc.a0 * sc.g, sc.a1 * sc.g, sc.a0 * sc.u, sc.a1 * sc.u};
-    };
-    const auto issue = [&](float(&a)[kAcc], int s, int q) {
       const uint64_t da = desc_a + uint64_t(s * (kStageBytesA >> 4));
-      const uint64_t db = desc_b + uint64_t((s * kStageBytesB + q * kQuarterN * kBK) >> 4);
-      fence(a);
-      cute::warpgroup_arrive();
+      const float g0 = sc.a0 * sc.g, g1 = sc.a1 * sc.g, u0 = sc.a0 * sc.u, u1 = sc.a1 * sc.u;
 #pragma unroll
-      for (int kk = 0; kk < kBK / 32; ++kk)
-        sm90::wgmma_call<Mma>(da + (kk * 32 >> 4), db + (kk * 32 >> 4), a,
-                              kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
-                              std::make_index_sequence<kAcc>{});
-      cute::warpgroup_commit_batch();
-    };
-    // Quarter q runs on set q % 2; once the next quarter is issued, the wait for all but it leaves
-    // quarter q done, and the consumer promotes it while the tensor cores run the next. The last
-    // quarter drains: with wgmmas in flight across the loop's back edge ptxas serialises them
-    // (C7514), and unrolling two stages between drains spills.
-    float(&last)[kAcc] = acc[(kQuarters - 1) % 2];
-    for (int it = 0, i = j * p.k_tiles; it < p.k_tiles; ++it, ++i) {
-      const int s = i % kStages;
-      const Products pr = begin_stage(it, s);
+      for (int half = 0; half < kHalves; ++half) {
+        const uint64_t db = desc_b + uint64_t((s * kStageBytesB + half * kHalfN * kBK) >> 4);
+        fence(acc);
+        cute::warpgroup_arrive();
 #pragma unroll
-      for (int q = 0; q < kQuarters; ++q) {
-        issue(acc[q % 2], s, q);
-        if (q == 0) continue;
-        cute::warpgroup_wait<1>();
-        fence(acc[(q + 1) % 2]);
-        promote(acc[(q + 1) % 2], q - 1, pr);
+        for (int kk = 0; kk < kBK / 32; ++kk)
+          sm90::wgmma_call<Mma>(da + (kk * 32 >> 4), db + (kk * 32 >> 4), acc,
+                                kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+                                std::make_index_sequence<kAcc>{});
+        cute::warpgroup_commit_batch();
+        cute::warpgroup_wait<0>();
+        fence(acc);
+        if (half == kHalves - 1 && lane == 0)  // the stage back to both CTAs: each multicasts into it
+          for (int y = 0; y < kClusterM; ++y) EmptyBarrier::arrive(&empty[s], y, 1);
+        // 8-column block q of the accumulators: gate values when q is even, up values when odd (the
+        // interleave); its entries 0-1 are row r0, 2-3 row r0 + 8.
+        float* hs = sum + half * kAcc;
+#pragma unroll
+        for (int q = 0; q < kAcc / 4; ++q) {
+          const float lo = (q & 1) ? u0 : g0, hi = (q & 1) ? u1 : g1;
+          hs[4 * q + 0] = fmaf(lo, acc[4 * q + 0], hs[4 * q + 0]);
+          hs[4 * q + 1] = fmaf(lo, acc[4 * q + 1], hs[4 * q + 1]);
+          hs[4 * q + 2] = fmaf(hi, acc[4 * q + 2], hs[4 * q + 2]);
+          hs[4 * q + 3] = fmaf(hi, acc[4 * q + 3], hs[4 * q + 3]);
+        }
       }
-      cute::warpgroup_wait<0>();
-      fence(last);
-      release(s);
-      promote(last, kQuarters - 1, pr);
     }
 
     // u of output group g (8 outputs: the gate block 2g and the up block 2g + 1 of a half), row half
@@ -273,15 +243,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     // are [64 half, 64 half + 64) of the tile's 128.
     float amax[2] = {0.f, 0.f};
 #pragma unroll
-    for (int half = 0; half < 2; ++half)
+    for (int half = 0; half < kHalves; ++half)
 #pragma unroll
-      for (int g = 0; g < kHalfSums / 8; ++g)
+      for (int g = 0; g < kAcc / 8; ++g)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            float& v = sum[half * kHalfSums + 4 * (2 * g) + 2 * h + e];
-            v = silu_mul(v, sum[half * kHalfSums + 4 * (2 * g + 1) + 2 * h + e]);
+            float& v = sum[half * kAcc + 4 * (2 * g) + 2 * h + e];
+            v = silu_mul(v, sum[half * kAcc + 4 * (2 * g + 1) + 2 * h + e]);
             amax[h] = fmaxf(amax[h], fabsf(v));
           }
     // The row's 128 outputs lie in the quad of lanes sharing lane / 4.
@@ -302,10 +272,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (m >= p.m) continue;
       uint8_t* row = p.u + int64_t(m) * p.f + col0;
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
+      for (int half = 0; half < kHalves; ++half)
 #pragma unroll
-        for (int g = 0; g < kHalfSums / 8; ++g) {
-          const float* v = sum + half * kHalfSums + 4 * (2 * g) + 2 * h;
+        for (int g = 0; g < kAcc / 8; ++g) {
+          const float* v = sum + half * kAcc + 4 * (2 * g) + 2 * h;
           const __nv_fp8x2_storage_t codes =
               __nv_cvt_float2_to_fp8x2(make_float2(code_of(v[0]), code_of(v[1])), __NV_SATFINITE, __NV_E4M3);
           *reinterpret_cast<__nv_fp8x2_storage_t*>(row + half * (kHalfN / 2) + 8 * g) = codes;
