@@ -91,13 +91,6 @@ struct RouterOutputs {
 };
 
 template <class T>
-std::vector<T> download(const DeviceBuffer<T>& b) {
-  std::vector<T> v(b.size());
-  CUDA_CHECK(cudaMemcpy(v.data(), b.get(), v.size() * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
-
-template <class T>
 bool same_bits(const std::vector<T>& x, const std::vector<T>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
 }
@@ -164,10 +157,10 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, c
                          .eps = 1e-6f, .router_fold = fold.get(), .cores = film ? film->cores : in.rows,
                          .film_scale = film ? scale.get() : nullptr, .film_shift = film ? shift.get() : nullptr});
   CUDA_CHECK(cudaDeviceSynchronize());
-  RouterOutputs out{download(h), download(ram), download(norm_out), download(map), download(gate), download(slot), {}, {}};
+  RouterOutputs out{h.download(), ram.download(), norm_out.download(), map.download(), gate.download(), slot.download(), {}, {}};
   if (form == Operand::e4m3) {
-    out.norm_e4m3 = download(norm_e4m3);
-    out.norm_scales = download(norm_scales);
+    out.norm_e4m3 = norm_e4m3.download();
+    out.norm_scales = norm_scales.download();
   }
   return out;
 }

@@ -33,7 +33,6 @@
 namespace swapffn::cuda {
 namespace {
 
-using router_test::download;
 using router_test::expect_same_outputs;
 using router_test::FilmInputs;
 using router_test::in_two_launches;
@@ -247,7 +246,7 @@ TEST(FoldedEventRouter, CoreBroadcastInTheHeadGivesTheFilmKernelsBits) {
                      nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
     RouterInputs after_film = in;
-    after_film.h = download(h);
+    after_film.h = h.download();
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t d = 0; d < sh.d; ++d) {
         const size_t b = size_t(m / sh.cores), c = size_t(m % sh.cores), D = size_t(sh.d);

@@ -29,13 +29,6 @@
 namespace swapffn::cuda {
 namespace {
 
-template <class T>
-std::vector<T> download(const DeviceBuffer<T>& d, size_t n) {
-  std::vector<T> h(n);
-  CUDA_CHECK(cudaMemcpy(h.data(), d.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-
 // Poisoned device outputs: codes 0x7F (NaN, which no finite input quantises to) and NaN scales.
 struct QuantOut {
   DeviceBuffer<uint8_t> q;
@@ -45,6 +38,17 @@ struct QuantOut {
     s.upload(std::vector<float>(size_t(rows * (k / 128)), std::nanf("")));
   }
 };
+
+// Row r's block scales (the [k / 128, rows] layout) bit for bit against the recipe's.
+::testing::AssertionResult same_scales(const std::vector<float>& want, const std::vector<float>& s, int64_t rows,
+                                       int64_t r) {
+  for (size_t b = 0; b < want.size(); ++b) {
+    const float got = s[b * size_t(rows) + size_t(r)];
+    if (std::memcmp(&want[b], &got, sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << "scale of row " << r << " block " << b << ": " << got << " vs " << want[b];
+  }
+  return ::testing::AssertionSuccess();
+}
 
 // Rows of bf16 values exercising the recipe's cases, block by block.
 std::vector<bf16> special_rows(int64_t rows, int64_t k, uint64_t seed) {
@@ -77,17 +81,15 @@ TEST(Fp8Quantize, Bf16RowsAreBitExactWithTheRecipe) {
     launch_quantize_rows_e4m3(reinterpret_cast<const __nv_bfloat16*>(xd.get()), rows, k, out.q.get(), out.s.get(),
                               nullptr, /*pdl=*/true);
     CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<uint8_t> q = download(out.q, size_t(rows * k));
-    const std::vector<float> s = download(out.s, size_t(rows * (k / 128)));
+    const std::vector<uint8_t> q = out.q.download(size_t(rows * k));
+    const std::vector<float> s = out.s.download(size_t(rows * (k / 128)));
     std::vector<float> row(static_cast<size_t>(k)), want_s(static_cast<size_t>(k / 128));
     std::vector<uint8_t> want_q(static_cast<size_t>(k));
     int64_t subnormal_codes = 0, saturated = 0;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < k; ++c) row[size_t(c)] = bf16_to_float(x[size_t(r * k + c)]);
       fp8::quantize_row(row.data(), k, want_q.data(), want_s.data());
-      for (int64_t b = 0; b < k / 128; ++b)
-        ASSERT_EQ(0, std::memcmp(&want_s[size_t(b)], &s[size_t(b * rows + r)], sizeof(float)))
-            << "scale of row " << r << " block " << b << ": " << s[size_t(b * rows + r)] << " vs " << want_s[size_t(b)];
+      ASSERT_TRUE(same_scales(want_s, s, rows, r));
       for (int64_t c = 0; c < k; ++c) {
         ASSERT_EQ(int(want_q[size_t(c)]), int(q[size_t(r * k + c)])) << "code of row " << r << " column " << c;
         subnormal_codes += (want_q[size_t(c)] & 0x78) == 0 && (want_q[size_t(c)] & 0x07) != 0;
@@ -117,8 +119,8 @@ TEST(Fp8Quantize, SwigluThenQuantiseFollowsTheRecipe) {
   launch_swiglu_quantize_e4m3(reinterpret_cast<const __nv_bfloat16*>(gd.get()), rows, F, out.q.get(), out.s.get(),
                               nullptr, /*pdl=*/true);
   CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<uint8_t> q = download(out.q, size_t(rows * F));
-  const std::vector<float> s = download(out.s, size_t(rows * (F / 128)));
+  const std::vector<uint8_t> q = out.q.download(size_t(rows * F));
+  const std::vector<float> s = out.s.download(size_t(rows * (F / 128)));
   std::vector<float> u(static_cast<size_t>(F)), want_s(static_cast<size_t>(F / 128));
   std::vector<uint8_t> want_q(static_cast<size_t>(F));
   int64_t differ = 0;
@@ -170,17 +172,15 @@ TEST(Fp8Quantize, RmsnormE4m3IsTheRecipeOnItsBf16Output) {
     launch_rmsnorm(hd.get(), gd.get(), {.e4m3 = out.q.get(), .scales = out.s.get()}, rows, D, 1e-6f, nullptr,
                    /*pdl=*/true);
     CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<__nv_bfloat16> x = download(bf, size_t(rows * D));
-    const std::vector<uint8_t> q = download(out.q, size_t(rows * D));
-    const std::vector<float> s = download(out.s, size_t(rows * (D / 128)));
+    const std::vector<__nv_bfloat16> x = bf.download(size_t(rows * D));
+    const std::vector<uint8_t> q = out.q.download(size_t(rows * D));
+    const std::vector<float> s = out.s.download(size_t(rows * (D / 128)));
     std::vector<float> row(static_cast<size_t>(D)), want_s(static_cast<size_t>(D / 128));
     std::vector<uint8_t> want_q(static_cast<size_t>(D));
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t d = 0; d < D; ++d) row[size_t(d)] = __bfloat162float(x[size_t(r * D + d)]);
       fp8::quantize_row(row.data(), D, want_q.data(), want_s.data());
-      for (int64_t b = 0; b < D / 128; ++b)
-        ASSERT_EQ(0, std::memcmp(&want_s[size_t(b)], &s[size_t(b * rows + r)], sizeof(float)))
-            << "scale of row " << r << " block " << b << ": " << s[size_t(b * rows + r)] << " vs " << want_s[size_t(b)];
+      ASSERT_TRUE(same_scales(want_s, s, rows, r));
       ASSERT_EQ(0, std::memcmp(want_q.data(), &q[size_t(r * D)], size_t(D))) << "codes of row " << r;
     }
     EXPECT_EQ(s[3], 1.0f) << "the zero row's scale is 1";

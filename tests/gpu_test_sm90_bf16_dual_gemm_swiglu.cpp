@@ -26,13 +26,6 @@ std::vector<bf16> random_bf16(size_t n, std::mt19937_64& rng, float scale) {
   return v;
 }
 
-template <class T>
-std::vector<T> download(const DeviceBuffer<T>& d, size_t n) {
-  std::vector<T> h(n);
-  CUDA_CHECK(cudaMemcpy(h.data(), d.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-
 double dot(const bf16* a, const bf16* b, int k) {
   double s = 0;
   for (int i = 0; i < k; ++i) s += double(bf16_to_float(a[i])) * bf16_to_float(b[i]);
@@ -67,7 +60,7 @@ TEST_P(DualGemm, MatchesCpuAndIsDeterministic) {
     launch_dual_gemm_swiglu(args, v, nullptr);
     SWAPFFN_CHECK_LAUNCH();
     CUDA_CHECK(cudaDeviceSynchronize());
-    runs.push_back(download(du, size_t(m) * f + kGuard));
+    runs.push_back(du.download(size_t(m) * f + kGuard));
   }
   ASSERT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 2)) << "not deterministic";
   for (size_t i = size_t(m) * f; i < runs[0].size(); ++i)

@@ -35,13 +35,6 @@
 namespace swapffn::cuda {
 namespace {
 
-template <class T>
-std::vector<T> download(const DeviceBuffer<T>& d, size_t n) {
-  std::vector<T> h(n);
-  CUDA_CHECK(cudaMemcpy(h.data(), d.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-
 fp8::BlockScaledWeight random_weight(int64_t rows, int64_t cols, std::mt19937_64& rng, float scale, const char* what) {
   std::normal_distribution<float> nd(0.f, scale);
   std::vector<bf16> w(size_t(rows * cols));
@@ -105,7 +98,7 @@ std::pair<std::vector<uint8_t>, std::vector<float>> run_dual(const Rows& x, cons
                                ud.get(), usd.get(), int(m), int(f), int(k)},
                               nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
-  return {download(ud, size_t(m * f)), download(usd, size_t(fb * m))};
+  return {ud.download(size_t(m * f)), usd.download(size_t(fb * m))};
 }
 
 struct Shape {

@@ -64,6 +64,14 @@ class DeviceBuffer {
     CUDA_CHECK(cudaMemcpy(p_, host, n * sizeof(T), cudaMemcpyHostToDevice));
   }
   void upload(const std::vector<T>& host) { upload(host.data(), host.size()); }
+  // The first n elements, or all of them, copied to the host.
+  std::vector<T> download(size_t n) const {
+    SWAPFFN_REQUIRE(n <= n_, "download of " + std::to_string(n) + " elements from a buffer of " + std::to_string(n_));
+    std::vector<T> host(n);
+    if (n > 0) CUDA_CHECK(cudaMemcpy(host.data(), p_, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  std::vector<T> download() const { return download(n_); }
 
   T* get() const { return p_; }
   size_t size() const { return n_; }
