@@ -94,30 +94,6 @@ __device__ __forceinline__ void fence(float (&acc)[kAcc]) {
 // negative g, as exactly).
 __device__ __forceinline__ float silu_mul(float g, float up) { return __fdividef(g, 1.f + __expf(-g)) * up; }
 
-// Lane j of a quad receives word j of each of the quad's four lanes (w[k]: two codes of group 2k in
-// the low half, two of group 2k + 1 in the high half, at the lane's columns 2i, 2i + 1 of each
-// group) and returns them as 16 bytes: group 2j's eight codes, then group 2j + 1's. Two butterfly
-// exchanges (across bit 1 of the lane, then bit 0) and byte permutes.
-__device__ __forceinline__ uint4 quad_transpose_codes(const uint32_t (&w)[4], int lane) {
-  const bool b1 = lane & 2, b0 = lane & 1;
-  // Keep the words for the lanes on this side of bit 1, trade the others with lane ^ 2.
-  const uint32_t keep0 = b1 ? w[2] : w[0], keep1 = b1 ? w[3] : w[1];
-  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, b1 ? w[0] : w[2], 2);
-  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, b1 ? w[1] : w[3], 2);
-  // Then across bit 0 with lane ^ 1: each word for this lane, by source lane j ^ x.
-  const uint32_t x0 = b0 ? keep1 : keep0, x2 = b0 ? got1 : got0;
-  const uint32_t x1 = __shfl_xor_sync(0xffffffffu, b0 ? keep0 : keep1, 1);
-  const uint32_t x3 = __shfl_xor_sync(0xffffffffu, b0 ? got0 : got1, 1);
-  const int j = lane & 3;
-  const auto from = [&](int i) {  // the word of source lane i
-    const int x = i ^ j;
-    return (x & 2) ? ((x & 1) ? x3 : x2) : ((x & 1) ? x1 : x0);
-  };
-  const uint32_t r0 = from(0), r1 = from(1), r2 = from(2), r3 = from(3);
-  return make_uint4(__byte_perm(r0, r1, 0x5410), __byte_perm(r2, r3, 0x5410), __byte_perm(r0, r1, 0x7632),
-                    __byte_perm(r2, r3, 0x7632));
-}
-
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_fp8_dual_gemm_swiglu_kernel(const __grid_constant__ CUtensorMap tma_x, const __grid_constant__ CUtensorMap tma_w,
                                      const __grid_constant__ Params p) {
@@ -284,10 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
       amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
     }
-    // A half's 64 codes of a row lie in the row's quad, each lane holding 2 of each 8-column group;
-    // one transpose in the quad gives lane j groups 2j and 2j + 1, 16 contiguous bytes: one store
-    // instead of eight 2-byte ones.
-    const int col0 = n_tile * kFp8Block + 16 * (lane % 4);
+    const int col0 = n_tile * kFp8Block + 2 * (lane % 4);  // the output of group 0, column 0
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int m = h ? m1 : m0;
@@ -296,22 +269,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       const bool divide = scale < kMinNormalFloat;
       const float inv = divide ? 0.f : __frcp_rn(scale);
       const auto code_of = [&](float v) { return divide ? __fdiv_rn(v, scale) : v * inv; };
-      const auto codes_of = [&](int half, int g) {
-        const float* v = sum + half * kAcc + 4 * (2 * g) + 2 * h;
-        return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(code_of(v[0]), code_of(v[1])), __NV_SATFINITE, __NV_E4M3));
-      };
-      uint4 out[kHalves];
-#pragma unroll
-      for (int half = 0; half < kHalves; ++half) {
-        uint32_t w[4];  // word k: this lane's codes of groups 2k (low half) and 2k + 1
-#pragma unroll
-        for (int k = 0; k < 4; ++k) w[k] = codes_of(half, 2 * k) | (codes_of(half, 2 * k + 1) << 16);
-        out[half] = quad_transpose_codes(w, lane);
-      }
       if (m >= p.m) continue;
       uint8_t* row = p.u + int64_t(m) * p.f + col0;
 #pragma unroll
-      for (int half = 0; half < kHalves; ++half) *reinterpret_cast<uint4*>(row + half * (kHalfN / 2)) = out[half];
+      for (int half = 0; half < kHalves; ++half)
+#pragma unroll
+        for (int g = 0; g < kAcc / 8; ++g) {
+          const float* v = sum + half * kAcc + 4 * (2 * g) + 2 * h;
+          const __nv_fp8x2_storage_t codes =
+              __nv_cvt_float2_to_fp8x2(make_float2(code_of(v[0]), code_of(v[1])), __NV_SATFINITE, __NV_E4M3);
+          *reinterpret_cast<__nv_fp8x2_storage_t*>(row + half * (kHalfN / 2) + 8 * g) = codes;
+        }
       if (lane % 4 == 0) p.u_scale[int64_t(n_tile) * p.m + m] = scale;
     }
   }
