@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -234,6 +235,11 @@ struct BatchInvariantGemm::RandomOperands {
   }
 };
 
+bool gemm_log_enabled() {
+  const char* v = std::getenv("SWAPFFN_LOG_GEMMS");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
 const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublasLtMatmulAlgo_t>& algos,
                                                         const RowLayouts& l) const {
   if (algos.size() == 1) return algos.front();
@@ -261,6 +267,9 @@ const cublasLtMatmulAlgo_t& BatchInvariantGemm::fastest(const std::vector<cublas
     }
     std::sort(ms.begin(), ms.end());
     const float median = ms[kSamples / 2];
+    if (gemm_log_enabled())
+      std::fprintf(stderr, "%s, %lld rows: %s %.2f us%s\n", what().c_str(), static_cast<long long>(l.rows),
+                   describe_cublaslt_algo(algos[i]).c_str(), 1e3f * median / kLaunches, i == 0 ? " (anchor)" : "");
     if (i == 0) {
       best_ms = median;
     } else if (median < best_ms * (best == 0 ? kMargin : 1.f)) {

@@ -35,6 +35,10 @@ namespace swapffn::cuda {
 // "algo=<id> tile=<id> stages=<id> splitk=<n> ..." of a cuBLASLt algorithm, for logs and reports.
 std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo);
 
+// SWAPFFN_LOG_GEMMS set (and not "0"): the engines log their GEMM algorithms on stderr, and set_rows()
+// each candidate's timing at each row count (the choice is made by that timing, once, on this GPU).
+bool gemm_log_enabled();
+
 enum class GemmOperands {
   bf16,
   // e4m3 codes with fp32 block scales, in cuBLASLt's layouts:

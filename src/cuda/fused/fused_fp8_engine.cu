@@ -11,8 +11,6 @@
 // bf16: the output is quantised to e4m3 next, and bf16's rounding (2^-9) is far below e4m3's (2^-4)
 // at half the bytes of fp32.
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,7 +57,7 @@ class FusedFp8Engine final : public FusedEngineBase {
                                                       GemmOperands::e4m3_block_scaled);
     down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, D, F, CUDA_R_32F, cfg_.ffn_residual, C,
                                                       kGemmWorkspaceBytes, GemmOperands::e4m3_block_scaled);
-    if (const char* v = std::getenv("SWAPFFN_LOG_GEMMS"); v && *v && std::strcmp(v, "0") != 0)
+    if (gemm_log_enabled())
       std::fprintf(stderr, "fused-fp8: w1|w3 GEMM %s\nfused-fp8: w2 GEMM %s\n",
                    up_gemm_ ? up_gemm_->describe().c_str() : "sm90_fp8_dual_gemm_swiglu", down_gemm_->describe().c_str());
   }
@@ -72,6 +70,9 @@ class FusedFp8Engine final : public FusedEngineBase {
     for (const auto& [r0, n] : groups_) {
       if (up_gemm_) up_gemm_->set_rows(n);
       down_gemm_->set_rows(n);
+      if (gemm_log_enabled())
+        std::fprintf(stderr, "fused-fp8: %lld rows: w2 GEMM %s\n", static_cast<long long>(n),
+                     down_gemm_->describe(n).c_str());
     }
     // Indexed by row (each group uses its own rows), the scales of a group's rows in its own
     // [k / 128, rows] block at the group's first row times k / 128.

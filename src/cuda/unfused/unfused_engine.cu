@@ -4,8 +4,6 @@
 // The plumbing (device state, StepIO, CUDA graph capture and replay, host entry points) is
 // GpuEngine's; this file is the token step.
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -26,12 +24,6 @@ namespace swapffn::cuda {
 namespace {
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
-
-// SWAPFFN_LOG_GEMMS=1: the GEMM algorithms on stderr, the anchors and those of each row count.
-bool log_gemms() {
-  const char* v = std::getenv("SWAPFFN_LOG_GEMMS");
-  return v && *v && std::strcmp(v, "0") != 0;
-}
 
 class UnfusedEngine final : public GpuEngine {
  public:
@@ -63,7 +55,7 @@ UnfusedEngine::UnfusedEngine(const Weights& w, const EngineOptions& opt) : GpuEn
   router_gemm_ = std::make_unique<BatchInvariantGemm>(lt_, R, D, CUDA_R_32F, false, C, kGemmWorkspaceBytes);
   up_gemm_ = std::make_unique<BatchInvariantGemm>(lt_, 2 * F, D, CUDA_R_16BF, false, C, kGemmWorkspaceBytes);
   down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_, D, F, CUDA_R_32F, cfg_.ffn_residual, C, kGemmWorkspaceBytes);
-  if (log_gemms())
+  if (gemm_log_enabled())
     std::fprintf(stderr, "unfused: router GEMM %s\nunfused: w1|w3 GEMM %s\nunfused: w2 GEMM %s\n",
                  router_gemm_->describe().c_str(), up_gemm_->describe().c_str(), down_gemm_->describe().c_str());
 }
@@ -73,7 +65,7 @@ void UnfusedEngine::allocate_batch(int64_t batch) {
   router_gemm_->set_rows(M);
   up_gemm_->set_rows(M);
   down_gemm_->set_rows(M);
-  if (log_gemms())
+  if (gemm_log_enabled())
     std::fprintf(stderr, "unfused: %lld rows: router %s\nunfused: %lld rows: w1|w3 %s\nunfused: %lld rows: w2 %s\n",
                  static_cast<long long>(M), router_gemm_->describe(M).c_str(), static_cast<long long>(M),
                  up_gemm_->describe(M).c_str(), static_cast<long long>(M), down_gemm_->describe(M).c_str());
