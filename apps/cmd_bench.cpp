@@ -9,7 +9,8 @@
 // limits) over each point and floor shows the clock itself. With --python, the fused slot step is
 // also timed through the Python API from torch CUDA graphs (bench/python_row.hpp, a child process).
 // An fp8 backend (fused-fp8) is set against cuBLAS's fp8 FFN GEMMs (`cublas-fp8-gemms`) and against
-// its bf16 twin (fused) in the same run.
+// its bf16 twin (fused) in the same run. --fp8-headroom adds the same fp8 GEMMs with coarser scales
+// than the recipe's (per row and channel, per tensor): the fp8 / bf16 headroom each scaling has.
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +51,9 @@ namespace {
 
 constexpr const char* kAnchor = "cublas-ffn-gemms";  // cuBLAS's FFN GEMMs alone (bench/cublas_ffn_gemms.hpp)
 constexpr const char* kFp8Anchor = "cublas-fp8-gemms";  // the same in e4m3 with block scales
+// The fp8 GEMMs with one scale per row of x and u and per channel of W, and with one per tensor.
+constexpr const char* kFp8RowsAnchor = "cublas-fp8-rows";
+constexpr const char* kFp8TensorAnchor = "cublas-fp8-tensor";
 constexpr const char* kSlotsSuffix = "[slots]";  // a backend's step through a state pool of 4B slots
 constexpr const char* kPythonRow = "python[slots]";  // fused[slots] through the Python API (--python)
 constexpr int kFloorN = 8192;                         // the square GEMM that sets the floor
@@ -67,6 +71,7 @@ struct BenchArgs {
   int tokens = 16, warmup = 2, repeats = 5;
   double cooldown_s = 3;
   bool python = false;
+  bool fp8_headroom = false;
   FusedFlags fused;
   std::string fp8_kernels;  // fused-fp8's pinned kernel choices
 };
@@ -86,9 +91,12 @@ struct Row {
 };
 
 bool is_gpu_backend(const std::string& b) { return b != "reference"; }
+bool is_anchor(const std::string& b) {
+  return b == kAnchor || b == kFp8Anchor || b == kFp8RowsAnchor || b == kFp8TensorAnchor;
+}
 // The bf16 row an fp8 row is set against: fused-fp8 -> fused, the fp8 anchor -> the bf16 anchor.
 std::string bf16_twin(const std::string& fp8_row) {
-  if (fp8_row == kFp8Anchor) return kAnchor;
+  if (fp8_row == kFp8Anchor || fp8_row == kFp8RowsAnchor || fp8_row == kFp8TensorAnchor) return kAnchor;
   const std::string suffix = "-fp8";
   const size_t n = fp8_row.size();
   return n > suffix.size() && fp8_row.compare(n - suffix.size(), suffix.size(), suffix) == 0
@@ -249,7 +257,7 @@ struct Results {
   std::string telemetry_note, power_note;
   std::string python_note;  // why --python's row did not run
   nlohmann::json anchor_algorithms = nlohmann::json::object();  // cuBLASLt's picks for the anchor, per batch
-  nlohmann::json fp8_anchor_algorithms = nlohmann::json::object();  // and for the fp8 anchor
+  nlohmann::json fp8_anchor_algorithms = nlohmann::json::object();  // and for each fp8 anchor row, per batch
   std::optional<FlipRate> flips;  // an fp8 backend's free-running decisions against fused (bf16)
 };
 
@@ -340,13 +348,17 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
       res.rows.push_back(r);
       log(r);
     }
-    if (gpu && any_fp8) {
-      Row r{kFp8Anchor, batch, "", "fp8"};
+    using cuda::AnchorOperands;
+    for (const auto& [name, operands] : {std::pair{kFp8Anchor, AnchorOperands::e4m3_blocks},
+                                         std::pair{kFp8RowsAnchor, AnchorOperands::e4m3_rows},
+                                         std::pair{kFp8TensorAnchor, AnchorOperands::e4m3_tensor}}) {
+      if (!gpu || !(a.fp8_headroom || (any_fp8 && operands == AnchorOperands::e4m3_blocks))) continue;
+      Row r{name, batch, "", "fp8"};
       std::string algorithms;
       gpu->point(r, [&](const cuda::TimedWindow& win) {
-        return cuda::time_cublas_fp8_ffn_gemms(w, batch, a.tokens, a.warmup, a.repeats, kSeed, win, &algorithms);
+        return cuda::time_cublas_ffn_gemms(w, batch, a.tokens, a.warmup, a.repeats, kSeed, win, &algorithms, operands);
       });
-      res.fp8_anchor_algorithms[std::to_string(batch)] = algorithms;
+      res.fp8_anchor_algorithms[name][std::to_string(batch)] = algorithms;
       res.rows.push_back(r);
       log(r);
     }
@@ -394,7 +406,7 @@ nlohmann::json report(const Results& res, const Config& cfg) {
   std::vector<std::string> telemetry_lines, slot_lines;
   std::vector<std::string> fp8_lines;
   for (const auto& r : res.rows) {
-    const bool anchor_row = r.backend == kAnchor || r.backend == kFp8Anchor;
+    const bool anchor_row = is_anchor(r.backend);
     const double flops = anchor_row ? cfg.ffn_flops_per_token() : cfg.flops_per_token();
     const double tok_s = r.batch / (r.ms * 1e-3), tflops = flops * r.batch / (r.ms * 1e-3) / 1e12;
     const double pct = res.floor_tflops > 0 ? 100 * tflops / res.floor_tflops : 0;
@@ -460,6 +472,11 @@ nlohmann::json report(const Results& res, const Config& cfg) {
     std::printf("%s: the same GEMMs in e4m3 with the fp8 recipe's block scales (cuBLASLt's block-scaled fp8 matmul); "
                 "fp8 rows' \"vs GEMMs\" is against it\n",
                 kFp8Anchor);
+  if (ms_of(res, kFp8RowsAnchor, res.rows.front().batch) > 0)
+    std::printf("%s, %s: the same e4m3 GEMMs with coarser scales than the recipe's (one per row of x and u and per "
+                "output channel of W; one per tensor), promoted to fp32 as the recipe's: the headroom of each "
+                "scaling (their \"vs GEMMs\": over %s)\n",
+                kFp8RowsAnchor, kFp8TensorAnchor, kFp8Anchor);
   if (!fp8_lines.empty()) {
     std::printf("fp8 over bf16 (tok/s of each fp8 row over its bf16 twin's, same run):");
     for (const auto& l : fp8_lines) std::printf("  %s", l.c_str());
@@ -507,10 +524,14 @@ void write_json(const std::string& path, const BenchArgs& a, const Config& cfg, 
     j["gemms_alone"] = {{"row", kAnchor},
                         {"gemms_per_step", 3 * cfg.n_events * cfg.k_ffn},
                         {"algorithms", res.anchor_algorithms}};
-  if (!res.fp8_anchor_algorithms.empty())
+  if (res.fp8_anchor_algorithms.contains(kFp8Anchor))
     j["fp8_gemms_alone"] = {{"row", kFp8Anchor},
                             {"gemms_per_step", 3 * cfg.n_events * cfg.k_ffn},
-                            {"algorithms", res.fp8_anchor_algorithms}};
+                            {"algorithms", res.fp8_anchor_algorithms[kFp8Anchor]}};
+  for (const char* row : {kFp8RowsAnchor, kFp8TensorAnchor})
+    if (res.fp8_anchor_algorithms.contains(row))
+      j["fp8_headroom"][row] = {{"gemms_per_step", 3 * cfg.n_events * cfg.k_ffn},
+                                {"algorithms", res.fp8_anchor_algorithms[row]}};
   if (!res.telemetry_note.empty()) j["telemetry_unavailable"] = res.telemetry_note;
   if (!res.power_note.empty()) j["power_unavailable"] = res.power_note;
   if (!res.python_note.empty()) j["python_unavailable"] = res.python_note;
@@ -605,6 +626,8 @@ void add_bench_command(CLI::App& app) {
                 "swapffn.bench_row; $SWAPFFN_PYTHON names another interpreter)");
   cmd->add_option("--tune", a->fused.tune_file,
                   "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE)");
+  cmd->add_flag("--fp8-headroom", a->fp8_headroom,
+                "also time the fp8 GEMMs with per-row/channel and per-tensor scales (the headroom of coarser scalings)");
   cmd->add_option("--fp8-kernels", a->fp8_kernels, "fused-fp8: pinned kernel choices, e.g. 'fp8up=sm90,groups=2'");
   cmd->callback([a] { run_bench(*a); });
 }

@@ -43,7 +43,7 @@ def tokps_panel(ax, run, show_all):
     backends = []
     for r in rows:
         name = r["backend"]
-        if name in ANCHORS or name in backends:
+        if name.startswith("cublas-") or name in backends:  # anchors (and the fp8 headroom rows): not backends
             continue
         if not show_all and "[" in name:  # extra rows such as fused[...] are diagnostics
             continue

@@ -5,6 +5,7 @@
 // against host products of the same operands, with the outputs poisoned first.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -130,8 +131,8 @@ std::vector<T> download(const void* p, size_t n) {
 TEST(CublasFfnGemms, Fp8StepComputesTheThreeProductsOnTheRecipesWeights) {
   const Weights& w = weights_of("tiny");
   const int64_t rows = 2 * w.cfg.core_count, d = w.cfg.d_model, f = w.cfg.d_ff;
-  const CublasFfnGemms g(w, rows, 7, GemmOperands::e4m3_block_scaled);
-  EXPECT_EQ(g.operands(), GemmOperands::e4m3_block_scaled);
+  const CublasFfnGemms g(w, rows, 7, AnchorOperands::e4m3_blocks);
+  EXPECT_EQ(g.operands(), AnchorOperands::e4m3_blocks);
   EXPECT_EQ(g.gemms_per_step(), 3 * w.cfg.n_events * w.cfg.k_ffn);
   CUDA_CHECK(cudaMemset(g.gate(), 0xFF, size_t(rows * f) * sizeof(bf16)));
   CUDA_CHECK(cudaMemset(g.up(), 0xFF, size_t(rows * f) * sizeof(bf16)));
@@ -165,12 +166,69 @@ TEST(CublasFfnGemms, Fp8StepComputesTheThreeProductsOnTheRecipesWeights) {
   check(download_bf16(g.down(), size_t(rows * d)), u, us, q.w2, "down");
 
   // On random weights of a given shape: every output of the down GEMM written, finite.
-  const CublasFfnGemms r(256, 512, 1, 64, 4, GemmOperands::e4m3_block_scaled);
+  const CublasFfnGemms r(256, 512, 1, 64, 4, AnchorOperands::e4m3_blocks);
   CUDA_CHECK(cudaMemset(r.down(), 0xFF, size_t(64 * 256) * sizeof(bf16)));
   r.enqueue_gemm(CublasFfnGemms::Gemm::down, nullptr);
   SWAPFFN_CHECK_LAUNCH();
   CUDA_CHECK(cudaDeviceSynchronize());
   for (float v : download_bf16(r.down(), size_t(64 * 256))) ASSERT_TRUE(std::isfinite(v));
+}
+
+// The headroom anchors (bench --fp8-headroom): the same codes with one scale per row of the input
+// and per output channel of W (e4m3_rows), or one per tensor (e4m3_tensor), against a host product
+// in double of the codes times those scales: relative L2 error <= 4e-3 (bf16 outputs; the tensor
+// cores' adds inside a k block, gpu_test_fp8_gemm.cpp). On the model's weights each weight scale
+// is the largest block scale it covers; outputs poisoned first. A scale applied to the wrong row or
+// channel, or a block layout read as a vector, gives errors of order 1.
+TEST(CublasFfnGemms, Fp8HeadroomAnchorsApplyOneScalePerRowAndChannelOrPerTensor) {
+  const Weights& w = weights_of("tiny");
+  const int64_t rows = 2 * w.cfg.core_count, d = w.cfg.d_model, f = w.cfg.d_ff;
+  const fp8::FfnWeights q = fp8::quantize_ffn(w.w1, w.w3, w.w2, d, f);
+  for (const AnchorOperands o : {AnchorOperands::e4m3_rows, AnchorOperands::e4m3_tensor}) {
+    SCOPED_TRACE(anchor_operands_name(o));
+    const bool per_row = o == AnchorOperands::e4m3_rows;
+    const CublasFfnGemms g(w, rows, 11, o);
+    EXPECT_EQ(g.operands(), o);
+    CUDA_CHECK(cudaMemset(g.gate(), 0xFF, size_t(rows * f) * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(g.down(), 0xFF, size_t(rows * d) * sizeof(bf16)));
+    g.enqueue_step(nullptr);
+    SWAPFFN_CHECK_LAUNCH();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    // Weight scales: the largest block scale of each channel (of the weight).
+    const auto expected_scales = [&](const fp8::BlockScaledWeight& wq) {
+      std::vector<float> s(per_row ? size_t(wq.rows) : 1, 0.f);
+      for (int64_t r = 0; r < wq.rows; ++r)
+        for (int64_t b = 0; b < fp8::blocks(wq.cols); ++b)
+          s[per_row ? size_t(r) : 0] = std::max(s[per_row ? size_t(r) : 0], wq.scale[size_t((r / 128) * fp8::blocks(wq.cols) + b)]);
+      return s;
+    };
+    const auto check = [&](const void* got_p, const void* in_p, const float* in_scale_p, const void* w_p,
+                           const float* w_scale_p, const fp8::BlockScaledWeight& wq, const char* what) {
+      const int64_t n = wq.rows, k = wq.cols;
+      const auto got = download_bf16(got_p, size_t(rows * n));
+      const auto in = download<uint8_t>(in_p, size_t(rows * k));
+      const auto wc = download<uint8_t>(w_p, size_t(n * k));
+      const auto sx = download<float>(in_scale_p, per_row ? size_t(rows) : 1);
+      const auto sw = download<float>(w_scale_p, per_row ? size_t(n) : 1);
+      EXPECT_EQ(wc, wq.data) << what << ": the recipe's codes";
+      EXPECT_EQ(sw, expected_scales(wq)) << what;
+      double err2 = 0, ref2 = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (int64_t i = 0; i < k; ++i)
+            acc += double(fp8::e4m3_to_float(in[size_t(r * k + i)])) * fp8::e4m3_to_float(wc[size_t(j * k + i)]);
+          const double want = acc * sx[per_row ? size_t(r) : 0] * sw[per_row ? size_t(j) : 0];
+          const double e = double(got[size_t(r * n + j)]) - want;
+          err2 += e * e;
+          ref2 += want * want;
+        }
+      EXPECT_GT(ref2, 0.0) << what;
+      EXPECT_LE(std::sqrt(err2 / ref2), 4e-3) << what;  // NaN (an unwritten output) fails too
+    };
+    check(g.gate(), g.x(), g.x_scale(), g.w1(), g.w1_scale(), q.w1, "gate");
+    check(g.down(), g.u(), g.u_scale(), g.w2(), g.w2_scale(), q.w2, "down");
+  }
 }
 
 TEST(CublasFfnGemms, RefusesAnEmptyRowCountAndMisshapenWeights) {
@@ -203,10 +261,12 @@ TEST(CublasFfnGemms, TimingRunsAGraphOfTokenSteps) {
   EXPECT_NE(algorithms.find("algo="), std::string::npos) << algorithms;
   EXPECT_THROW(time_cublas_ffn_gemms(w, 0, 3, 1, 3, 5), Error);
   EXPECT_THROW(time_cublas_ffn_gemms(w, 2, 0, 1, 3, 5), Error);
-  std::string fp8_algorithms;
-  const DecodeTiming t8 = time_cublas_fp8_ffn_gemms(w, 2, 3, 1, 3, 5, {}, &fp8_algorithms);
-  EXPECT_GT(t8.min_ms_per_step, 0.0);
-  EXPECT_NE(fp8_algorithms.find("algo="), std::string::npos) << fp8_algorithms;
+  for (const AnchorOperands o : {AnchorOperands::e4m3_blocks, AnchorOperands::e4m3_rows, AnchorOperands::e4m3_tensor}) {
+    std::string fp8_algorithms;
+    const DecodeTiming t8 = time_cublas_ffn_gemms(w, 2, 3, 1, 3, 5, {}, &fp8_algorithms, o);
+    EXPECT_GT(t8.min_ms_per_step, 0.0) << anchor_operands_name(o);
+    EXPECT_NE(fp8_algorithms.find("algo="), std::string::npos) << fp8_algorithms;
+  }
 }
 
 }  // namespace

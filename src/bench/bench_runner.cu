@@ -187,9 +187,8 @@ DecodeTiming time_device_decode_slots(Engine& engine, const State& initial, int 
   return time_runs(run, dec.stream(), tokens, warmup, repeats, window);
 }
 
-namespace {
-DecodeTiming time_anchor(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
-                         const TimedWindow& window, std::string* algorithms, GemmOperands operands) {
+DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
+                                   const TimedWindow& window, std::string* algorithms, AnchorOperands operands) {
   SWAPFFN_REQUIRE(batch > 0 && tokens > 0 && repeats > 0 && warmup >= 0, "bench: bad batch, token or repeat counts");
   const CublasFfnGemms gemms(w, batch * w.cfg.core_count, seed, operands);
   if (algorithms) *algorithms = gemms.describe();
@@ -199,17 +198,6 @@ DecodeTiming time_anchor(const Weights& w, int64_t batch, int tokens, int warmup
     for (int t = 0; t < tokens; ++t) step.launch(stream.s);
   };
   return time_runs(run, stream.s, tokens, warmup, repeats, window);
-}
-}  // namespace
-
-DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
-                                   const TimedWindow& window, std::string* algorithms) {
-  return time_anchor(w, batch, tokens, warmup, repeats, seed, window, algorithms, GemmOperands::bf16);
-}
-
-DecodeTiming time_cublas_fp8_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats,
-                                       uint64_t seed, const TimedWindow& window, std::string* algorithms) {
-  return time_anchor(w, batch, tokens, warmup, repeats, seed, window, algorithms, GemmOperands::e4m3_block_scaled);
 }
 
 }  // namespace swapffn::cuda

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "bench/cublas_ffn_gemms.hpp"
 #include "swapffn/engine.hpp"
 #include "swapffn/weights.hpp"
 
@@ -41,12 +42,11 @@ DecodeTiming time_device_decode_slots(Engine& engine, const State& initial, int 
 
 // The anchor, cuBLAS's FFN GEMMs alone (CublasFfnGemms), for `batch` sequences of w's model:
 // one token step's GEMMs captured in a CUDA graph, launched `tokens` times per run, timed as
-// time_device_decode times a backend. `algorithms`, when given, receives cuBLASLt's picks.
+// time_device_decode times a backend. `algorithms`, when given, receives cuBLASLt's picks. operands:
+// bf16 (the anchor of the bf16 backends), e4m3_blocks (the fp8 recipe: the anchor of the fp8
+// backends), or the coarser e4m3 scalings (bench --fp8-headroom).
 DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
-                                   const TimedWindow& window = {}, std::string* algorithms = nullptr);
-// The same with e4m3 operands and the fp8 recipe's block scales (cuBLASLt's block-scaled fp8 matmul):
-// the anchor of the fp8 backends.
-DecodeTiming time_cublas_fp8_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats,
-                                       uint64_t seed, const TimedWindow& window = {}, std::string* algorithms = nullptr);
+                                   const TimedWindow& window = {}, std::string* algorithms = nullptr,
+                                   AnchorOperands operands = AnchorOperands::bf16);
 
 }  // namespace swapffn::cuda

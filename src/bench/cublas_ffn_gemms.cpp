@@ -1,5 +1,6 @@
 #include "bench/cublas_ffn_gemms.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -11,6 +12,16 @@
 #include "swapffn/fp8.hpp"
 
 namespace swapffn::cuda {
+
+std::string anchor_operands_name(AnchorOperands o) {
+  switch (o) {
+    case AnchorOperands::bf16: return "bf16";
+    case AnchorOperands::e4m3_blocks: return "block-scaled e4m3";
+    case AnchorOperands::e4m3_rows: return "row-scaled e4m3";
+    case AnchorOperands::e4m3_tensor: return "tensor-scaled e4m3";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -32,14 +43,16 @@ struct Product {
   Layout w, x, out;
   cublasLtMatmulAlgo_t algo{};
 
-  Product(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMatmulPreference_t pref, cudaDataType_t in_type,
+  Product(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMatmulPreference_t pref, AnchorOperands operands,
           int64_t rows, int64_t n, int64_t k, const char* what)
-      : w(make_layout(in_type, k, n)), x(make_layout(in_type, k, rows)), out(make_layout(CUDA_R_16BF, n, rows)) {
+      : w(make_layout(in_type(operands), k, n)),
+        x(make_layout(in_type(operands), k, rows)),
+        out(make_layout(CUDA_R_16BF, n, rows)) {
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(lt, op, w.get(), x.get(), out.get(), out.get(), pref, 1, &res, &found);
-    const std::string of = std::string(in_type == CUDA_R_16BF ? "bf16" : "block-scaled e4m3") + " " + what +
+    const std::string of = anchor_operands_name(operands) + " " + what +
                            " GEMM at " + std::to_string(rows) + " rows (n=" + std::to_string(n) +
                            " k=" + std::to_string(k) + ")";
     if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
@@ -47,7 +60,32 @@ struct Product {
     SWAPFFN_REQUIRE(found == 1, "cuBLASLt offers no algorithm for the " + of);
     algo = res.algo;
   }
+  static cudaDataType_t in_type(AnchorOperands o) { return o == AnchorOperands::bf16 ? CUDA_R_16BF : CUDA_R_8F_E4M3; }
 };
+
+// The scales of an e4m3 operand: an input [rows, k] (x, u) or a weight [n, k] (AnchorOperands).
+int64_t input_scale_count(AnchorOperands o, int64_t rows, int64_t k) {
+  return o == AnchorOperands::e4m3_blocks ? fp8::blocks(k) * rows : o == AnchorOperands::e4m3_rows ? rows : 1;
+}
+int64_t weight_scale_count(AnchorOperands o, int64_t n, int64_t k) {
+  return o == AnchorOperands::e4m3_blocks ? fp8::blocks(n) * weight_scale_stride(k)
+         : o == AnchorOperands::e4m3_rows ? n
+                                          : 1;
+}
+
+// A recipe weight's scales under `o`: its own blocks', or the largest block scale of each output
+// channel (e4m3_rows) or of the whole weight (e4m3_tensor).
+std::vector<float> weight_scales_as(AnchorOperands o, const fp8::BlockScaledWeight& q) {
+  if (o == AnchorOperands::e4m3_blocks) return weight_scales(q);
+  const int64_t kb = fp8::blocks(q.cols);
+  std::vector<float> s(size_t(weight_scale_count(o, q.rows, q.cols)), 0.f);
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t b = 0; b < kb; ++b) {
+      float& m = s[o == AnchorOperands::e4m3_rows ? size_t(r) : 0];
+      m = std::max(m, q.scale[size_t((r / fp8::kBlock) * kb + b)]);
+    }
+  return s;
+}
 
 // The model's tensors must have its shapes before they are uploaded into buffers of those shapes.
 const Weights& validated(const Weights& w) {
@@ -60,7 +98,7 @@ const Weights& validated(const Weights& w) {
 struct CublasFfnGemms::Impl {
   int64_t rows, d, f;
   int64_t ffn_steps;
-  GemmOperands operands;
+  AnchorOperands operands;
   OwnedLtHandle lt;
   cublaslt::MatmulDesc op;
   cublaslt::Preference pref;
@@ -71,7 +109,7 @@ struct CublasFfnGemms::Impl {
   DeviceBuffer<uint8_t> workspace;
   std::unique_ptr<Product> gate_up, down_product;
 
-  bool e4m3() const { return operands == GemmOperands::e4m3_block_scaled; }
+  bool e4m3() const { return operands != AnchorOperands::bf16; }
   void matmul(const Product& p, const void* w, const float* w_scale, const void* in, const float* in_scale, void* out,
               cudaStream_t stream) const {
     if (e4m3()) set_scales(w_scale, in_scale);
@@ -94,14 +132,14 @@ struct CublasFfnGemms::Impl {
       return;
     }
     dst.upload(q->data);
-    dst_scale.upload(weight_scales(*q));
+    dst_scale.upload(weight_scales_as(operands, *q));
   }
   // Buffers, random x (and u), cuBLASLt's picks; the weights are the caller's to fill, before.
-  Impl(int64_t d_model, int64_t d_ff, int64_t steps, int64_t rows, uint64_t seed, GemmOperands operands);
+  Impl(int64_t d_model, int64_t d_ff, int64_t steps, int64_t rows, uint64_t seed, AnchorOperands operands);
   void pick_algorithms();
 };
 
-CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed, GemmOperands operands)
+CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed, AnchorOperands operands)
     : impl_(std::make_unique<Impl>(validated(w).cfg.d_model, w.cfg.d_ff, w.cfg.n_events * w.cfg.k_ffn, rows, seed,
                                    operands)) {
   Impl& m = *impl_;
@@ -115,7 +153,7 @@ CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed, Ge
 }
 
 CublasFfnGemms::CublasFfnGemms(int64_t d_model, int64_t d_ff, int64_t ffn_steps, int64_t rows, uint64_t seed,
-                               GemmOperands operands)
+                               AnchorOperands operands)
     : impl_(std::make_unique<Impl>(d_model, d_ff, ffn_steps, rows, seed, operands)) {
   Impl& m = *impl_;
   m.w1.resize(size_t(d_ff * d_model) * (m.e4m3() ? 1 : 2));
@@ -126,10 +164,10 @@ CublasFfnGemms::CublasFfnGemms(int64_t d_model, int64_t d_ff, int64_t ffn_steps,
     fill_random_e4m3(m.w1.get(), d_ff * d_model, seed + 2, 400.f, nullptr);
     fill_random_e4m3(m.w3.get(), d_ff * d_model, seed + 3, 400.f, nullptr);
     fill_random_e4m3(m.w2.get(), d_model * d_ff, seed + 4, 400.f, nullptr);
-    const int64_t n13 = fp8::blocks(d_ff) * weight_scale_stride(d_model), n2 = fp8::blocks(d_model) * weight_scale_stride(d_ff);
+    const int64_t n13 = weight_scale_count(operands, d_ff, d_model), n2 = weight_scale_count(operands, d_model, d_ff);
     const auto scales = [](DeviceBuffer<float>& buf, int64_t n, uint64_t s) {
       buf.resize(size_t(n));
-      fill_random_f32(buf.get(), n, s, 2e-4f, nullptr);
+      fill_random_f32(buf.get(), n, s, 2e-4f, nullptr);  // of either sign: the products do not care
     };
     scales(m.w1_scale, n13, seed + 5);
     scales(m.w3_scale, n13, seed + 6);
@@ -148,11 +186,11 @@ CublasFfnGemms::CublasFfnGemms(int64_t d_model, int64_t d_ff, int64_t ffn_steps,
 }
 
 CublasFfnGemms::Impl::Impl(int64_t d_model, int64_t d_ff, int64_t steps, int64_t rows_, uint64_t seed,
-                           GemmOperands operands_)
+                           AnchorOperands operands_)
     : rows(rows_), d(d_model), f(d_ff), ffn_steps(steps), operands(operands_) {
   SWAPFFN_REQUIRE(rows > 0, "cuBLAS FFN GEMMs: the row count must be > 0 (got " + std::to_string(rows) + ")");
   SWAPFFN_REQUIRE(d > 0 && f > 0 && ffn_steps >= 0, "cuBLAS FFN GEMMs: bad model shape");
-  // cuBLASLt's block-scaled fp8: 16-byte aligned rows of the operands and of the 1x128 scales' columns.
+  // cuBLASLt's fp8: 16-byte aligned rows of the operands and of the 1x128 scales' columns.
   SWAPFFN_REQUIRE(!e4m3() || (d % 16 == 0 && f % 16 == 0 && rows % 4 == 0),
                   "cuBLAS fp8 FFN GEMMs: d_model and d_ff must be multiples of 16 and the rows (" +
                       std::to_string(rows) + ") of 4");
@@ -167,12 +205,13 @@ CublasFfnGemms::Impl::Impl(int64_t d_model, int64_t d_ff, int64_t steps, int64_t
   // non-zero values.
   if (e4m3()) {
     m.u.resize(size_t(rows * m.f));
-    m.x_scale.resize(size_t(fp8::blocks(m.d) * rows));
-    m.u_scale.resize(size_t(fp8::blocks(m.f) * rows));
+    const int64_t nx = input_scale_count(operands, rows, m.d), nu = input_scale_count(operands, rows, m.f);
+    m.x_scale.resize(size_t(nx));
+    m.u_scale.resize(size_t(nu));
     fill_random_e4m3(m.x.get(), rows * m.d, seed, 400.f, nullptr);
     fill_random_e4m3(m.u.get(), rows * m.f, seed + 1, 400.f, nullptr);
-    fill_random_f32(m.x_scale.get(), fp8::blocks(m.d) * rows, seed + 8, 1e-2f, nullptr);
-    fill_random_f32(m.u_scale.get(), fp8::blocks(m.f) * rows, seed + 9, 1e-2f, nullptr);
+    fill_random_f32(m.x_scale.get(), nx, seed + 8, 1e-2f, nullptr);
+    fill_random_f32(m.u_scale.get(), nu, seed + 9, 1e-2f, nullptr);
   } else {
     fill_random_bf16(reinterpret_cast<__nv_bfloat16*>(m.x.get()), rows * m.d, seed, 1.f, nullptr);
     fill_random_bf16(m.gate.get(), rows * m.f, seed + 1, 1.f, nullptr);
@@ -187,7 +226,11 @@ CublasFfnGemms::Impl::Impl(int64_t d_model, int64_t d_ff, int64_t steps, int64_t
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &tw, sizeof(tw)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tx, sizeof(tx)));
   if (e4m3()) {
-    const int32_t w_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    // cuBLASLt's fp8 matmuls promote to fp32 as they go (no fast accumulation: its default).
+    const int32_t w_mode = operands == AnchorOperands::e4m3_blocks ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                           : operands == AnchorOperands::e4m3_rows ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                                                                   : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    const int32_t x_mode = operands == AnchorOperands::e4m3_blocks ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : w_mode;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &w_mode, sizeof(w_mode)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode, sizeof(x_mode)));
   }
@@ -199,10 +242,9 @@ CublasFfnGemms::Impl::Impl(int64_t d_model, int64_t d_ff, int64_t steps, int64_t
 }
 
 void CublasFfnGemms::Impl::pick_algorithms() {
-  const cudaDataType_t in_type = e4m3() ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   if (e4m3()) set_scales(w1_scale.get(), x_scale.get());  // the queries see the scales of real operands
-  gate_up = std::make_unique<Product>(lt.h, op.get(), pref.get(), in_type, rows, f, d, "gate/up");
-  down_product = std::make_unique<Product>(lt.h, op.get(), pref.get(), in_type, rows, d, f, "down");
+  gate_up = std::make_unique<Product>(lt.h, op.get(), pref.get(), operands, rows, f, d, "gate/up");
+  down_product = std::make_unique<Product>(lt.h, op.get(), pref.get(), operands, rows, d, f, "down");
 }
 
 void CublasFfnGemms::enqueue_gemm(Gemm g, cudaStream_t stream) const {
@@ -236,11 +278,15 @@ std::string CublasFfnGemms::describe() const {
 }
 
 int64_t CublasFfnGemms::rows() const { return impl_->rows; }
-GemmOperands CublasFfnGemms::operands() const { return impl_->operands; }
+AnchorOperands CublasFfnGemms::operands() const { return impl_->operands; }
 const void* CublasFfnGemms::x() const { return impl_->x.get(); }
 const void* CublasFfnGemms::u() const { return impl_->e4m3() ? static_cast<const void*>(impl_->u.get()) : impl_->gate.get(); }
 const float* CublasFfnGemms::x_scale() const { return impl_->x_scale.get(); }
 const float* CublasFfnGemms::u_scale() const { return impl_->u_scale.get(); }
+const void* CublasFfnGemms::w1() const { return impl_->w1.get(); }
+const void* CublasFfnGemms::w2() const { return impl_->w2.get(); }
+const float* CublasFfnGemms::w1_scale() const { return impl_->w1_scale.get(); }
+const float* CublasFfnGemms::w2_scale() const { return impl_->w2_scale.get(); }
 __nv_bfloat16* CublasFfnGemms::gate() const { return impl_->gate.get(); }
 __nv_bfloat16* CublasFfnGemms::up() const { return impl_->up.get(); }
 __nv_bfloat16* CublasFfnGemms::down() const { return impl_->down.get(); }

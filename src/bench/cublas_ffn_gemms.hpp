@@ -4,7 +4,9 @@
 // first pick for its shape (no batch-invariance pinning, no split-K restriction: the anchor is
 // whatever cuBLAS does best). Nothing else: no SwiGLU, norm, router, residual or collapse.
 // Operands in bf16 (`cublas-ffn-gemms`, the anchor of fused), or in e4m3 with the fp8 recipe's block
-// scales (`cublas-fp8-gemms`, the anchor of fused-fp8: cuBLASLt's block-scaled fp8 matmul, Hopper).
+// scales (`cublas-fp8-gemms`, the anchor of fused-fp8: cuBLASLt's block-scaled fp8 matmul, Hopper), or
+// in e4m3 with coarser scales than the recipe's (`bench --fp8-headroom`): what cuBLASLt's fp8 GEMMs
+// gain when they need not apply a scale per 128 of k, the headroom a coarser recipe would have.
 //
 // Why it exists: the fused step must beat these GEMMs end to end. They are quoted as measured
 // on another H200 under an unknown load history; a 700 W-capped board's sustained clock moves a point
@@ -22,14 +24,24 @@
 
 namespace swapffn::cuda {
 
+enum class AnchorOperands {
+  bf16,
+  e4m3_blocks,  // the fp8 recipe: W in 128x128 blocks, x and u in 1x128 blocks (GemmOperands' layouts)
+  e4m3_rows,    // one fp32 scale per row of x and u and per output channel of W (OUTER_VEC_32F)
+  e4m3_tensor,  // one fp32 scale per tensor (SCALAR_32F)
+};
+// "bf16", "e4m3 with block scales", ...: what a message or a report names.
+std::string anchor_operands_name(AnchorOperands o);
+
 class CublasFfnGemms {
  public:
-  // rows = B * C. The weights are the model's (e4m3: its fp8 weights, else the recipe applied to its
-  // bf16 ones); x is uniform random in [-1, 1) from `seed` (e4m3: random codes and scales).
-  CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed, GemmOperands operands = GemmOperands::bf16);
+  // rows = B * C. The weights are the model's (e4m3: the codes of its fp8 weights, else of the recipe
+  // applied to its bf16 ones; coarser scales: the largest of the block scales they cover); x is
+  // uniform random in [-1, 1) from `seed` (e4m3: random codes and scales).
+  CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed, AnchorOperands operands = AnchorOperands::bf16);
   // The same GEMMs on random weights of the model's scale (`tune --gemms-only` times them one by one).
   CublasFfnGemms(int64_t d_model, int64_t d_ff, int64_t ffn_steps, int64_t rows, uint64_t seed,
-                 GemmOperands operands = GemmOperands::bf16);
+                 AnchorOperands operands = AnchorOperands::bf16);
   ~CublasFfnGemms();
   CublasFfnGemms(const CublasFfnGemms&) = delete;
   CublasFfnGemms& operator=(const CublasFfnGemms&) = delete;
@@ -47,14 +59,19 @@ class CublasFfnGemms {
   std::string describe() const;
 
   int64_t rows() const;
-  GemmOperands operands() const;
+  AnchorOperands operands() const;
   // Device buffers, row-major (tests read them): the bf16 outputs gate and up [rows, F], down
   // [rows, D]; the inputs x [rows, D] and u [rows, F] (bf16 operands: x only, u is the gate output),
-  // as bf16 or e4m3 codes, and the e4m3 inputs' scales [k / 128, rows] (GemmOperands' layout).
+  // as bf16 or e4m3 codes, and the e4m3 inputs' scales: [k / 128, rows] (GemmOperands' layout), [rows]
+  // (e4m3_rows) or one (e4m3_tensor); the weights' scales (e4m3_rows: [n]; e4m3_tensor: one).
   const void* x() const;
   const void* u() const;
   const float* x_scale() const;
   const float* u_scale() const;
+  const void* w1() const;
+  const void* w2() const;
+  const float* w1_scale() const;
+  const float* w2_scale() const;
   __nv_bfloat16* gate() const;
   __nv_bfloat16* up() const;
   __nv_bfloat16* down() const;
