@@ -141,8 +141,8 @@ fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   if [ "${QUICK:-0}" = 1 ]; then tok=(--tokens 8 --warmup 1 --repeats 3); else tok=(--tokens 16 --warmup 2 --repeats 5); fi
   [ "${SKIP_PYTHON:-0}" != 1 ] && tok+=(--python)  # the package built above times the python[slots] row
-  run_step bench "${py_env[@]}" "$bin" bench --config default --batches "${BENCH_BATCHES:-1,16,64}" \
-    --backends "${BENCH_BACKENDS:-unfused,fused,fused-fp8}" "${tok[@]}" --json "$out/bench.json" > >(tee "$out/bench.log")
+  run_step bench "${py_env[@]}" "$bin" bench --config default --batches "${BENCH_BATCHES:-1,4,16,64}" \
+    --backends "${BENCH_BACKENDS:-unfused,fused,fused-fp8}" --fp8-headroom "${tok[@]}" --json "$out/bench.json" > >(tee "$out/bench.log")
 fi
 
 echo
