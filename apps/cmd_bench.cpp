@@ -318,6 +318,7 @@ Results measure(const BenchArgs& a, const Weights& w, const std::vector<std::str
   }
   Results res;
   const bool on_gpu = std::any_of(backends.begin(), backends.end(), is_gpu_backend);
+  if (a.fp8_headroom && !on_gpu) std::printf("skipped: --fp8-headroom (its rows time cuBLASLt's GEMMs on a GPU)\n");
 #ifdef SWAPFFN_WITH_CUDA
   const bool any_fp8 = std::any_of(engines.begin(), engines.end(), [](const auto& e) { return e.second->precision() == "fp8"; });
   std::unique_ptr<GpuTimer> gpu;

@@ -271,5 +271,19 @@ TEST_F(Cli, BenchPythonRowWithoutFusedIsSkippedInOneLine) {
   EXPECT_NE(j["python_unavailable"].get<std::string>().find("fused"), std::string::npos) << j.dump();
 }
 
+// `bench --fp8-headroom` times cuBLASLt's fp8 GEMMs beside the GPU backends: with none it says so in
+// one line, adds no row, and benches the rest.
+TEST_F(Cli, BenchFp8HeadroomWithoutAGpuBackendIsSkippedInOneLine) {
+  const std::string json = path("bench.json");
+  const Result r = cli("bench --config tiny --backends reference --batches 1 --tokens 1 --warmup 0 --repeats 1 "
+                       "--fp8-headroom --json " + json);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(line_with(r.out, "skipped: --fp8-headroom").find("on a GPU"), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(j["rows"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["rows"][0]["backend"], "reference");
+  EXPECT_FALSE(j.contains("fp8_headroom"));
+}
+
 }  // namespace
 }  // namespace swapffn
