@@ -292,11 +292,13 @@ class Decisions:
                 self.failures.append(("slot", t, e, n // C, n % C, margin))
 
 
-def forward(model, x, ram0, map0, trace=None, tau=0.0):
+def forward(model, x, ram0, map0, trace=None, tau=0.0, ffn=None):
     """Decodes T tokens for B sequences.
 
     x [T,B,D]; ram0 [B,C,4,D] (bf16 values); map0 [B,C] uint8.
     trace: None to use the model's own decisions, else (gate [T,E,B,C], slot [T,E,B,C]) to follow.
+    ffn: None for SPEC's FFN, else a function of the normed rows n [N,D] returning y [N,D] (a GPU
+    path's rounding recipe simulated in its place: fp8_recipe_sim.py).
     Returns dict with delta [T,B,D], ram, stream_map, gate, slot (the decisions applied) and the
     Decisions bookkeeping (own margins versus the followed trace).
     """
@@ -347,8 +349,11 @@ def forward(model, x, ram0, map0, trace=None, tau=0.0):
                 lanes[idx, j] = lane0
             for _ in range(cfg["k_ffn"]):
                 n = _rms(h, eps) * p["norm.weight"]
-                u = _silu(n @ p["w1.weight"].T) * (n @ p["w3.weight"].T)
-                y = u @ p["w2.weight"].T
+                if ffn is None:
+                    u = _silu(n @ p["w1.weight"].T) * (n @ p["w3.weight"].T)
+                    y = u @ p["w2.weight"].T
+                else:
+                    y = ffn(n)
                 h = h + y if cfg["ffn_residual"] else y
         hb = h.reshape(B, C, D)
         pooled = np.einsum("ck,bcd->bkd", model.core_alpha, hb)
