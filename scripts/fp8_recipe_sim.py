@@ -22,6 +22,7 @@ Why it exists: cuBLASLt's fp8 GEMMs are faster with coarser scales (`swapffn ben
 
 Usage: fp8_recipe_sim.py --model M.safetensors [--batch 2] [--tokens 4] [--seed 3]
                          [--recipes blocks,rows,tensor,static]
+       fp8_recipe_sim.py --selftest
 """
 import argparse
 import os
@@ -126,7 +127,55 @@ def inputs(cfg, batch, tokens, seed):
     return x, np.zeros((batch, C, 4, D), np.float32), np.full((batch, C), so.IDENTITY_MAP, np.uint8)
 
 
+def selftest():
+    """The e4m3 grid, each recipe's scale layout, and the forward hook; returns 0 or raises."""
+    v = np.array([448, 464, 1e6, 1.0625, 1.1875, 2**-9, 2**-10, 1.5 * 2**-10, -3.3, 0, 248, -2**-6 * 1.0625],
+                 np.float32)
+    want = np.array([448, 448, 448, 1, 1.25, 2**-9, 0, 2**-9, -3.25, 0, 256, -2**-6], np.float32)
+    assert np.array_equal(round_e4m3(v), want), round_e4m3(v)
+    # One large 128 x 128 block (weights) or row (activations): the finer recipes keep the rest to
+    # e4m3's relative precision (2^-4), the coarser ones flush it.
+    w = np.full((256, 256), 0.01, np.float32)
+    w[:128, :128] = 1e5
+    def rel(q, rows, cols):  # the largest relative error of the 0.01 entries in q[rows, cols]
+        return float(np.abs(q[rows, cols] - 0.01).max() / 0.01)
+
+    top, bottom, right = slice(0, 128), slice(128, 256), slice(128, 256)
+    qb, qr, qt = (quantise_weight(w, r) for r in ("blocks", "rows", "tensor"))
+    assert rel(qb, top, right) <= 2**-4 and rel(qb, bottom, right) <= 2**-4, "blocks: one scale per 128 x 128"
+    assert rel(qr, bottom, right) <= 2**-4 and 0.5 < rel(qr, top, right), "rows: one scale per output channel"
+    assert rel(qt, bottom, right) > 0.5, "tensor: one scale"
+    a = np.full((4, 256), 0.01, np.float32)
+    a[0, :128] = 1e5
+    qb, qr, qt = (quantise_activation(a, r) for r in ("blocks", "rows", "tensor"))
+    assert rel(qb, slice(0, 1), right) <= 2**-4 and rel(qb, slice(1, 4), top) <= 2**-4, "blocks: 1 x 128"
+    assert rel(qr, slice(1, 4), top) <= 2**-4 and 0.5 < rel(qr, slice(0, 1), right), "rows: one scale per row"
+    assert rel(qt, slice(1, 4), top) > 0.5, "tensor: one scale"
+    assert np.array_equal(quantise_activation(a, "static", np.float32(0.01))[1:], a[1:]), "static: a fixed scale"
+    assert quantise_activation(a, "static", np.float32(0.01))[0, 0] == np.float32(0.01), "static: saturates"
+    # The hook: SPEC's FFN passed as a function gives the same bits as no hook.
+    cfg = {"d_model": 128, "d_ff": 256, "core_count": 4, "n_events": 2, "k_ffn": 2, "d_router": 8, "collapse_k": 2,
+           "collapse_r": 4, "core_embed_dim": 4, "norm_eps": 1e-6, "ffn_residual": True, "collapse_silu": True}
+    model = so.Model(cfg, {k: so.round_to_bf16(v) for k, v in so.random_params(cfg, np.random.default_rng(1)).items()},
+                     np.float32)
+    p = model.p
+    x, ram0, map0 = inputs(cfg, 2, 2, 5)
+    plain = so.forward(model, x, ram0, map0)
+    hooked = so.forward(model, x, ram0, map0, ffn=lambda n: (so._silu(n @ p["w1.weight"].T) * (n @ p["w3.weight"].T))
+                        @ p["w2.weight"].T)
+    assert np.array_equal(plain["delta"], hooked["delta"]) and np.array_equal(plain["ram"], hooked["ram"]), "ffn hook"
+    blocks = so.forward(model, x, ram0, map0, ffn=recipe_ffn(model, "blocks"))
+    err = so._rel_l2(plain["delta"], blocks["delta"])
+    assert 1e-4 < err < 0.1, f"the blocks recipe's delta error {err} (rounding must show, and stay small)"
+    print("fp8_recipe_sim selftest: PASS")
+    return 0
+
+
 def main(argv=None):
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv == ["--selftest"]:
+        return selftest()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--batch", type=int, default=2)

@@ -2,7 +2,8 @@
 # Checks the CPU reference against the independent NumPy implementation of SPEC.md
 # (scripts/spec_oracle.py): the oracle's self-test, then two `swapffn run --dump` legs on the tiny
 # model (from the zero state, then from the state the first leg saved), then a negative control
-# (a dump with one corrupted delta value must be rejected, so this check can fail).
+# (a dump with one corrupted delta value must be rejected, so this check can fail), then the fp8
+# recipe simulation built on the oracle (scripts/fp8_recipe_sim.py): its self-test and a tiny run.
 # Usage: bash scripts/spec-oracle-check.sh path/to/swapffn
 set -euo pipefail
 if [ $# -ne 1 ]; then
@@ -69,4 +70,9 @@ if python3 "$oracle" --model m.safetensors --dump bad.safetensors >bad.log 2>&1 
   exit 1
 fi
 grep "^REJECT" bad.log
+
+echo "== fp8 recipe simulation on the oracle: self-test, then the tiny model"
+sim="$(dirname "$oracle")/fp8_recipe_sim.py"
+python3 "$sim" --selftest
+python3 "$sim" --model m.safetensors --tokens 2
 echo "spec-oracle-check: PASS (the corrupted dump was rejected, the reference's dumps accepted)"
