@@ -187,7 +187,11 @@ def main(argv=None):
     bad = [r for r in recipes if r not in ("blocks", "rows", "tensor", "static")]
     if bad or a.batch < 1 or a.tokens < 1:
         ap.error(f"unknown recipe(s) {bad}" if bad else "--batch and --tokens must be >= 1")
-    model = so.load_model(a.model, dtype=np.float32)
+    try:
+        model = so.load_model(a.model, dtype=np.float32)
+    except (OSError, so.InputError) as e:
+        print(f"fp8_recipe_sim: {e}", file=sys.stderr)
+        return 1
     cfg = model.cfg
     if cfg["d_model"] % BLOCK or cfg["d_ff"] % BLOCK:
         ap.error(f"d_model and d_ff must be multiples of {BLOCK}")
