@@ -96,7 +96,7 @@ bool is_anchor(const std::string& b) {
 }
 // The bf16 row an fp8 row is set against: fused-fp8 -> fused, the fp8 anchor -> the bf16 anchor.
 std::string bf16_twin(const std::string& fp8_row) {
-  if (fp8_row == kFp8Anchor || fp8_row == kFp8RowsAnchor || fp8_row == kFp8TensorAnchor) return kAnchor;
+  if (is_anchor(fp8_row)) return kAnchor;
   const std::string suffix = "-fp8";
   const size_t n = fp8_row.size();
   return n > suffix.size() && fp8_row.compare(n - suffix.size(), suffix.size(), suffix) == 0
