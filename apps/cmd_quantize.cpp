@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -49,9 +48,7 @@ void add_quantize_command(CLI::App& app) {
       ->check(CLI::IsMember({"fp8"}));
   cmd->callback([a] {
     check_writable(a->out);
-    std::error_code ec;
-    SWAPFFN_REQUIRE(!std::filesystem::equivalent(a->in, a->out, ec),
-                    "--out " + a->out + " is the input model; write the fp8 model to another file");
+    require_not_input(a->out, "--out", a->in, "--in");
     const Weights w = Weights::load(a->in);
     SWAPFFN_REQUIRE(!w.fp8_ffn, "model " + a->in + " already stores its FFN in fp8");
     const Weights q = w.quantized_fp8();

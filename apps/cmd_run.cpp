@@ -66,8 +66,16 @@ void run(const RunArgs& a, bool batch_given) {
   if (batch_given || a.state_in.empty()) require_in_range(a.batch, 1, kMaxBatch, "--batch");
   require_in_range(a.tokens, 1, kMaxTokens, "--tokens");
   require_in_range(a.threads, 0, kMaxThreads, "--threads");
-  if (!a.state_out.empty()) check_writable(a.state_out);
-  if (!a.dump.empty()) check_writable(a.dump);
+  if (!a.state_out.empty()) {
+    check_writable(a.state_out);
+    require_not_input(a.state_out, "--state-out", a.model, "--model");
+  }
+  if (!a.dump.empty()) {
+    check_writable(a.dump);
+    require_not_input(a.dump, "--dump", a.model, "--model");
+    if (!a.state_in.empty()) require_not_input(a.dump, "--dump", a.state_in, "--state-in");
+  }
+  if (!a.state_out.empty() && !a.dump.empty()) require_not_input(a.dump, "--dump", a.state_out, "--state-out");
   const Weights w = Weights::load(a.model);
   // It reads every parameter, so only when a state file needs it.
   const uint64_t fingerprint = a.state_in.empty() && a.state_out.empty() ? 0 : w.fingerprint();

@@ -4,6 +4,7 @@
 
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/file_input.hpp"
 
 namespace swapffn::cli {
 
@@ -11,6 +12,11 @@ CLI::App* add_command(CLI::App& app, const std::string& name, const std::string&
   CLI::App* cmd = app.add_subcommand(name, what);
   cmd->footer("Example:\n  " + example);
   return cmd;
+}
+
+void require_not_input(const std::string& out, const std::string& out_flag, const std::string& in,
+                       const std::string& in_flag) {
+  SWAPFFN_REQUIRE(!same_file(out, in), out_flag + " " + out + " is the " + in_flag + " file; write it to another file");
 }
 
 void FusedFlags::add_to(CLI::App* cmd) {

@@ -21,6 +21,11 @@ void add_quantize_command(CLI::App& app);
 // A sub-command whose --help says what it does in one line and shows one example.
 CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& what, const std::string& example);
 
+// Throws unless output `out` (flag out_flag) is another file than input `in` (flag in_flag): an
+// output written over an input would destroy it (a state written over the model, say).
+void require_not_input(const std::string& out, const std::string& out_flag, const std::string& in,
+                       const std::string& in_flag);
+
 // --kernels and --tune of the fused backend, parsed once here into typed FusedOptions.
 struct FusedFlags {
   std::string kernels, tune_file;

@@ -2,6 +2,7 @@
 // starts, a killed write leaves nothing behind, and a state file is used only with the model it
 // belongs to unless --allow-foreign-state says otherwise.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cinttypes>
@@ -29,6 +30,45 @@ std::string hex(uint64_t v) {
 }
 
 size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+// An output that names an input would destroy it: refused before any work, the input unchanged.
+TEST_F(Cli, AnOutputOverAnInputIsRefused) {
+  const std::string m = path("tiny.safetensors"), s = path("s.safetensors");
+  ASSERT_EQ(cli("init --config tiny --out " + m).code, 0);
+  ASSERT_EQ(cli("run --model " + m + " --batch 1 --tokens 1 --state-out " + s).code, 0);
+  fs::create_symlink(m, path("link.safetensors"));
+  const std::string model = slurp(m), state = slurp(s);
+  const std::string run = "run --model " + m + " --batch 1 --tokens 1";
+  const struct {
+    std::string args, what;
+  } cases[] = {
+      {run + " --state-out " + m, "--state-out " + m + " is the --model file"},
+      {run + " --state-out " + path("link.safetensors"), "is the --model file"},
+      {run + " --state-out " + dir.string() + "/./tiny.safetensors", "is the --model file"},
+      {run + " --dump " + m, "--dump " + m + " is the --model file"},
+      {"run --model " + m + " --state-in " + s + " --tokens 1 --dump " + s, "is the --state-in file"},
+      {run + " --state-out " + path("t.safetensors") + " --dump " + path("t.safetensors"), "is the --state-out file"},
+  };
+  for (const auto& c : cases) expect_error(c.args, c.what);
+  EXPECT_EQ(slurp(m), model);
+  EXPECT_EQ(slurp(s), state);
+  EXPECT_FALSE(fs::exists(path("t.safetensors")));
+}
+
+// A FIFO as an input file is refused at once (the reader opened it and waited for a writer).
+TEST_F(Cli, AFifoAsAnInputIsRefusedWithoutBlocking) {
+  const std::string m = path("tiny.safetensors"), fifo = path("fifo");
+  ASSERT_EQ(cli("init --config tiny --out " + m).code, 0);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& args : {"run --model " + fifo, "run --model " + m + " --state-in " + fifo,
+                                  "quantize --format fp8 --out " + path("q.safetensors") + " --in " + fifo}) {
+    const std::string cmd = "timeout 20 '" + std::string(SWAPFFN_CLI_PATH) + "' " + args + " 2>'" + path("err") + "'";
+    const int st = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(st)) << args;
+    EXPECT_EQ(WEXITSTATUS(st), 1) << args << " (124: it blocked)\nstderr: " << slurp(path("err"));
+    EXPECT_NE(slurp(path("err")).find("not a regular file (a FIFO)"), std::string::npos) << slurp(path("err"));
+  }
+}
 
 // Each command would decode, build a model or time a bench before writing; a path it cannot write
 // is refused first, so nothing is printed but the one error line.

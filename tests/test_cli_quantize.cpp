@@ -50,7 +50,7 @@ TEST_F(Cli, QuantizeRefusals) {
   ASSERT_EQ(cli("quantize --in " + m + " --out " + q + " --format fp8").code, 0);
   expect_error("quantize --in " + q + " --out " + path("qq.safetensors") + " --format fp8",
                "already stores its FFN in fp8");
-  expect_error("quantize --in " + m + " --out " + m + " --format fp8", "is the input model");
+  expect_error("quantize --in " + m + " --out " + m + " --format fp8", "is the --in file");
   expect_error("quantize --in " + path("missing.safetensors") + " --out " + path("x.safetensors") + " --format fp8",
                "missing.safetensors");
   EXPECT_FALSE(fs::exists(path("qq.safetensors")));

@@ -109,7 +109,7 @@ TEST(FusedOptions, TuningCacheIsReadForItsDeviceAndShape) {
   const auto no_entries = std::filesystem::temp_directory_path() / "swapffn_tune_no_entries.json";
   std::ofstream(no_entries) << R"({"device": "GPU X", "d_model": 1024, "d_ff": 4096})";
   expect_error([&] { load_tuning(no_entries.string(), "GPU X", 1024, 4096); }, "no field 'entries'");
-  expect_error([&] { load_tuning("/nonexistent/swapffn-tune.json", "GPU X", 1024, 4096); }, "cannot open tuning cache");
+  expect_error([&] { load_tuning("/nonexistent/swapffn-tune.json", "GPU X", 1024, 4096); }, "tuning cache /nonexistent/swapffn-tune.json: cannot open");
   const auto broken = std::filesystem::temp_directory_path() / "swapffn_tune_broken.json";
   std::ofstream(broken) << "{not json";
   expect_error([&] { load_tuning(broken.string(), "GPU X", 1024, 4096); }, "is not valid JSON");

@@ -257,6 +257,19 @@ TEST_F(BadInput, NonFiniteXNamesTheIndex) {
   expect_refused(st, "index 7");
 }
 
+// Finite values near the float limit overflowed the sums of squares into NaN deltas: refused instead.
+TEST_F(BadInput, XBeyondTheEnginesRangeIsRefused) {
+  x[5] = 1e38f;
+  expect_refused(st, "value out of range in x at index 5 (1e+38)");
+  x[5] = -4.3e9f;
+  expect_refused(st, "index 5");
+  x[5] = 4294967296.0f;  // 2^32 itself is accepted
+  std::vector<float> d(delta.size());
+  State s = st;
+  eng->step(x.data(), d.data(), s);
+  for (float v : d) ASSERT_TRUE(std::isfinite(v));
+}
+
 TEST_F(BadInput, StateOfAnotherShape) {
   Config other = w.cfg;
   other.core_count += 1;

@@ -296,6 +296,27 @@ TEST_F(BadStateFile, NonFiniteRam) {
   expect_refused(wr, {"'ram'", "non-finite", "index 123"});
 }
 
+TEST_F(BadStateFile, RamBeyondTheEnginesRangeIsRefused) {
+  s.ram[77] = float_to_bf16(-8.6e9f);  // past 2^32: its square would overflow fp32 sums at larger sizes
+  st::Writer wr;
+  wr.add_bf16("ram", ram_shape, s.ram);
+  wr.add_u8("stream_map", map_shape, s.stream_map);
+  expect_refused(wr, {"'ram'", "index 77", "out of range"});
+}
+
+// A state the engines would refuse is never written: save and load agree on what is valid.
+TEST(StateIo, SavingRamTheEnginesRefuseWritesNothing) {
+  TempDir dir;
+  State s = State::init(Config::preset("tiny"), 2);
+  s.ram[9] = bf16{0x7FC0};  // NaN
+  expect_error([&] { s.save(dir.file("s.safetensors"), 1); }, {"non-finite", "index 9"});
+  s.ram[9] = float_to_bf16(4294967296.0f);  // 2^32 itself is accepted
+  s.save(dir.file("s.safetensors"), 1);
+  s.ram[9] = float_to_bf16(4.4e9f);
+  expect_error([&] { s.save(dir.file("t.safetensors"), 1); }, {"index 9", "out of range"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("t.safetensors")));
+}
+
 TEST_F(BadStateFile, NotASafetensorsFile) {
   const std::string path = dir.file("junk.safetensors");
   testing::write_bytes(path, "this is not a state file at all");

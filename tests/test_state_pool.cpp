@@ -23,6 +23,21 @@ TEST(StatePool, APoolServesOnlyItsEngineKind) {
   EXPECT_TRUE(pool->get(1) == State::init(w.cfg, 1));
 }
 
+// A pool refuses RAM the engines refuse (its save would write a file that load refuses), unchanged.
+TEST(StatePool, SetRefusesRamTheEnginesRefuse) {
+  const Weights w = Weights::random(Config::preset("tiny"), 83);
+  auto e = make_engine("reference", w);
+  auto pool = e->make_pool(2);
+  State one = State::random(w.cfg, 1, 5);
+  pool->set(1, one);
+  State bad = one;
+  bad.ram[40] = bf16{0xFF80};  // -inf
+  EXPECT_THROW(pool->set(1, bad), Error);
+  bad.ram[40] = float_to_bf16(1e20f);
+  EXPECT_THROW(pool->set(1, bad), Error);
+  EXPECT_TRUE(pool->get(1) == one);
+}
+
 // The GPU pools' record of slots a failed step may have left partly advanced (they step in place).
 TEST(TornSlots, RefuseTheTornSlotsUntilMendedNamingSlotAndFault) {
   TornSlots t(4);

@@ -47,7 +47,7 @@ class Engine {
   virtual std::string precision() const { return "bf16"; }
 
   // One decode step for state.batch sequences. x and delta are host arrays [B, D] fp32.
-  // Validation (shapes, non-finite x, trace sizes) happens before anything changes: on an error the
+  // Validation (shapes, x non-finite or out of range, trace sizes) happens before anything changes: on an error the
   // state is left bitwise unchanged.
   virtual void step(const float* x, float* delta, State& state, const StepOptions& opt = {}) = 0;
 
@@ -74,7 +74,7 @@ struct EngineOptions {
   FusedOptions fused;  // fused backend: pinned or tuned kernel choices (refused by the others)
 };
 
-// Throws naming the first non-finite element (index) of x[n].
-void check_finite(const float* x, int64_t n, const char* what);
+// Throws naming the first element (index) of x[n] that is non-finite or beyond kMaxValueMagnitude.
+void check_input_values(const float* x, int64_t n, const char* what);
 
 }  // namespace swapffn

@@ -19,6 +19,9 @@ inline constexpr int64_t kMaxBatch = int64_t{1} << 16;
 inline constexpr int64_t kMaxTokens = int64_t{1} << 24;
 // CPU threads of the reference.
 inline constexpr int64_t kMaxThreads = 1024;
+// The largest magnitude of an input value (x) or RAM value the engines accept (SPEC section 4):
+// D * (core_scale * 2^32)^2 stays many orders of magnitude below the fp32 sum of squares' limit.
+inline constexpr float kMaxValueMagnitude = 4294967296.0f;  // 2^32
 
 // Throws "<what> = <v> is out of range: must be in [lo, hi]" unless lo <= v <= hi.
 void require_in_range(int64_t v, int64_t lo, int64_t hi, const std::string& what);

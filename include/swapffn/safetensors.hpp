@@ -28,6 +28,8 @@ DType parse_dtype(std::string_view name);
 // IEEE binary16 bits -> float (exact).
 float f16_to_float(uint16_t bits);
 
+// Refuses files larger than this (the reader holds the whole file in memory): 8x the largest model.
+inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 36;
 // Refuses headers larger than this: a corrupt length must not make us parse gigabytes.
 inline constexpr uint64_t kMaxHeaderBytes = 100ull * 1024 * 1024;
 // Caps on the header's structure, far above what a real file needs (a valid header nests 3 deep:
@@ -47,9 +49,8 @@ struct TensorInfo {
 
 class Reader {
  public:
-  // Maps path read-only and validates its header (see docs/FORMATS.md).
+  // Reads path whole (a regular file only) and validates its header (see docs/FORMATS.md).
   explicit Reader(const std::string& path);
-  ~Reader();
   Reader(const Reader&) = delete;
   Reader& operator=(const Reader&) = delete;
 
@@ -83,8 +84,7 @@ class Reader {
   std::vector<uint8_t> bytes_of(std::string_view name, DType want) const;
 
   std::string path_;
-  const std::byte* map_ = nullptr;
-  size_t map_size_ = 0;
+  std::vector<std::byte> bytes_;  // the whole file: a copy, so that a file changed later cannot fault us
   const std::byte* data_ = nullptr;
   std::map<std::string, std::string> metadata_;
   std::vector<TensorInfo> tensors_;

@@ -3,7 +3,8 @@
 // Arrays cross by DLPack (nanobind ndarrays): NumPy and torch CPU arrays take the host path, CUDA
 // arrays (torch, CuPy, JAX) the device path on the caller's stream. The Python layer checks dtypes,
 // shapes, devices and slot ids and names the argument; this layer checks again what it must to stay
-// memory-safe.
+// memory-safe. Every call that touches an engine or its pools holds the engine's mutex with the GIL
+// released, so threads that share an engine take turns (no step is lost, no buffer shared).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -16,12 +17,15 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "swapffn/backends.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/file_input.hpp"
+#include "swapffn/limits.hpp"
 #include "swapffn/weights.hpp"
 #ifdef SWAPFFN_WITH_CUDA
 #include "cuda/common/gpu_engine.hpp"
@@ -34,6 +38,7 @@ using namespace nb::literals;
 namespace swapffn::python {
 namespace {
 
+using HostX = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using HostF32 = nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using HostIds = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using CudaF32 = nb::ndarray<float, nb::ndim<2>, nb::c_contig, nb::device::cuda>;
@@ -49,12 +54,28 @@ struct PyEngine {
   std::string backend;
   int device;
   std::unique_ptr<Engine> engine;
+  std::mutex turn;  // one call at a time on this engine and its pools
 };
 
 struct PyPool {
   std::shared_ptr<PyEngine> owner;  // the pool's memory is the engine's device's
   std::unique_ptr<StatePool> pool;
 };
+
+// Runs f() holding e's mutex with the GIL released (f must not touch Python objects). Releasing the
+// GIL first means a thread waiting for the mutex never holds the GIL that its holder needs.
+template <class F>
+auto taking_turns(PyEngine& e, F&& f) {
+  nb::gil_scoped_release release;
+  const std::lock_guard<std::mutex> lock(e.turn);
+  return f();
+}
+
+// A slot index of pool p as int32, refused naming it when it is outside [0, S).
+int32_t slot_of(const PyPool& p, int64_t slot) {
+  require_in_range(slot, 0, p.pool->slots() - 1, "slot");
+  return static_cast<int32_t>(slot);
+}
 
 std::shared_ptr<PyEngine> load_engine(const std::string& path, const std::string& backend, int device, int threads,
                                       bool graph, const std::string& kernels) {
@@ -82,17 +103,14 @@ void check_rows(const PyEngine& e, size_t rows, size_t cols, size_t ids, const c
 }
 
 // Host arrays: Engine::step_slots (every backend; GPU engines copy to their device).
-nb::tuple step_host(PyEngine& e, PyPool& p, HostF32 x, HostIds ids, HostF32 out, bool record) {
+nb::tuple step_host(PyEngine& e, PyPool& p, HostX x, HostIds ids, HostF32 out, bool record) {
   check_rows(e, x.shape(0), x.shape(1), ids.shape(0), "x");
   check_rows(e, out.shape(0), out.shape(1), ids.shape(0), "out");
   std::vector<int32_t> slot_ids(ids.data(), ids.data() + ids.shape(0));
   Trace trace;
   StepOptions opt;
   if (record) opt.record = &trace;
-  {
-    nb::gil_scoped_release release;
-    e.engine->step_slots(x.data(), slot_ids, out.data(), *p.pool, opt);
-  }
+  taking_turns(e, [&] { e.engine->step_slots(x.data(), slot_ids, out.data(), *p.pool, opt); });
   if (!record) return nb::make_tuple(nb::none(), nb::none());
   const size_t shape[3] = {size_t(trace.events), size_t(trace.batch), size_t(trace.cores)};
   auto* gate = new std::vector<uint8_t>(std::move(trace.gate));
@@ -123,9 +141,10 @@ void step_device(PyEngine& e, PyPool& p, CudaF32 x, CudaIds ids, CudaF32 out, ui
   check_rows(e, out.shape(0), out.shape(1), ids.shape(0), "out");
 #ifdef SWAPFFN_WITH_CUDA
   cuda::GpuEngine& g = device_engine(e, {x.device_id(), ids.device_id(), out.device_id()}, "x, slot_ids and out");
-  nb::gil_scoped_release release;
-  g.enqueue_step_slots(x.data(), ids.data(), int64_t(ids.shape(0)), out.data(), *p.pool,
-                        reinterpret_cast<cudaStream_t>(stream));
+  taking_turns(e, [&] {
+    g.enqueue_step_slots(x.data(), ids.data(), int64_t(ids.shape(0)), out.data(), *p.pool,
+                         reinterpret_cast<cudaStream_t>(stream));
+  });
 #else
   no_cuda(p, stream);
 #endif
@@ -140,16 +159,18 @@ void decode_device(PyEngine& e, PyPool& p, CudaSteps xs, CudaIds ids, CudaSteps 
                                                    std::to_string(xs.shape(0)) + " steps of xs");
 #ifdef SWAPFFN_WITH_CUDA
   cuda::GpuEngine& g = device_engine(e, {xs.device_id(), ids.device_id(), out.device_id()}, "xs, slot_ids and out");
-  nb::gil_scoped_release release;
-  g.enqueue_decode_slots(xs.data(), out.data(), int64_t(xs.shape(0)), *p.pool, ids.data(), int64_t(ids.shape(0)),
-                          reinterpret_cast<cudaStream_t>(stream));
+  taking_turns(e, [&] {
+    g.enqueue_decode_slots(xs.data(), out.data(), int64_t(xs.shape(0)), *p.pool, ids.data(), int64_t(ids.shape(0)),
+                           reinterpret_cast<cudaStream_t>(stream));
+  });
 #else
   no_cuda(p, stream);
 #endif
 }
 
-nb::tuple pool_get(PyPool& p, int32_t slot) {
-  State one = p.pool->get(slot);
+nb::tuple pool_get(PyPool& p, int64_t slot) {
+  const int32_t s = slot_of(p, slot);
+  State one = taking_turns(*p.owner, [&] { return p.pool->get(s); });
   const size_t ram_shape[3] = {size_t(one.cores), 4, size_t(one.d_model)};
   const size_t map_shape[1] = {size_t(one.cores)};
   auto* ram = new std::vector<bf16>(std::move(one.ram));
@@ -160,19 +181,39 @@ nb::tuple pool_get(PyPool& p, int32_t slot) {
                         Map(map->data(), 1, map_shape, own_map));
 }
 
-void pool_set(PyPool& p, int32_t slot, nb::ndarray<const uint16_t, nb::c_contig, nb::device::cpu> ram,
-              nb::ndarray<const uint8_t, nb::c_contig, nb::device::cpu> map) {
+void pool_set(PyPool& p, int64_t slot, nb::ndarray<const uint16_t, nb::ndim<3>, nb::c_contig, nb::device::cpu> ram,
+              nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> map) {
+  const int32_t s = slot_of(p, slot);
   const Config& cfg = p.owner->weights.cfg;
+  const auto C = size_t(cfg.core_count), D = size_t(cfg.d_model);
+  SWAPFFN_REQUIRE(ram.shape(0) == C && ram.shape(1) == 4 && ram.shape(2) == D,
+                  "ram: shape (" + std::to_string(ram.shape(0)) + ", " + std::to_string(ram.shape(1)) + ", " +
+                      std::to_string(ram.shape(2)) + "), a slot holds [C, 4, D] = (" + std::to_string(C) + ", 4, " +
+                      std::to_string(D) + ")");
+  SWAPFFN_REQUIRE(map.shape(0) == C, "stream_map: shape (" + std::to_string(map.shape(0)) +
+                                         ",), a slot holds [C] = (" + std::to_string(C) + ",)");
   State one = State::init(cfg, 1);
-  SWAPFFN_REQUIRE(ram.size() == one.ram.size(), "ram: " + std::to_string(ram.size()) + " values, a slot holds " +
-                                                    std::to_string(one.ram.size()) + " ([C, 4, D] = [" +
-                                                    std::to_string(cfg.core_count) + ", 4, " +
-                                                    std::to_string(cfg.d_model) + "])");
-  SWAPFFN_REQUIRE(map.size() == one.stream_map.size(), "stream_map: " + std::to_string(map.size()) +
-                                                           " values, a slot holds " + std::to_string(cfg.core_count));
   std::memcpy(one.ram.data(), ram.data(), one.ram.size() * sizeof(uint16_t));
   std::memcpy(one.stream_map.data(), map.data(), one.stream_map.size());
-  p.pool->set(slot, one);
+  taking_turns(*p.owner, [&] { p.pool->set(s, one); });
+}
+
+void pool_load(PyPool& p, int64_t slot, const std::string& path) {
+  const int32_t s = slot_of(p, slot);
+  check_path(path, "state file");
+  taking_turns(*p.owner, [&] {
+    const State one = State::load(path, p.owner->fingerprint, p.owner->path);
+    one.check_matches(p.owner->weights.cfg, 1);
+    p.pool->set(s, one);
+  });
+}
+
+void pool_save(PyPool& p, int64_t slot, const std::string& path) {
+  const int32_t s = slot_of(p, slot);
+  check_path(path, "state file");
+  SWAPFFN_REQUIRE(!same_file(path, p.owner->path),
+                  "path: " + path + " is the engine's model file; save the state to another file");
+  taking_turns(*p.owner, [&] { p.pool->get(s).save(path, p.owner->fingerprint); });
 }
 
 }  // namespace
@@ -210,21 +251,16 @@ NB_MODULE(_swapffn, m) {
 
   nb::class_<PyPool>(m, "Pool")
       .def_prop_ro("slots", [](const PyPool& p) { return p.pool->slots(); })
-      .def("reset", [](PyPool& p, const std::vector<int32_t>& ids) { p.pool->reset(ids); })
+      .def("reset", [](PyPool& p, const std::vector<int32_t>& ids) { taking_turns(*p.owner, [&] { p.pool->reset(ids); }); })
       .def("get", &pool_get)
       .def("set", &pool_set)
-      .def("load", [](PyPool& p, int32_t slot, const std::string& path) {
-        const State s = State::load(path, p.owner->fingerprint, p.owner->path);
-        s.check_matches(p.owner->weights.cfg, 1);
-        p.pool->set(slot, s);
-      })
-      .def("save", [](PyPool& p, int32_t slot, const std::string& path) {
-        p.pool->get(slot).save(path, p.owner->fingerprint);
-      });
+      .def("load", &pool_load)
+      .def("save", &pool_save);
   m.def("make_pool", [](std::shared_ptr<PyEngine> e, int64_t slots) {
+    require_in_range(slots, 1, kMaxBatch, "slots");
     auto p = std::make_unique<PyPool>();
     p->owner = e;
-    p->pool = e->engine->make_pool(slots);
+    p->pool = taking_turns(*e, [&] { return e->engine->make_pool(slots); });
     return p;
   });
   m.def("step_host", &step_host);

@@ -12,10 +12,17 @@ Host arrays (NumPy, CPU torch tensors) run through a host round trip on any back
 (torch) run on the engine's device on torch's current stream, so a step can be captured in the
 caller's CUDA graph once its batch size has run outside capture. A slot id of -1 is a padding row:
 its delta is zero and no slot changes.
+
+Bad arguments are refused with swapffn.Error naming the argument, before anything changes. Threads:
+calls on one engine and its pools take turns (each holds the engine's lock with the GIL released),
+so two threads stepping the same slot apply both steps, one after the other. Steps on CUDA tensors
+are ordered by their streams: the caller orders steps enqueued on different streams (docs/PYTHON.md).
 """
 from __future__ import annotations
 
 import json
+import operator
+import os
 from typing import Optional, Sequence
 
 import numpy as np
@@ -23,9 +30,59 @@ import numpy as np
 from . import _swapffn
 from ._swapffn import Error
 
-__all__ = ["Engine", "StatePool", "Error", "PADDING", "backends", "gpu", "init_model"]
+__all__ = ["Engine", "StatePool", "Error", "PADDING", "MAX_VALUE", "backends", "gpu", "init_model"]
 
 PADDING = -1  # a slot id that marks a padding row
+MAX_VALUE = 2.0 ** 32  # the largest magnitude of an input or RAM value the engines accept (SPEC section 4)
+
+
+def _index(v, what: str) -> int:
+    """v as a Python int (int, NumPy or torch integer scalars; never a bool or a float)."""
+    if isinstance(v, (bool, np.bool_)):
+        raise Error(f"{what}: expected an integer, got a bool ({v!r})")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise Error(f"{what}: expected an integer, got {type(v).__name__} {v!r}") from None
+
+
+def _slot(slot, pool: "StatePool", what: str = "slot") -> int:
+    s = _index(slot, what)
+    if not 0 <= s < pool.slots:
+        raise Error(f"{what} = {s} is out of range: must be in [0, {pool.slots - 1}]")
+    return s
+
+
+def _path(path, what: str) -> str:
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise Error(f"{what}: expected a path (str or os.PathLike), got {type(path).__name__}") from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p:
+        raise Error(f"{what}: the path is empty")
+    if "\0" in p:
+        raise Error(f"{what}: the path holds a NUL byte at offset {p.index("\0")}")
+    return p
+
+
+def _is_bfloat16(dtype) -> bool:
+    return getattr(dtype, "name", "") == "bfloat16"  # NumPy's bfloat16 comes from ml_dtypes
+
+
+def _check_values(a: np.ndarray, what: str) -> None:
+    """Refuses the first value of a host array that is non-finite or beyond MAX_VALUE (by flat index)."""
+    bad = ~np.isfinite(a)
+    if not bad.any():
+        bad = np.abs(a) > MAX_VALUE
+        if not bad.any():
+            return
+        i = int(np.flatnonzero(bad)[0])
+        raise Error(f"{what}: value out of range at index {i} ({a.reshape(-1)[i]:g}): the engines accept "
+                    f"magnitudes up to 2^32 (SPEC section 4)")
+    i = int(np.flatnonzero(bad)[0])
+    raise Error(f"{what}: non-finite value at index {i} ({a.reshape(-1)[i]})")
 
 
 def backends() -> list:
@@ -36,7 +93,7 @@ def backends() -> list:
 def init_model(path: str, config: str = "tiny", seed: int = 1) -> None:
     """Writes a model with random parameters of a preset config ("default" or "tiny"), as
     `swapffn init` does."""
-    _swapffn.init_model(str(path), config, int(seed))
+    _swapffn.init_model(_path(path, "path"), config, _index(seed, "seed"))
 
 
 def gpu() -> dict:
@@ -74,9 +131,10 @@ class Engine:
         threads: CPU threads of the reference (0: all). graph: GPU backends capture a step in a CUDA
         graph. kernels: the fused backends' pinned kernel choices, as `swapffn run --kernels`.
         """
-        if not isinstance(device, int) or device < 0:
+        if isinstance(device, bool) or not isinstance(device, int) or device < 0:
             raise Error(f"device must be a CUDA device index >= 0, got {device!r}")
-        return cls(_swapffn.load_engine(str(path), backend, device, threads, graph, kernels), str(path))
+        path = _path(path, "path")
+        return cls(_swapffn.load_engine(path, backend, device, _index(threads, "threads"), graph, kernels), path)
 
     @property
     def name(self) -> str:
@@ -95,39 +153,59 @@ class Engine:
         for padding rows). Returns delta [B, D] fp32 (written into `out` when given), of x's kind:
         a NumPy array for host input, a torch tensor for torch input. With trace={} (host input
         only), trace["gate"] and trace["slot"] receive the decisions [E, B', C] of the B' non-padding
-        rows. Bad arguments are refused before anything changes. A GPU step runs on the pool's
-        slots in place: a fault after it has started leaves its slots torn (get, save and steps that
-        name them refuse until they are reset or set), never silently wrong.
+        rows. Bad arguments (x, slot_ids, out, trace; x non-finite or beyond MAX_VALUE) are refused
+        before anything changes. A GPU step runs on the pool's slots in place: a fault after it has
+        started leaves its slots torn (get, save and steps that name them refuse until they are
+        reset or set), never silently wrong.
         """
-        if not isinstance(pool, StatePool) or pool.engine is not self:
-            raise Error("pool: a StatePool made for this engine is required")
+        self._check_pool(pool)
+        if trace is not None and not isinstance(trace, dict):
+            raise Error(f"trace: expected a dict to receive the decisions, got {type(trace).__name__}")
         if _is_torch(x) and x.is_cuda:
             if trace is not None:
                 raise Error("trace: decisions are recorded on the host path only (pass host arrays)")
             return self._step_cuda(x, pool, slot_ids, out)
-        return self._step_host(x, pool, slot_ids, out, trace)
+        xh, as_torch = self._host_x(x, "x")
+        b = self._rows(xh.shape, "x")
+        ids = self._ids_host(slot_ids, b, pool)
+        self._check_host_out(out, (b, self.config["d_model"]), "out")
+        _check_values(xh, "x")
+        return self._step_host(xh, as_torch, pool, ids, out, trace)
+
+    def _check_pool(self, pool) -> None:
+        if not isinstance(pool, StatePool) or pool.engine is not self:
+            raise Error("pool: a StatePool made for this engine is required")
 
     def decode(self, xs, pool: "StatePool", slot_ids, out=None):
         """T steps of the same rows: xs [T, B, D] (fp32 or bf16); returns deltas [T, B, D] fp32 (into
         `out` when given). On CUDA tensors outside a capture, each step is one replay of the engine's
         own graph of the slot step, joined to torch's current stream before and after, with no host
         synchronisation between steps; inside the caller's capture the steps are recorded one by one.
-        Host arrays run step by step through the host path."""
-        if len(xs.shape) != 3:
-            raise Error(f"xs: expected [T, B, D], got shape {tuple(xs.shape)}")
+        Host arrays run step by step through the host path, every argument (every step's x
+        included) checked before the first step."""
+        self._check_pool(pool)
+        if not hasattr(xs, "shape") or len(xs.shape) != 3:
+            raise Error(f"xs: expected an array [T, B, D], got {getattr(xs, 'shape', type(xs).__name__)}")
         if _is_torch(xs) and xs.is_cuda:
             t = _torch()
             if not t.cuda.is_current_stream_capturing():
                 return self._decode_cuda(xs, pool, slot_ids, out)
-        if out is None:
-            if _is_torch(xs):
-                t = _torch()
+            if out is None:
                 out = t.empty(xs.shape, dtype=t.float32, device=xs.device)
-            else:
-                out = np.empty(xs.shape, dtype=np.float32)
-        for i in range(xs.shape[0]):
-            self.step(xs[i], pool, slot_ids, out=out[i])
-        return out
+            for i in range(xs.shape[0]):
+                self.step(xs[i], pool, slot_ids, out=out[i])
+            return out
+        xh, as_torch = self._host_x(xs, "xs")
+        steps, b = xh.shape[0], xh.shape[1]
+        self._rows(xh.shape[1:], "xs[t]")
+        ids = self._ids_host(slot_ids, b, pool)
+        shape = (steps, b, self.config["d_model"])
+        self._check_host_out(out, shape, "out")
+        _check_values(xh, "xs")
+        res = np.empty(shape, dtype=np.float32)
+        for i in range(steps):
+            res[i] = self._step_host(xh[i], False, pool, ids, None, None)
+        return self._deliver(res, as_torch, out)
 
     def _decode_cuda(self, xs, pool, slot_ids, out):
         if not isinstance(pool, StatePool) or pool.engine is not self:
@@ -158,34 +236,75 @@ class Engine:
         return shape[0]
 
     def _ids_host(self, slot_ids, b: int, pool: "StatePool") -> np.ndarray:
+        """slot_ids as int32, every id checked as the integer it is (never wrapped into int32): each in
+        [0, S) or -1, none named twice."""
         if _is_torch(slot_ids):
             slot_ids = slot_ids.detach().cpu().numpy()
-        ids = np.asarray(slot_ids)
+        if isinstance(slot_ids, (str, bytes)) or not hasattr(slot_ids, "__len__"):
+            raise Error(f"slot_ids: expected a sequence of {b} integers, got {type(slot_ids).__name__}")
+        ids = np.asarray(slot_ids) if isinstance(slot_ids, np.ndarray) else np.asarray(slot_ids, dtype=object)
         if ids.ndim != 1 or ids.shape[0] != b:
             raise Error(f"slot_ids: expected {b} slot ids (one per row of x), got shape {ids.shape}")
-        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        if ids.dtype != object and not np.issubdtype(ids.dtype, np.integer):
             raise Error(f"slot_ids: expected integers, got dtype {ids.dtype}")
-        ids = np.ascontiguousarray(ids, dtype=np.int32)
-        _swapffn.check_slot_ids(ids.tolist(), pool.slots)
+        values = [_index(v, f"slot_ids[{i}]") for i, v in enumerate(ids.tolist())]
+        for i, v in enumerate(values):
+            if not (0 <= v < pool.slots or v == PADDING):
+                raise Error(f"slot_ids[{i}] = {v} is out of range: must be in [0, {pool.slots - 1}] or "
+                            f"{PADDING} (padding)")
+        ids = np.array(values, dtype=np.int32)  # exact: every value is in [-1, S)
+        _swapffn.check_slot_ids(values, pool.slots)
         return ids
 
-    def _step_host(self, x, pool, slot_ids, out, trace):
-        as_torch = _is_torch(x)
-        xh = x.detach().float().cpu().numpy() if as_torch else np.asarray(x)
-        if not as_torch and xh.dtype != np.float32:
-            if not np.issubdtype(xh.dtype, np.floating):
-                raise Error(f"x: expected float32 or bfloat16 values, got dtype {xh.dtype}")
+    def _host_x(self, x, what: str):
+        """x as a C-contiguous float32 NumPy array (a copy where it must convert), and whether it
+        came as a torch tensor."""
+        if _is_torch(x):
+            return np.ascontiguousarray(x.detach().float().cpu().numpy()), True
+        if not hasattr(x, "__array__") and not isinstance(x, (list, tuple)):
+            raise Error(f"{what}: expected an array of float32 or bfloat16 values, got {type(x).__name__}")
+        xh = np.asarray(x)
+        if xh.dtype != np.float32:
+            if not (np.issubdtype(xh.dtype, np.floating) or _is_bfloat16(xh.dtype)):
+                raise Error(f"{what}: expected float32 or bfloat16 values, got dtype {xh.dtype}")
             xh = xh.astype(np.float32)
-        b = self._rows(xh.shape, "x")
-        xh = np.ascontiguousarray(xh)
-        ids = self._ids_host(slot_ids, b, pool)
-        res = np.empty((b, self.config["d_model"]), dtype=np.float32)
+        return np.ascontiguousarray(xh), False
+
+    def _check_host_out(self, out, shape, what: str) -> None:
+        """out, where given, must be a float32 array of exactly `shape` that can be written: a NumPy
+        array or a torch tensor (any device). Never cast or broadcast."""
+        if out is None:
+            return
+        if _is_torch(out):
+            t = _torch()
+            if out.dtype != t.float32 or tuple(out.shape) != shape:
+                raise Error(f"{what}: expected a float32 tensor of shape {shape}, got {out.dtype} "
+                            f"{tuple(out.shape)}")
+            return
+        if not isinstance(out, np.ndarray):
+            raise Error(f"{what}: expected a NumPy float32 array (or torch tensor) of shape {shape}, got "
+                        f"{type(out).__name__}")
+        if out.dtype != np.float32 or out.shape != shape:
+            raise Error(f"{what}: expected a float32 array of shape {shape}, got {out.dtype} {out.shape}")
+        if not out.flags.writeable:
+            raise Error(f"{what}: the array is read-only")
+
+    def _step_host(self, xh, as_torch, pool, ids, out, trace):
+        """A checked host step: xh float32 [B, D], ids int32, out checked or None."""
+        res = np.empty((xh.shape[0], self.config["d_model"]), dtype=np.float32)  # out is untouched on error
         gate, slot = _swapffn.step_host(self._h, pool._h, xh, ids, res, trace is not None)
         if trace is not None:
             trace["gate"], trace["slot"] = gate, slot
+        return self._deliver(res, as_torch, out)
+
+    @staticmethod
+    def _deliver(res, as_torch, out):
         if out is None:
             return _torch().from_numpy(res) if as_torch else res
-        out[...] = _torch().from_numpy(res).to(out.device) if _is_torch(out) else res
+        if _is_torch(out):
+            out.copy_(_torch().from_numpy(res))
+        else:
+            out[...] = res
         return out
 
     def _device_args(self, x, what: str, pool, slot_ids, b: int):
@@ -218,9 +337,8 @@ class Engine:
                         "captured)")
         else:
             ids = t.from_numpy(self._ids_host(slot_ids, b, pool)).to(dev)
-        if not capturing and not bool(t.isfinite(x).all()):
-            bad = int(t.nonzero(~t.isfinite(x.reshape(-1)))[0])
-            raise Error(f"{what}: non-finite value at index {bad}")
+        if not capturing and not bool((x.abs() <= MAX_VALUE).all()):  # false for NaN and inf too
+            _check_values(x.cpu().numpy(), what)
         return x, ids
 
     def _step_cuda(self, x, pool, slot_ids, out):
@@ -241,10 +359,13 @@ class StatePool:
     """The recurrent state of `slots` sequences where the engine keeps it (its GPU, or the host)."""
 
     def __init__(self, engine: Engine, slots: int):
-        if not isinstance(slots, int) or slots <= 0:
-            raise Error(f"slots must be a positive int, got {slots!r}")
+        if not isinstance(engine, Engine):
+            raise Error(f"engine: expected a swapffn.Engine, got {type(engine).__name__}")
+        n = _index(slots, "slots")
+        if not 0 < n <= 65536:
+            raise Error(f"slots = {n} is out of range: must be in [1, 65536]")
         self.engine = engine
-        self._h = _swapffn.make_pool(engine._h, slots)
+        self._h = _swapffn.make_pool(engine._h, n)
 
     @property
     def slots(self) -> int:
@@ -252,15 +373,22 @@ class StatePool:
 
     def reset(self, slot_ids: Sequence[int]) -> None:
         """SPEC section 3's initial state in each named slot (a sequence joins)."""
-        self._h.reset([int(s) for s in slot_ids])
+        if isinstance(slot_ids, (str, bytes)) or not hasattr(slot_ids, "__iter__"):
+            raise Error(f"slot_ids: expected a sequence of slots, got {type(slot_ids).__name__}")
+        ids = [_slot(s, self, f"slot_ids[{i}]") for i, s in enumerate(slot_ids)]
+        _swapffn.check_slot_ids(ids, self.slots)
+        self._h.reset(ids)
 
     def get(self, slot: int):
         """(ram [C, 4, D] as bf16 bits in uint16, stream_map [C] uint8) of one slot, as NumPy arrays."""
-        return self._h.get(int(slot))
+        return self._h.get(_slot(slot, self))
 
     def set(self, slot: int, ram, stream_map) -> None:
         """Replaces one slot's state: ram [C, 4, D] (bf16 bits as uint16, or a torch bfloat16 tensor),
-        stream_map [C] uint8 (four 2-bit lanes forming a permutation). Validated first."""
+        stream_map [C] uint8 (four 2-bit lanes forming a permutation). Validated first (shapes exactly,
+        every RAM value finite and within MAX_VALUE, every map a permutation); refused, the slot is
+        unchanged."""
+        slot = _slot(slot, self)
         if _is_torch(ram):
             t = _torch()
             ram = ram.detach().cpu().contiguous()
@@ -268,18 +396,26 @@ class StatePool:
         if _is_torch(stream_map):
             stream_map = stream_map.detach().cpu().numpy()
         ram = np.ascontiguousarray(ram)
+        if _is_bfloat16(ram.dtype):
+            ram = ram.view(np.uint16)
         if ram.dtype not in (np.uint16, np.int16):
             raise Error(f"ram: expected bf16 bits (uint16) or a torch bfloat16 tensor, got dtype {ram.dtype}")
+        c, d = self.engine.config["core_count"], self.engine.config["d_model"]
+        if ram.shape != (c, 4, d):
+            raise Error(f"ram: expected shape ({c}, 4, {d}) ([C, 4, D]), got {ram.shape}")
         stream_map = np.ascontiguousarray(stream_map)
         if stream_map.dtype != np.uint8:
             raise Error(f"stream_map: expected uint8, got dtype {stream_map.dtype}")
-        self._h.set(int(slot), ram.view(np.uint16), stream_map)
+        if stream_map.shape != (c,):
+            raise Error(f"stream_map: expected shape ({c},) ([C]), got {stream_map.shape}")
+        self._h.set(slot, ram.view(np.uint16), stream_map)
 
     def load(self, slot: int, path: str) -> None:
         """A state file of one sequence (as `swapffn run --state-out` writes for B = 1) into a slot; refused
         when it was saved for another model or records no model (docs/FORMATS.md, "State")."""
-        self._h.load(int(slot), str(path))
+        self._h.load(_slot(slot, self), _path(path, "path"))
 
     def save(self, slot: int, path: str) -> None:
-        """One slot as a state file of one sequence, written atomically, recording this engine's model."""
-        self._h.save(int(slot), str(path))
+        """One slot as a state file of one sequence, written atomically, recording this engine's model
+        (never over the engine's own model file)."""
+        self._h.save(_slot(slot, self), _path(path, "path"))

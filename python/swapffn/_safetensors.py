@@ -1,17 +1,22 @@
 """safetensors read and written with NumPy alone, byte for byte as the engine's writer lays a file out
 (docs/FORMATS.md): tensors contiguous in the order given, a compact JSON header with sorted keys
-padded with spaces to a multiple of 8 bytes, written to a temporary file in the same directory and
-renamed over the target.
+padded with spaces to a multiple of 8 bytes, written to a new file of an unpredictable name in the
+same directory (created exclusively, so a planted link is never followed), given the mode of the
+file it replaces, and renamed over the target. The reader takes regular files only (a FIFO never
+blocks it) and reads them whole.
 
 BF16 tensors travel as uint16 arrays of their bits (NumPy has no bfloat16); `bf16_to_f32` and
 `f32_to_bf16` convert exactly as include/swapffn/bf16.hpp does.
 """
 from __future__ import annotations
 
-import itertools
+import errno
 import json
+import math
 import os
+import stat
 import struct
+import tempfile
 from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
@@ -20,7 +25,7 @@ __all__ = ["read", "write", "bf16_to_f32", "f32_to_bf16"]
 
 _NUMPY = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "U8": "u1"}
 _MAX_HEADER = 100 * 1024 * 1024
-_tmp_ids = itertools.count()
+_MAX_BYTES = 2 ** 63 - 1
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -49,9 +54,16 @@ def _no_duplicates(pairs):
 def read(path) -> Tuple[Dict[str, Tuple[str, np.ndarray]], Dict[str, str]]:
     """Returns ({name: (dtype, array)} in data order, metadata). Raises ValueError naming the file and
     the tensor for a malformed file."""
-    with open(path, "rb") as f:
+    where = f"{os.fspath(path)}: "
+    # O_NONBLOCK: opening a FIFO would otherwise wait for a writer; it is refused below instead.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(where + "not a regular file")
         blob = f.read()
-    where = f"{path}: "
+    if len(blob) != st.st_size:
+        raise ValueError(where + f"the file changed size while it was read ({st.st_size} bytes, then {len(blob)})")
     if len(blob) < 8:
         raise ValueError(where + f"{len(blob)} bytes, shorter than the 8-byte header length")
     (hlen,) = struct.unpack("<Q", blob[:8])
@@ -75,12 +87,14 @@ def read(path) -> Tuple[Dict[str, Tuple[str, np.ndarray]], Dict[str, str]]:
         dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
         if dtype not in _NUMPY:
             raise ValueError(t + f"unsupported dtype {dtype!r} (known: {', '.join(_NUMPY)})")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise ValueError(t + f"shape {shape!r} is not a list of non-negative integers")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
             raise ValueError(t + f"data_offsets {offsets!r} is not [begin, end]")
         begin, end = offsets
-        size = int(np.prod(shape, dtype=np.int64)) * np.dtype(_NUMPY[dtype]).itemsize
+        size = math.prod(shape) * np.dtype(_NUMPY[dtype]).itemsize  # exact: Python ints never wrap
+        if size > _MAX_BYTES:
+            raise ValueError(t + f"shape {shape} of {dtype} has a byte count that overflows int64")
         if not 0 <= begin <= end <= len(data):
             raise ValueError(t + f"data_offsets [{begin}, {end}) run past the {len(data)}-byte data section")
         if end - begin != size:
@@ -119,17 +133,41 @@ def write(path, tensors: Mapping[str, Tuple[str, np.ndarray]],
     text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
     path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}-{next(_tmp_ids)}"
+    if "\0" in path:
+        raise ValueError(f"cannot write {path!r}: the path holds a NUL byte")
+    folder, name = os.path.split(path)
+    folder = folder or "."
     try:
-        with open(tmp, "wb") as f:
+        old_mode = os.stat(path, follow_symlinks=False).st_mode
+        mode = stat.S_IMODE(old_mode) if stat.S_ISREG(old_mode) else None
+    except FileNotFoundError:
+        mode = None
+    if mode is None:  # a new file (or one replacing a link): 0666 minus the umask, as open() gives
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    # mkstemp: an unpredictable name opened with O_CREAT|O_EXCL (a planted link is never followed),
+    # mode 0600 until it gets the replaced file's mode.
+    fd, tmp = tempfile.mkstemp(prefix=f".{name[:200]}.tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
             f.write(struct.pack("<Q", len(text)))
             f.write(text)
             for raw in chunks:
                 f.write(raw)
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.remove(tmp)
         raise
+    dir_fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(dir_fd)  # the rename is durable once the directory is
+    except OSError as e:
+        if e.errno != errno.EINVAL:  # EINVAL: a filesystem that cannot sync a directory
+            raise
+    finally:
+        os.close(dir_fd)

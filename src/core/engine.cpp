@@ -2,6 +2,7 @@
 #include "swapffn/engine.hpp"
 
 #include <cmath>
+#include <cstdio>
 
 #include "swapffn/error.hpp"
 #include "swapffn/limits.hpp"
@@ -25,7 +26,7 @@ void Engine::decode(const float* x, float* delta, int64_t tokens, State& state,
   require_in_range(tokens, 0, kMaxTokens, "decode tokens");
   state.validate();
   const int64_t n = checked_product({state.batch, config().d_model}, "decode step B*D");
-  check_finite(x, checked_product({tokens, n}, "decode inputs T*B*D"), "x");
+  check_input_values(x, checked_product({tokens, n}, "decode inputs T*B*D"), "x");
   if (record) record->assign(static_cast<size_t>(tokens), Trace{});
   for (int64_t t = 0; t < tokens; ++t) {
     StepOptions opt;
@@ -34,10 +35,24 @@ void Engine::decode(const float* x, float* delta, int64_t tokens, State& state,
   }
 }
 
-void check_finite(const float* x, int64_t n, const char* what) {
-  for (int64_t i = 0; i < n; ++i)
+namespace {
+
+std::string shortest(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  return buf;
+}
+
+}  // namespace
+
+void check_input_values(const float* x, int64_t n, const char* what) {
+  for (int64_t i = 0; i < n; ++i) {
     SWAPFFN_REQUIRE(std::isfinite(x[i]), std::string("non-finite value in ") + what + " at index " +
-                                             std::to_string(i) + " (" + std::to_string(x[i]) + ")");
+                                             std::to_string(i) + " (" + shortest(x[i]) + ")");
+    SWAPFFN_REQUIRE(std::fabs(x[i]) <= kMaxValueMagnitude,
+                    std::string("value out of range in ") + what + " at index " + std::to_string(i) + " (" +
+                        shortest(x[i]) + "): the engines accept magnitudes up to 2^32 (SPEC section 4)");
+  }
 }
 
 }  // namespace swapffn

@@ -1,14 +1,17 @@
 #include "swapffn/fused_options.hpp"
 
-#include <fstream>
+#include <cstddef>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
 
 #include "swapffn/error.hpp"
+#include "swapffn/file_input.hpp"
 
 namespace swapffn {
 namespace {
+
+constexpr size_t kMaxTuningCacheBytes = size_t{64} << 20;  // a cache holds a few hundred entries: KBs
 
 DualGemmTile parse_tile(const std::string& v) {
   std::string known;
@@ -124,11 +127,11 @@ FusedChoice parse_fused_choice(const std::string& spec) {
 }
 
 std::vector<TunedChoice> load_tuning(const std::string& path, const std::string& device, int64_t d_model, int64_t d_ff) {
-  std::ifstream in(path);
-  SWAPFFN_REQUIRE(in.good(), "cannot open tuning cache " + path);
+  const std::vector<std::byte> bytes = read_regular_file(path, "tuning cache " + path, kMaxTuningCacheBytes);
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
+                              reinterpret_cast<const char*>(bytes.data()) + bytes.size());
   } catch (const std::exception& e) {
     SWAPFFN_FAIL("tuning cache " + path + " is not valid JSON: " + e.what());
   }

@@ -2,6 +2,7 @@
 #include "swapffn/state.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "swapffn/error.hpp"
@@ -85,6 +86,16 @@ void State::validate() const {
                           std::to_string(b * cores + c) +
                           "): its four 2-bit lanes are not a permutation of {0,1,2,3}");
     }
+}
+
+void State::check_ram_values() const {
+  for (size_t i = 0; i < ram.size(); ++i) {
+    const float v = bf16_to_float(ram[i]);
+    SWAPFFN_REQUIRE(std::isfinite(v), "state tensor 'ram' has a non-finite value at index " + std::to_string(i));
+    SWAPFFN_REQUIRE(std::fabs(v) <= kMaxValueMagnitude,
+                    "state tensor 'ram': value at index " + std::to_string(i) + " is out of range (magnitude above 2^32, " +
+                        "the largest the engines accept: SPEC section 4)");
+  }
 }
 
 void State::check_matches(const Config& cfg, int64_t want_batch) const {

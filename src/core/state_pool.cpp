@@ -40,7 +40,7 @@ State HostStatePool::get(int32_t slot) const { return gather({slot}); }
 void HostStatePool::set(int32_t slot, const State& one) {
   check_slot_ids({slot}, slots(), false);
   one.check_matches(cfg_, 1);
-  one.validate();
+  one.check_ram_values();
   one.copy_sequence_to(0, state_, slot);
 }
 
@@ -90,7 +90,7 @@ void Engine::step_slots(const float* x, const std::vector<int32_t>& slot_ids, fl
   SWAPFFN_REQUIRE(host != nullptr, "backend '" + name() + "': the state pool was made by another engine");
   check_slot_ids(slot_ids, pool.slots(), true);
   const int64_t D = config().d_model, B = int64_t(slot_ids.size());
-  check_finite(x, B * D, "x");
+  check_input_values(x, B * D, "x");
   const NamedRows rows = named_rows(x, slot_ids, D);
   std::vector<float> delta_rows(rows.x.size());
   if (!rows.slots.empty()) {

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "swapffn/error.hpp"
+#include "swapffn/file_input.hpp"
 
 namespace swapffn {
 namespace {
@@ -132,6 +133,7 @@ void write_all(int fd, std::span<const std::span<const std::byte>> parts, const 
 void check_writable(const std::string& path) {
   SWAPFFN_REQUIRE(!path.empty(), "output path is empty");
   const std::string what = "cannot write " + path;
+  check_path(path, what);
   const auto [dir, name] = split_path(path);
   struct stat st {};
   SWAPFFN_REQUIRE(!names_a_directory(name) && !(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)),
@@ -145,6 +147,7 @@ void check_writable(const std::string& path) {
 
 void write_file_atomically(const std::string& path, std::span<const std::span<const std::byte>> parts) {
   const std::string what = "cannot write " + path;
+  check_path(path, what);
   const auto [dir, name] = split_path(path);
   SWAPFFN_REQUIRE(!names_a_directory(name), what + ": it is a directory");
   const Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

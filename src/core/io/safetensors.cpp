@@ -1,10 +1,5 @@
-// safetensors reader (mmap + full header validation) and writer (write_file_atomically).
+// safetensors reader (a whole-file read + full header validation) and writer (write_file_atomically).
 #include "swapffn/safetensors.hpp"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -17,6 +12,7 @@
 #include "core/io/strict_json.hpp"
 #include "core/printable.hpp"
 #include "swapffn/error.hpp"
+#include "swapffn/file_input.hpp"
 #include "swapffn/file_output.hpp"
 #include "swapffn/fp8.hpp"
 
@@ -110,147 +106,124 @@ int64_t TensorInfo::numel() const {
 
 Reader::Reader(const std::string& path) : path_(path) {
   const std::string f = "safetensors file " + path + ": ";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  SWAPFFN_REQUIRE(fd >= 0, f + "cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    SWAPFFN_FAIL(f + "not a regular file");
-  }
-  const auto size = static_cast<uint64_t>(st.st_size);
-  if (size < 8) {
-    ::close(fd);
-    SWAPFFN_FAIL(f + "truncated: " + std::to_string(size) +
-                 " bytes, shorter than the 8-byte header length");
-  }
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  SWAPFFN_REQUIRE(m != MAP_FAILED, f + "cannot map: " + std::strerror(map_errno));
-  map_ = static_cast<const std::byte*>(m);
-  map_size_ = size;
-  try {
-    const uint64_t hlen = load_le<uint64_t>(map_);
-    SWAPFFN_REQUIRE(hlen <= size - 8, f + "header length " + std::to_string(hlen) +
-                                          " runs past the end of the file (" +
-                                          std::to_string(size) + " bytes; truncated?)");
-    SWAPFFN_REQUIRE(hlen <= kMaxHeaderBytes, f + "header length " + std::to_string(hlen) +
-                                                 " exceeds the " + std::to_string(kMaxHeaderBytes) +
-                                                 "-byte limit");
-    data_ = map_ + 8 + hlen;
-    const uint64_t data_size = size - 8 - hlen;
-    const char* hbegin = reinterpret_cast<const char*>(map_ + 8);
+  bytes_ = read_regular_file(path, "safetensors file " + path, kMaxFileBytes);
+  const uint64_t size = bytes_.size();
+  SWAPFFN_REQUIRE(size >= 8, f + "truncated: " + std::to_string(size) +
+                                 " bytes, shorter than the 8-byte header length");
+  const std::byte* file = bytes_.data();
+  const uint64_t hlen = load_le<uint64_t>(file);
+  SWAPFFN_REQUIRE(hlen <= size - 8, f + "header length " + std::to_string(hlen) +
+                                        " runs past the end of the file (" +
+                                        std::to_string(size) + " bytes; truncated?)");
+  SWAPFFN_REQUIRE(hlen <= kMaxHeaderBytes, f + "header length " + std::to_string(hlen) +
+                                               " exceeds the " + std::to_string(kMaxHeaderBytes) +
+                                               "-byte limit");
+  data_ = file + 8 + hlen;
+  const uint64_t data_size = size - 8 - hlen;
+  const char* hbegin = reinterpret_cast<const char*>(file + 8);
 
-    StrictJson parsed = parse_strict_json(
-        std::string_view(hbegin, hlen), {kMaxHeaderDepth, kMaxHeaderEntries, kMaxRank});
-    SWAPFFN_REQUIRE(parsed.error.empty(), f + "header: " + parsed.error);
-    const nlohmann::json& header = parsed.value;
-    SWAPFFN_REQUIRE(header.is_object(),
-                    f + "header is not a JSON object (got " + header.type_name() + ")");
+  StrictJson parsed = parse_strict_json(
+      std::string_view(hbegin, hlen), {kMaxHeaderDepth, kMaxHeaderEntries, kMaxRank});
+  SWAPFFN_REQUIRE(parsed.error.empty(), f + "header: " + parsed.error);
+  const nlohmann::json& header = parsed.value;
+  SWAPFFN_REQUIRE(header.is_object(),
+                  f + "header is not a JSON object (got " + header.type_name() + ")");
 
-    for (const auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") {
-        SWAPFFN_REQUIRE(entry.is_object(), f + "__metadata__ is not a JSON object");
-        for (const auto& [k, v] : entry.items()) {
-          SWAPFFN_REQUIRE(v.is_string(), f + "__metadata__ value of " + in_quotes(k) +
-                                             " is not a string (got " + v.type_name() + ")");
-          metadata_[k] = v.get<std::string>();
-        }
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      SWAPFFN_REQUIRE(entry.is_object(), f + "__metadata__ is not a JSON object");
+      for (const auto& [k, v] : entry.items()) {
+        SWAPFFN_REQUIRE(v.is_string(), f + "__metadata__ value of " + in_quotes(k) +
+                                           " is not a string (got " + v.type_name() + ")");
+        metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    const std::string t = f + "tensor " + in_quotes(name) + ": ";
+    SWAPFFN_REQUIRE(entry.is_object(), t + "header entry is not a JSON object");
+    for (const auto& [k, v] : entry.items()) {
+      (void)v;
+      SWAPFFN_REQUIRE(k == "dtype" || k == "shape" || k == "data_offsets",
+                      t + "unknown header field " + in_quotes(k));
+    }
+    SWAPFFN_REQUIRE(entry.contains("dtype") && entry["dtype"].is_string(),
+                    t + "missing or non-string dtype");
+    SWAPFFN_REQUIRE(entry.contains("shape") && entry["shape"].is_array(),
+                    t + "missing or non-array shape");
+    SWAPFFN_REQUIRE(entry.contains("data_offsets") && entry["data_offsets"].is_array() &&
+                        entry["data_offsets"].size() == 2,
+                    t + "data_offsets must be an array of two integers");
+    TensorInfo info;
+    info.name = name;
+    try {
+      info.dtype = parse_dtype(entry["dtype"].get<std::string>());
+    } catch (const Error&) {
+      SWAPFFN_FAIL(t + "unsupported dtype " + in_quotes(entry["dtype"].get<std::string>()) +
+                   " (supported: " + kSupportedDtypes + ")");
+    }
+    // The product of the nonzero dimensions must fit an int64 byte count, so that no product of
+    // dimensions, in any order and zero-size tensors included, overflows where shapes are used.
+    const uint64_t max_elements = static_cast<uint64_t>(INT64_MAX) / dtype_size(info.dtype);
+    uint64_t nonzero = 1;
+    bool empty = false;
+    const std::string overflow = t + "shape " + printable(entry["shape"].dump()) +
+                                 " has a byte count that overflows int64";
+    for (const auto& d : entry["shape"]) {
+      SWAPFFN_REQUIRE(d.is_number_integer(),
+                      t + "shape entry " + printable(d.dump()) + " is not an integer");
+      SWAPFFN_REQUIRE(d.is_number_unsigned(), t + "shape entry " + d.dump() + " is negative");
+      const uint64_t dim = d.get<uint64_t>();
+      SWAPFFN_REQUIRE(dim <= max_elements, overflow);
+      info.shape.push_back(static_cast<int64_t>(dim));
+      if (dim == 0) {
+        empty = true;
         continue;
       }
-      const std::string t = f + "tensor " + in_quotes(name) + ": ";
-      SWAPFFN_REQUIRE(entry.is_object(), t + "header entry is not a JSON object");
-      for (const auto& [k, v] : entry.items()) {
-        (void)v;
-        SWAPFFN_REQUIRE(k == "dtype" || k == "shape" || k == "data_offsets",
-                        t + "unknown header field " + in_quotes(k));
-      }
-      SWAPFFN_REQUIRE(entry.contains("dtype") && entry["dtype"].is_string(),
-                      t + "missing or non-string dtype");
-      SWAPFFN_REQUIRE(entry.contains("shape") && entry["shape"].is_array(),
-                      t + "missing or non-array shape");
-      SWAPFFN_REQUIRE(entry.contains("data_offsets") && entry["data_offsets"].is_array() &&
-                          entry["data_offsets"].size() == 2,
-                      t + "data_offsets must be an array of two integers");
-      TensorInfo info;
-      info.name = name;
-      try {
-        info.dtype = parse_dtype(entry["dtype"].get<std::string>());
-      } catch (const Error&) {
-        SWAPFFN_FAIL(t + "unsupported dtype " + in_quotes(entry["dtype"].get<std::string>()) +
-                     " (supported: " + kSupportedDtypes + ")");
-      }
-      // The product of the nonzero dimensions must fit an int64 byte count, so that no product of
-      // dimensions, in any order and zero-size tensors included, overflows where shapes are used.
-      const uint64_t max_elements = static_cast<uint64_t>(INT64_MAX) / dtype_size(info.dtype);
-      uint64_t nonzero = 1;
-      bool empty = false;
-      const std::string overflow = t + "shape " + printable(entry["shape"].dump()) +
-                                   " has a byte count that overflows int64";
-      for (const auto& d : entry["shape"]) {
-        SWAPFFN_REQUIRE(d.is_number_integer(),
-                        t + "shape entry " + printable(d.dump()) + " is not an integer");
-        SWAPFFN_REQUIRE(d.is_number_unsigned(), t + "shape entry " + d.dump() + " is negative");
-        const uint64_t dim = d.get<uint64_t>();
-        SWAPFFN_REQUIRE(dim <= max_elements, overflow);
-        info.shape.push_back(static_cast<int64_t>(dim));
-        if (dim == 0) {
-          empty = true;
-          continue;
-        }
-        SWAPFFN_REQUIRE(dim <= max_elements / nonzero, overflow);
-        nonzero *= dim;
-      }
-      const uint64_t bytes = empty ? 0 : nonzero * dtype_size(info.dtype);
-      for (const auto& o : entry["data_offsets"])
-        SWAPFFN_REQUIRE(o.is_number_unsigned(),
-                        t + "data offset " + printable(o.dump()) +
-                            " is not a non-negative integer");
-      info.begin = entry["data_offsets"][0].get<uint64_t>();
-      info.end = entry["data_offsets"][1].get<uint64_t>();
-      const std::string span = "data_offsets [" + std::to_string(info.begin) + ", " +
-                               std::to_string(info.end) + ")";
-      SWAPFFN_REQUIRE(info.begin <= info.end, t + span + " end before begin");
-      SWAPFFN_REQUIRE(info.end <= data_size,
-                      t + span + " out of range: past the end of the " + std::to_string(data_size) +
-                          "-byte data section (file truncated?)");
-      SWAPFFN_REQUIRE(info.end - info.begin == bytes,
-                      t + "byte count mismatch: " + span + " holds " +
-                          std::to_string(info.end - info.begin) + " bytes but shape " +
-                          shape_string(info.shape) + " of " + dtype_name(info.dtype) + " needs " +
-                          std::to_string(bytes));
-      tensors_.push_back(std::move(info));
+      SWAPFFN_REQUIRE(dim <= max_elements / nonzero, overflow);
+      nonzero *= dim;
     }
-
-    // Tensors must tile the data section: no overlap, no unindexed bytes.
-    std::vector<const TensorInfo*> order;
-    for (const auto& t : tensors_)
-      if (t.end > t.begin) order.push_back(&t);
-    std::sort(order.begin(), order.end(),
-              [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
-    uint64_t covered = 0;
-    const TensorInfo* prev = nullptr;
-    for (const TensorInfo* t : order) {
-      SWAPFFN_REQUIRE(t->begin >= covered,
-                      f + "tensors " + in_quotes(prev->name) + " and " + in_quotes(t->name) +
-                          " have overlapping data_offsets");
-      SWAPFFN_REQUIRE(t->begin == covered, f + "bytes [" + std::to_string(covered) + ", " +
-                                               std::to_string(t->begin) +
-                                               ") of the data section belong to no tensor");
-      covered = t->end;
-      prev = t;
-    }
-    SWAPFFN_REQUIRE(covered == data_size, f + "bytes [" + std::to_string(covered) + ", " +
-                                              std::to_string(data_size) +
-                                              ") at the end of the data section belong to no tensor");
-  } catch (...) {
-    ::munmap(const_cast<std::byte*>(map_), map_size_);
-    throw;
+    const uint64_t bytes = empty ? 0 : nonzero * dtype_size(info.dtype);
+    for (const auto& o : entry["data_offsets"])
+      SWAPFFN_REQUIRE(o.is_number_unsigned(),
+                      t + "data offset " + printable(o.dump()) +
+                          " is not a non-negative integer");
+    info.begin = entry["data_offsets"][0].get<uint64_t>();
+    info.end = entry["data_offsets"][1].get<uint64_t>();
+    const std::string span = "data_offsets [" + std::to_string(info.begin) + ", " +
+                             std::to_string(info.end) + ")";
+    SWAPFFN_REQUIRE(info.begin <= info.end, t + span + " end before begin");
+    SWAPFFN_REQUIRE(info.end <= data_size,
+                    t + span + " out of range: past the end of the " + std::to_string(data_size) +
+                        "-byte data section (file truncated?)");
+    SWAPFFN_REQUIRE(info.end - info.begin == bytes,
+                    t + "byte count mismatch: " + span + " holds " +
+                        std::to_string(info.end - info.begin) + " bytes but shape " +
+                        shape_string(info.shape) + " of " + dtype_name(info.dtype) + " needs " +
+                        std::to_string(bytes));
+    tensors_.push_back(std::move(info));
   }
-}
 
-Reader::~Reader() {
-  if (map_) ::munmap(const_cast<std::byte*>(map_), map_size_);
+  // Tensors must tile the data section: no overlap, no unindexed bytes.
+  std::vector<const TensorInfo*> order;
+  for (const auto& t : tensors_)
+    if (t.end > t.begin) order.push_back(&t);
+  std::sort(order.begin(), order.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->begin < b->begin; });
+  uint64_t covered = 0;
+  const TensorInfo* prev = nullptr;
+  for (const TensorInfo* t : order) {
+    SWAPFFN_REQUIRE(t->begin >= covered,
+                    f + "tensors " + in_quotes(prev->name) + " and " + in_quotes(t->name) +
+                        " have overlapping data_offsets");
+    SWAPFFN_REQUIRE(t->begin == covered, f + "bytes [" + std::to_string(covered) + ", " +
+                                             std::to_string(t->begin) +
+                                             ") of the data section belong to no tensor");
+    covered = t->end;
+    prev = t;
+  }
+  SWAPFFN_REQUIRE(covered == data_size, f + "bytes [" + std::to_string(covered) + ", " +
+                                            std::to_string(data_size) +
+                                            ") at the end of the data section belong to no tensor");
 }
 
 const TensorInfo* Reader::find(std::string_view name) const {

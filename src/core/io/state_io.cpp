@@ -61,10 +61,8 @@ State read_state(const st::Reader& r, const std::string& path) {
   s.d_model = ram->shape[3];
   s.ram = r.to_bf16("ram");
   s.stream_map = r.to_u8("stream_map");
-  for (size_t i = 0; i < s.ram.size(); ++i)
-    SWAPFFN_REQUIRE(std::isfinite(bf16_to_float(s.ram[i])),
-                    f + "tensor 'ram' has a non-finite value at index " + std::to_string(i));
   try {
+    s.check_ram_values();
     s.validate();
   } catch (const Error& e) {
     SWAPFFN_FAIL(f + e.what());
@@ -76,6 +74,7 @@ State read_state(const st::Reader& r, const std::string& path) {
 
 void State::save(const std::string& path, uint64_t model_fingerprint) const {
   validate();
+  check_ram_values();  // never a file that load refuses
   st::Writer wr;
   wr.set_metadata(kModelKey, fingerprint_text(model_fingerprint));
   wr.add_bf16("ram", {batch, cores, 4, d_model}, ram);

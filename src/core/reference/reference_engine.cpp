@@ -95,7 +95,7 @@ void ReferenceEngine::validate_step(const float* x, const State& state, const St
   const int64_t B = state.batch;
   state.check_matches(cfg_, B);
   state.validate();
-  check_finite(x, B * D_, "x");
+  check_input_values(x, B * D_, "x");
   if (const Trace* f = opt.follow) {
     const int64_t n = E_ * B * C_;
     SWAPFFN_REQUIRE(f->events == E_ && f->batch == B && f->cores == C_,

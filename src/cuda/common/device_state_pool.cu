@@ -56,7 +56,7 @@ State DeviceStatePool::get(int32_t slot) const {
 void DeviceStatePool::set(int32_t slot, const State& one) {
   check_slot_ids({slot}, slots_, false);
   one.check_matches(cfg_, 1);
-  one.validate();
+  one.check_ram_values();
   CUDA_CHECK(cudaDeviceSynchronize());
   try {
     CUDA_CHECK(cudaMemcpy(ram_.get() + slot * row_ram(), one.ram.data(), one.ram.size() * sizeof(bf16),

@@ -232,7 +232,7 @@ void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State&
   const int64_t n_io = checked_product({tokens, B, D}, name() + ": x for " + std::to_string(tokens) + " tokens");
   const int64_t n_trace = checked_product({tokens, E, B, C}, name() + ": the trace of " + std::to_string(tokens) +
                                                                  " tokens");
-  check_finite(x, n_io, "x");
+  check_input_values(x, n_io, "x");
   if (tokens == 0 || B == 0) {
     if (record) {
       record->assign(static_cast<size_t>(tokens), Trace{});
@@ -292,7 +292,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
   check_slot_ids(slot_ids, dev.slots(), true);
   dev.torn().require_whole(&slot_ids);
   const int64_t D = cfg_.d_model, B = int64_t(slot_ids.size());
-  check_finite(x, B * D, "x");
+  check_input_values(x, B * D, "x");
   const NamedRows rows = named_rows(x, slot_ids, D);  // what the trace holds; padding gets zero delta
   const std::vector<int32_t>& named = rows.slots;
   const std::vector<float>& x_rows = rows.x;
