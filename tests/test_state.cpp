@@ -297,7 +297,7 @@ TEST_F(BadStateFile, NonFiniteRam) {
 }
 
 TEST_F(BadStateFile, RamBeyondTheEnginesRangeIsRefused) {
-  s.ram[77] = float_to_bf16(-8.6e9f);  // past 2^32: its square would overflow fp32 sums at larger sizes
+  s.ram[77] = float_to_bf16(-5.7e14f);  // past 2^48: its square would overflow fp32 sums at larger sizes
   st::Writer wr;
   wr.add_bf16("ram", ram_shape, s.ram);
   wr.add_u8("stream_map", map_shape, s.stream_map);
@@ -310,9 +310,9 @@ TEST(StateIo, SavingRamTheEnginesRefuseWritesNothing) {
   State s = State::init(Config::preset("tiny"), 2);
   s.ram[9] = bf16{0x7FC0};  // NaN
   expect_error([&] { s.save(dir.file("s.safetensors"), 1); }, {"non-finite", "index 9"});
-  s.ram[9] = float_to_bf16(4294967296.0f);  // 2^32 itself is accepted
+  s.ram[9] = float_to_bf16(281474976710656.0f);  // 2^48 itself is accepted
   s.save(dir.file("s.safetensors"), 1);
-  s.ram[9] = float_to_bf16(4.4e9f);
+  s.ram[9] = float_to_bf16(2.9e14f);
   expect_error([&] { s.save(dir.file("t.safetensors"), 1); }, {"index 9", "out of range"});
   EXPECT_FALSE(std::filesystem::exists(dir.file("t.safetensors")));
 }

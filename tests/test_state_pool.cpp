@@ -33,7 +33,7 @@ TEST(StatePool, SetRefusesRamTheEnginesRefuse) {
   State bad = one;
   bad.ram[40] = bf16{0xFF80};  // -inf
   EXPECT_THROW(pool->set(1, bad), Error);
-  bad.ram[40] = float_to_bf16(1e20f);
+  bad.ram[40] = float_to_bf16(1e20f);  // past 2^48
   EXPECT_THROW(pool->set(1, bad), Error);
   EXPECT_TRUE(pool->get(1) == one);
 }

@@ -19,9 +19,11 @@ inline constexpr int64_t kMaxBatch = int64_t{1} << 16;
 inline constexpr int64_t kMaxTokens = int64_t{1} << 24;
 // CPU threads of the reference.
 inline constexpr int64_t kMaxThreads = 1024;
-// The largest magnitude of an input value (x) or RAM value the engines accept (SPEC section 4):
-// D * (core_scale * 2^32)^2 stays many orders of magnitude below the fp32 sum of squares' limit.
-inline constexpr float kMaxValueMagnitude = 4294967296.0f;  // 2^32
+// The largest magnitudes the engines accept (SPEC section 4): x within 2^32, RAM within 2^48 (room
+// for core_scale and the residual's growth on what x puts there); D * (2^48)^2 <= 2^116 keeps every
+// fp32 sum of squares far from overflow (2^128) for any D <= 2^20.
+inline constexpr float kMaxValueMagnitude = 4294967296.0f;   // 2^32
+inline constexpr float kMaxRamMagnitude = 281474976710656.0f;  // 2^48
 
 // Throws "<what> = <v> is out of range: must be in [lo, hi]" unless lo <= v <= hi.
 void require_in_range(int64_t v, int64_t lo, int64_t hi, const std::string& what);

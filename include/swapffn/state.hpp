@@ -40,7 +40,7 @@ struct State {
 
   // Throws naming the first invalid stream map byte by its (sequence, core) index, or a size mismatch.
   void validate() const;
-  // Throws naming the first RAM value that is non-finite or beyond kMaxValueMagnitude (a state that
+  // Throws naming the first RAM value that is non-finite or beyond kMaxRamMagnitude (a state that
   // is given to an engine, loaded or saved: what an engine accepts, SPEC section 4).
   void check_ram_values() const;
   // Throws unless the state fits cfg (cores, d_model) and holds `batch` sequences.

@@ -62,8 +62,9 @@ def _path(path, what: str) -> str:
         p = os.fsdecode(p)
     if not p:
         raise Error(f"{what}: the path is empty")
-    if "\0" in p:
-        raise Error(f"{what}: the path holds a NUL byte at offset {p.index("\0")}")
+    nul = p.find("\0")
+    if nul >= 0:
+        raise Error(f"{what}: the path holds a NUL byte at offset {nul}")
     return p
 
 
@@ -386,7 +387,7 @@ class StatePool:
     def set(self, slot: int, ram, stream_map) -> None:
         """Replaces one slot's state: ram [C, 4, D] (bf16 bits as uint16, or a torch bfloat16 tensor),
         stream_map [C] uint8 (four 2-bit lanes forming a permutation). Validated first (shapes exactly,
-        every RAM value finite and within MAX_VALUE, every map a permutation); refused, the slot is
+        every RAM value finite and within 2^48, every map a permutation); refused, the slot is
         unchanged."""
         slot = _slot(slot, self)
         if _is_torch(ram):

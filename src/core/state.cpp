@@ -92,8 +92,8 @@ void State::check_ram_values() const {
   for (size_t i = 0; i < ram.size(); ++i) {
     const float v = bf16_to_float(ram[i]);
     SWAPFFN_REQUIRE(std::isfinite(v), "state tensor 'ram' has a non-finite value at index " + std::to_string(i));
-    SWAPFFN_REQUIRE(std::fabs(v) <= kMaxValueMagnitude,
-                    "state tensor 'ram': value at index " + std::to_string(i) + " is out of range (magnitude above 2^32, " +
+    SWAPFFN_REQUIRE(std::fabs(v) <= kMaxRamMagnitude,
+                    "state tensor 'ram': value at index " + std::to_string(i) + " is out of range (magnitude above 2^48, " +
                         "the largest the engines accept: SPEC section 4)");
   }
 }
