@@ -36,6 +36,7 @@ cmake --build build/release -j "$jobs" >&2
 # The Python package (pip install .) and what its build and tests need. torch is optional: the
 # tests of the PyTorch layer run where torch imports (a GPU machine's torch), and skip elsewhere.
 pip_install() { python3 -m pip install -q "$@" >&2 || python3 -m pip install -q --break-system-packages "$@" >&2; }
-python3 -c "import nanobind, scikit_build_core, pytest, numpy" >/dev/null 2>&1 ||
-  pip_install "nanobind==3.1.0" "scikit-build-core==1.1.2" "pytest==9.*" numpy
+# ml_dtypes: NumPy's bfloat16, which the API accepts (its test skips without it).
+python3 -c "import nanobind, scikit_build_core, pytest, numpy, ml_dtypes" >/dev/null 2>&1 ||
+  pip_install "nanobind==3.1.0" "scikit-build-core==1.1.2" "pytest==9.*" numpy "ml_dtypes==0.5.*"
 pip_install --no-build-isolation .
