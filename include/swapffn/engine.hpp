@@ -37,6 +37,9 @@ struct StepOptions {
   FollowReport* report = nullptr;   // with follow: filled with own decisions and margins
 };
 
+// Threads: an Engine and the pools it made serve one call at a time (a GPU engine keeps per-batch
+// buffers, graphs and a stream); callers that share one across threads serialise their calls, as
+// the Python layer does with a lock per engine (docs/PYTHON.md). Distinct engines are independent.
 class Engine {
  public:
   virtual ~Engine() = default;
