@@ -13,16 +13,6 @@
 
 namespace swapffn::cuda {
 
-std::string anchor_operands_name(AnchorOperands o) {
-  switch (o) {
-    case AnchorOperands::bf16: return "bf16";
-    case AnchorOperands::e4m3_blocks: return "block-scaled e4m3";
-    case AnchorOperands::e4m3_rows: return "row-scaled e4m3";
-    case AnchorOperands::e4m3_tensor: return "tensor-scaled e4m3";
-  }
-  return "?";
-}
-
 namespace {
 
 // PyTorch's cuBLASLt workspace on Hopper.

@@ -19,19 +19,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "bench/anchor_operands.hpp"
 #include "cuda/common/batch_invariant_gemm.hpp"
 #include "swapffn/weights.hpp"
 
 namespace swapffn::cuda {
-
-enum class AnchorOperands {
-  bf16,
-  e4m3_blocks,  // the fp8 recipe: W in 128x128 blocks, x and u in 1x128 blocks (GemmOperands' layouts)
-  e4m3_rows,    // one fp32 scale per row of x and u and per output channel of W (OUTER_VEC_32F)
-  e4m3_tensor,  // one fp32 scale per tensor (SCALAR_32F)
-};
-// "bf16", "e4m3 with block scales", ...: what a message or a report names.
-std::string anchor_operands_name(AnchorOperands o);
 
 class CublasFfnGemms {
  public:
