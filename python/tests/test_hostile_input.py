@@ -278,3 +278,59 @@ def test_python_reader_names_the_file_for_huge_numbers(tmp_path, entry, needle):
     with pytest.raises(ValueError) as err:
         _safetensors.read(path)
     assert str(path) in str(err.value) and needle in str(err.value), str(err.value)
+
+
+try:
+    import torch
+except ImportError:  # the CUDA cases below need torch with a Hopper GPU
+    torch = None
+needs_cuda = pytest.mark.skipif(torch is None or not torch.cuda.is_available() or not swapffn.gpu()["hopper"],
+                                reason="needs torch with a Hopper GPU")
+
+
+# 6 on the GPU: steps of one engine enqueued on two streams (by two threads, with no event between
+# them) share its buffers; the engine orders each after the other stream's last step.
+@needs_cuda
+def test_cuda_steps_on_two_streams_from_two_threads_lose_no_update(model):
+    engine = swapffn.Engine.load(model, backend="fused")
+    d = engine.config["d_model"]
+    dev = torch.device("cuda", engine.device)
+    x = torch.randn(2, d, device=dev)
+    ids = torch.tensor([1, 3], dtype=torch.int32, device=dev)
+    shared, alone = swapffn.StatePool(engine, 4), swapffn.StatePool(engine, 4)
+    engine.step(x, alone, ids)  # the first step at a batch size allocates
+    alone.reset([1, 3])
+    steps, errors = 10, []
+    outs = {}
+
+    def worker(k):
+        try:
+            s = torch.cuda.Stream(device=dev)
+            with torch.cuda.stream(s):
+                outs[k] = [engine.step(x, shared, ids) for _ in range(steps)]
+            s.synchronize()
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for _ in range(2 * steps):
+        engine.step(x, alone, ids)
+    torch.cuda.synchronize()
+    assert same_pool(pool_snapshot(shared), pool_snapshot(alone))
+
+
+@needs_cuda
+def test_cuda_range_is_refused_before_the_step(model):
+    engine = swapffn.Engine.load(model, backend="fused")
+    d = engine.config["d_model"]
+    pool = swapffn.StatePool(engine, 4)
+    x = torch.randn(2, d, device=torch.device("cuda", engine.device))
+    x[1, 4] = 1e38
+    refused(lambda: engine.step(x, pool, [0, 1]), f"x: value out of range at index {d + 4}", pool)
+    x[1, 4] = 0
+    refused(lambda: engine.step(x, pool, [0, 2**32]), "slot_ids[1] = 4294967296 is out of range", pool)

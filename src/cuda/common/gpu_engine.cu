@@ -143,6 +143,15 @@ void GpuEngine::ensure_batch(int64_t batch) {
   batch_ = batch;
 }
 
+void GpuEngine::after_last_stream(cudaStream_t s) {
+  if (last_stream_ && *last_stream_ != s) CUDA_CHECK(cudaStreamWaitEvent(s, last_done_.e, 0));
+}
+
+void GpuEngine::on_stream_done(cudaStream_t s) {
+  CUDA_CHECK(cudaEventRecord(last_done_.e, s));
+  last_stream_ = s;
+}
+
 void GpuEngine::set_io(const StepIO& io) { launch_set_step_io(io_.get(), io, stream_); }
 
 void GpuEngine::enqueue_collapse_and_advance() {
@@ -186,9 +195,11 @@ void GpuEngine::upload_state(const State& s) {
   ensure_batch(s.batch);
   if (s.batch == 0) return;
   try {
+    after_last_stream(stream_);
     CUDA_CHECK(cudaMemcpyAsync(ram_.get(), s.ram.data(), s.ram.size() * sizeof(bf16), cudaMemcpyHostToDevice,
                                stream_));
     CUDA_CHECK(cudaMemcpyAsync(map_.get(), s.stream_map.data(), s.stream_map.size(), cudaMemcpyHostToDevice, stream_));
+    on_stream_done(stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   } catch (...) {
     forget_batch_after_failure();
@@ -215,8 +226,10 @@ void GpuEngine::enqueue_decode(const float* x, float* delta, int64_t tokens) {
   SWAPFFN_REQUIRE(tokens >= 0, "negative token count");
   if (tokens == 0) return;
   try {
+    after_last_stream(stream_);
     set_io(StepIO{x, delta, nullptr, nullptr, {}});
     run_tokens(tokens, false);
+    on_stream_done(stream_);
   } catch (...) {
     forget_batch_after_failure();
     throw;
@@ -256,6 +269,7 @@ void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State&
     set_io(StepIO{x_dev_.get(), delta_dev_.get(), record ? gate_dev_.get() : nullptr,
                   record ? slot_dev_.get() : nullptr, {}});
     run_tokens(tokens, false);
+    on_stream_done(stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaMemcpy(out.data(), delta_dev_.get(), n_io * sizeof(float), cudaMemcpyDeviceToHost));
     for (size_t t = 0; t < got.size(); ++t) {
@@ -309,6 +323,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
         gate_dev_.reserve(size_t(E * M));
         slot_dev_.reserve(size_t(E * M));
       }
+      after_last_stream(stream_);
       CUDA_CHECK(cudaMemcpyAsync(x_dev_.get(), x_rows.data(), x_rows.size() * sizeof(float), cudaMemcpyHostToDevice,
                                  stream_));
       CUDA_CHECK(cudaMemcpyAsync(slot_ids_dev_.get(), named.data(), size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -317,6 +332,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
       set_io(StepIO{x_dev_.get(), delta_dev_.get(), opt.record ? gate_dev_.get() : nullptr,
                     opt.record ? slot_dev_.get() : nullptr, slot_source(dev, slot_ids_dev_.get())});
       run_tokens(1, true);
+      on_stream_done(stream_);
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       CUDA_CHECK(cudaMemcpy(delta_rows.data(), delta_dev_.get(), delta_rows.size() * sizeof(float), cudaMemcpyDeviceToHost));
       if (opt.record) {
@@ -344,15 +360,19 @@ void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int6
   ensure_batch(batch);
   // On the caller's stream the step is enqueued kernel by kernel, so that the caller's own CUDA
   // graph capture records it (the engine's graphs belong to its own stream).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
   const cudaStream_t own = stream_;
   stream_ = stream;
   try {
+    if (!capturing) after_last_stream(stream);
     set_io(StepIO{x, delta, nullptr, nullptr, slot_source(dev, slot_ids)});
     enqueue_slot_step();
+    if (!capturing) on_stream_done(stream);
   } catch (...) {
     stream_ = own;
     // Inside a capture (or after one failed) nothing ran: the slots are as they were.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     const bool captured = cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone;
     if (!captured) dev.torn().tear(nullptr, fault_of(std::current_exception()));
     throw;
@@ -382,6 +402,7 @@ void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t token
       CUDA_CHECK(cudaEventRecord(caller_ready_.e, *caller));
       CUDA_CHECK(cudaStreamWaitEvent(stream_, caller_ready_.e, 0));
     }
+    after_last_stream(stream_);
     started = true;
     set_io(StepIO{x, delta, nullptr, nullptr, slot_source(dev, slot_ids)});
     run_tokens(tokens, true);
@@ -389,6 +410,7 @@ void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t token
       CUDA_CHECK(cudaEventRecord(steps_done_.e, stream_));
       CUDA_CHECK(cudaStreamWaitEvent(*caller, steps_done_.e, 0));
     }
+    on_stream_done(caller ? *caller : stream_);
   } catch (...) {
     if (started) dev.torn().tear(nullptr, fault_of(std::current_exception()));
     forget_batch_after_failure();

@@ -108,7 +108,10 @@ class GpuEngine : public Engine {
   // on the device; a slot id outside [0, S) is padding (zero delta, no slot changes). Kernel by
   // kernel, so the caller's CUDA graph capture records it; the first call at a batch size allocates
   // and must come before any capture. Slot ids are not checked for repeats here (the device holds
-  // them): the caller checks them where it can (the Python layer does).
+  // them): the caller checks them where it can (the Python layer does). Outside a capture, a step
+  // on a stream other than the last one this engine used waits for that stream's work (the engine's
+  // buffers serve every stream); inside one, the caller's graph and the stream it is launched on
+  // order it.
   void enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
                           cudaStream_t stream);
   // `tokens` slot steps of the same `batch` slots on the engine's stream (x, delta [tokens, B, D]),
@@ -162,6 +165,10 @@ class GpuEngine : public Engine {
   // and a capture that fails has changed no state).
   void run_tokens(int64_t tokens, bool slots);
   void drop_graph();
+  // Work about to be enqueued on s waits for the last work enqueued on another stream; after it is
+  // enqueued, on_stream_done(s) makes s the stream later work orders itself after.
+  void after_last_stream(cudaStream_t s);
+  void on_stream_done(cudaStream_t s);
 
   struct StepGraph {
     std::unique_ptr<CapturedGraph> graph;
@@ -173,6 +180,8 @@ class GpuEngine : public Engine {
   DeviceBuffer<int32_t> slot_ids_dev_;
   StepGraph dense_graph_, slot_graph_;
   OwnedEvent caller_ready_, steps_done_;
+  OwnedEvent last_done_;                 // recorded after the last work enqueued (on last_stream_)
+  std::optional<cudaStream_t> last_stream_;  // none: nothing enqueued is left unordered
   std::string broken_;  // the fault that broke the GPU context, if one did
 };
 
