@@ -94,7 +94,10 @@ def backends() -> list:
 def init_model(path: str, config: str = "tiny", seed: int = 1) -> None:
     """Writes a model with random parameters of a preset config ("default" or "tiny"), as
     `swapffn init` does."""
-    _swapffn.init_model(_path(path, "path"), config, _index(seed, "seed"))
+    seed = _index(seed, "seed")
+    if not 0 <= seed < 2**64:
+        raise Error(f"seed = {seed} is out of range: must be in [0, 2^64)")
+    _swapffn.init_model(_path(path, "path"), config, seed)
 
 
 def gpu() -> dict:
@@ -132,10 +135,16 @@ class Engine:
         threads: CPU threads of the reference (0: all). graph: GPU backends capture a step in a CUDA
         graph. kernels: the fused backends' pinned kernel choices, as `swapffn run --kernels`.
         """
-        if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < 2**31:
             raise Error(f"device must be a CUDA device index >= 0, got {device!r}")
+        threads = _index(threads, "threads")
+        if not 0 <= threads <= 1024:
+            raise Error(f"threads = {threads} is out of range: must be in [0, 1024] (0: all cores)")
+        for name, v in (("backend", backend), ("kernels", kernels)):
+            if not isinstance(v, str):
+                raise Error(f"{name}: expected a str, got {type(v).__name__}")
         path = _path(path, "path")
-        return cls(_swapffn.load_engine(path, backend, device, _index(threads, "threads"), graph, kernels), path)
+        return cls(_swapffn.load_engine(path, backend, device, threads, bool(graph), kernels), path)
 
     @property
     def name(self) -> str:

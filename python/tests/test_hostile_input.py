@@ -154,6 +154,10 @@ def test_arguments_of_the_wrong_kind_are_errors_naming_them(setup):
         (lambda: swapffn.StatePool("engine", 2), "engine: expected a swapffn.Engine"),
         (lambda: engine.step(x.astype(np.int32), pool, [0, 1]), "x: expected float32 or bfloat16 values, got dtype int32"),
         (lambda: engine.step("x", pool, [0, 1]), "x: expected an array"),
+        (lambda: swapffn.Engine.load(engine.path, backend="reference", threads=2**40), "threads = 1099511627776"),
+        (lambda: swapffn.Engine.load(engine.path, backend="reference", device=2**40), "device must be"),
+        (lambda: swapffn.Engine.load(engine.path, backend=None), "backend: expected a str"),
+        (lambda: swapffn.init_model(engine.path + ".new", seed=2**64), "seed = 18446744073709551616"),
     ]:
         refused(call, needle, pool)
     assert swapffn.StatePool(engine, np.int64(3)).slots == 3
