@@ -222,6 +222,7 @@ NB_MODULE(_swapffn, m) {
   m.doc() = "swapffn engine bindings (use the swapffn package, not this module)";
   nb::exception<Error>(m, "Error", PyExc_ValueError);
   m.def("backends", &backend_names);
+  m.attr("version") = SWAPFFN_VERSION;
 #ifdef SWAPFFN_WITH_CUDA
   m.attr("with_cuda") = true;
 #else

@@ -15,8 +15,8 @@ its delta is zero and no slot changes.
 
 Bad arguments are refused with swapffn.Error naming the argument, before anything changes. Threads:
 calls on one engine and its pools take turns (each holds the engine's lock with the GIL released),
-so two threads stepping the same slot apply both steps, one after the other. Steps on CUDA tensors
-are ordered by their streams: the caller orders steps enqueued on different streams (docs/PYTHON.md).
+so two threads stepping the same slot apply both steps, one after the other; a CUDA step on another
+stream than the engine's last work waits for it (outside graph captures; docs/PYTHON.md).
 """
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ import numpy as np
 from . import _swapffn
 from ._swapffn import Error
 
-__all__ = ["Engine", "StatePool", "Error", "PADDING", "MAX_VALUE", "backends", "gpu", "init_model"]
+__all__ = ["Engine", "StatePool", "Error", "PADDING", "MAX_VALUE", "backends", "gpu", "init_model", "__version__"]
+
+__version__ = _swapffn.version  # the engine's, as `swapffn --version` prints it
 
 PADDING = -1  # a slot id that marks a padding row
 MAX_VALUE = 2.0 ** 32  # the largest magnitude of an input or RAM value the engines accept (SPEC section 4)
@@ -86,9 +88,14 @@ def _check_values(a: np.ndarray, what: str) -> None:
     raise Error(f"{what}: non-finite value at index {i} ({a.reshape(-1)[i]})")
 
 
-def backends() -> list:
-    """The backends compiled into this build ("reference", and "unfused", "fused", "fused-fp8" with CUDA)."""
-    return list(_swapffn.backends())
+def backends(runnable: bool = True) -> list:
+    """The backends that run here: "reference" always, the GPU ones ("unfused", "fused", "fused-fp8")
+    where this build has CUDA and the process sees a Hopper GPU. runnable=False: every backend
+    compiled into this build."""
+    names = list(_swapffn.backends())
+    if runnable and not gpu()["hopper"]:
+        names = [b for b in names if b == "reference"]
+    return names
 
 
 def init_model(path: str, config: str = "tiny", seed: int = 1) -> None:

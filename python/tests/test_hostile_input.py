@@ -338,3 +338,11 @@ def test_cuda_range_is_refused_before_the_step(model):
     refused(lambda: engine.step(x, pool, [0, 1]), f"x: value out of range at index {d + 4}", pool)
     x[1, 4] = 0
     refused(lambda: engine.step(x, pool, [0, 2**32]), "slot_ids[1] = 4294967296 is out of range", pool)
+
+
+def test_version_and_the_backends_that_run_here():
+    assert swapffn.__version__.count(".") == 2
+    here, built = swapffn.backends(), swapffn.backends(runnable=False)
+    assert "reference" in here and set(here) <= set(built)
+    assert ("fused" in built) == swapffn._swapffn.with_cuda
+    assert ("fused" in here) == (swapffn._swapffn.with_cuda and swapffn.gpu()["hopper"])
