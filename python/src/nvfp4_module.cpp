@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cuda/runtime/cuda_check.hpp"
+#include "cuda/runtime/device_guard.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/nvfp4/nvfp4.hpp"
 
@@ -32,25 +33,9 @@ namespace nv = swapffn::nvfp4;
 using Bytes = nb::ndarray<const uint8_t, nb::device::cuda>;  // packed e2m1 data or e4m3 scales
 using Half = nb::ndarray<nb::device::cuda>;                  // c, fp16 (checked in output())
 
-// The arrays' device made current for the launch (this module's CUDA runtime keeps its own current
-// device, whatever torch's is), the previous one restored after.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    CUDA_CHECK(cudaGetDevice(&prev_));
-    if (device != prev_) CUDA_CHECK(cudaSetDevice(device));
-    changed_ = device != prev_;
-  }
-  ~DeviceGuard() {
-    if (changed_) cudaSetDevice(prev_);  // nothing to report from a destructor
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
-  bool changed_ = false;
-};
+// The arrays' device made current for each launch (this module's CUDA runtime keeps its own current
+// device, whatever torch's is).
+using cuda::DeviceGuard;
 
 std::string str(int64_t v) { return std::to_string(v); }
 

@@ -18,6 +18,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "swapffn/weights.hpp"
 #ifdef SWAPFFN_WITH_CUDA
 #include "cuda/common/gpu_engine.hpp"
+#include "cuda/runtime/device_guard.hpp"
 #include "nvfp4_module.hpp"
 #endif
 
@@ -62,12 +64,17 @@ struct PyPool {
   std::unique_ptr<StatePool> pool;
 };
 
-// Runs f() holding e's mutex with the GIL released (f must not touch Python objects). Releasing the
+// Runs f() holding e's mutex with the GIL released (f must not touch Python objects), on e's device
+// (this thread's current device, torch's say, may be another; it is restored after). Releasing the
 // GIL first means a thread waiting for the mutex never holds the GIL that its holder needs.
 template <class F>
 auto taking_turns(PyEngine& e, F&& f) {
   nb::gil_scoped_release release;
   const std::lock_guard<std::mutex> lock(e.turn);
+#ifdef SWAPFFN_WITH_CUDA
+  std::optional<cuda::DeviceGuard> on_device;
+  if (cuda::gpu_engine_of(*e.engine) != nullptr) on_device.emplace(e.device);
+#endif
   return f();
 }
 

@@ -101,6 +101,8 @@ def backends(runnable: bool = True) -> list:
 def init_model(path: str, config: str = "tiny", seed: int = 1) -> None:
     """Writes a model with random parameters of a preset config ("default" or "tiny"), as
     `swapffn init` does."""
+    if not isinstance(config, str):
+        raise Error(f"config: expected a preset name (str), got {type(config).__name__}")
     seed = _index(seed, "seed")
     if not 0 <= seed < 2**64:
         raise Error(f"seed = {seed} is out of range: must be in [0, 2^64)")
@@ -142,7 +144,8 @@ class Engine:
         threads: CPU threads of the reference (0: all). graph: GPU backends capture a step in a CUDA
         graph. kernels: the fused backends' pinned kernel choices, as `swapffn run --kernels`.
         """
-        if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < 2**31:
+        device = _index(device, "device")
+        if not 0 <= device < 2**31:
             raise Error(f"device must be a CUDA device index >= 0, got {device!r}")
         threads = _index(threads, "threads")
         if not 0 <= threads <= 1024:
@@ -209,6 +212,8 @@ class Engine:
                 return self._decode_cuda(xs, pool, slot_ids, out)
             if out is None:
                 out = t.empty(xs.shape, dtype=t.float32, device=xs.device)
+            else:
+                self._check_cuda_out(out, tuple(xs.shape), "out")
             for i in range(xs.shape[0]):
                 self.step(xs[i], pool, slot_ids, out=out[i])
             return out
@@ -239,9 +244,8 @@ class Engine:
         x = x.reshape(xs.shape)
         if out is None:
             out = t.empty((steps, b, d), dtype=t.float32, device=dev)
-        elif out.device != dev or out.dtype != t.float32 or tuple(out.shape) != (steps, b, d) \
-                or not out.is_contiguous():
-            raise Error(f"out: expected a contiguous float32 tensor of shape ({steps}, {b}, {d}) on {dev}")
+        else:
+            self._check_cuda_out(out, (steps, b, d), "out")
         if steps:
             _swapffn.decode_device(self._h, pool._h, x, ids, out, t.cuda.current_stream(dev).cuda_stream)
         return out
@@ -262,7 +266,7 @@ class Engine:
         ids = np.asarray(slot_ids) if isinstance(slot_ids, np.ndarray) else np.asarray(slot_ids, dtype=object)
         if ids.ndim != 1 or ids.shape[0] != b:
             raise Error(f"slot_ids: expected {b} slot ids (one per row of x), got shape {ids.shape}")
-        if ids.dtype != object and not np.issubdtype(ids.dtype, np.integer):
+        if ids.size and ids.dtype != object and not np.issubdtype(ids.dtype, np.integer):
             raise Error(f"slot_ids: expected integers, got dtype {ids.dtype}")
         values = [_index(v, f"slot_ids[{i}]") for i, v in enumerate(ids.tolist())]
         for i, v in enumerate(values):
@@ -294,9 +298,12 @@ class Engine:
             return
         if _is_torch(out):
             t = _torch()
-            if out.dtype != t.float32 or tuple(out.shape) != shape:
-                raise Error(f"{what}: expected a float32 tensor of shape {shape}, got {out.dtype} "
+            if out.dtype != t.float32 or tuple(out.shape) != shape or not out.is_contiguous():
+                raise Error(f"{what}: expected a contiguous float32 tensor of shape {shape}, got {out.dtype} "
                             f"{tuple(out.shape)}")
+            if out.requires_grad:
+                raise Error(f"{what}: a tensor that requires grad (the engine is for inference: pass one "
+                            "without, or call under torch.no_grad() with a detached out)")
             return
         if not isinstance(out, np.ndarray):
             raise Error(f"{what}: expected a NumPy float32 array (or torch tensor) of shape {shape}, got "
@@ -305,6 +312,15 @@ class Engine:
             raise Error(f"{what}: expected a float32 array of shape {shape}, got {out.dtype} {out.shape}")
         if not out.flags.writeable:
             raise Error(f"{what}: the array is read-only")
+
+    def _check_cuda_out(self, out, shape, what: str) -> None:
+        t = _torch()
+        dev = t.device("cuda", self.device)
+        if not _is_torch(out) or out.device != dev or out.dtype != t.float32 or tuple(out.shape) != shape \
+                or not out.is_contiguous():
+            raise Error(f"{what}: expected a contiguous float32 tensor of shape {shape} on {dev}")
+        if out.requires_grad:
+            raise Error(f"{what}: a tensor that requires grad (the engine is for inference)")
 
     def _step_host(self, xh, as_torch, pool, ids, out, trace):
         """A checked host step: xh float32 [B, D], ids int32, out checked or None."""
@@ -333,6 +349,7 @@ class Engine:
             raise Error(f"{what}: backend '{self.name}' runs on the host; pass a CPU tensor or a NumPy array")
         if x.device != dev:
             raise Error(f"{what}: on {x.device}, the engine runs on {dev}")
+        x = x.detach()  # the engine is for inference: no graph to keep
         if x.dtype == t.bfloat16:
             x = x.float()
         elif x.dtype != t.float32:
@@ -365,9 +382,8 @@ class Engine:
         b = x.shape[0]
         if out is None:
             out = t.empty((b, self.config["d_model"]), dtype=t.float32, device=dev)
-        elif out.device != dev or out.dtype != t.float32 or tuple(out.shape) != (b, self.config["d_model"]) \
-                or not out.is_contiguous():
-            raise Error(f"out: expected a contiguous float32 tensor of shape ({b}, {self.config['d_model']}) on {dev}")
+        else:
+            self._check_cuda_out(out, (b, self.config["d_model"]), "out")
         _swapffn.step_device(self._h, pool._h, x, ids, out, t.cuda.current_stream(dev).cuda_stream)
         return out
 
@@ -390,8 +406,9 @@ class StatePool:
 
     def reset(self, slot_ids: Sequence[int]) -> None:
         """SPEC section 3's initial state in each named slot (a sequence joins)."""
-        if isinstance(slot_ids, (str, bytes)) or not hasattr(slot_ids, "__iter__"):
-            raise Error(f"slot_ids: expected a sequence of slots, got {type(slot_ids).__name__}")
+        if isinstance(slot_ids, (str, bytes)) or not hasattr(slot_ids, "__iter__") or np.ndim(slot_ids) != 1:
+            raise Error(f"slot_ids: expected a sequence of slots, got {type(slot_ids).__name__} "
+                        f"of {np.ndim(slot_ids)} dimensions")
         ids = [_slot(s, self, f"slot_ids[{i}]") for i, s in enumerate(slot_ids)]
         _swapffn.check_slot_ids(ids, self.slots)
         self._h.reset(ids)

@@ -15,8 +15,8 @@ import json
 import math
 import os
 import stat
+import secrets
 import struct
-import tempfile
 from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
@@ -26,6 +26,7 @@ __all__ = ["read", "write", "bf16_to_f32", "f32_to_bf16"]
 _NUMPY = {"BF16": "<u2", "F16": "<f2", "F32": "<f4", "F64": "<f8", "U8": "u1"}
 _MAX_HEADER = 100 * 1024 * 1024
 _MAX_BYTES = 2 ** 63 - 1
+_MAX_RANK = 64  # as the engine's reader (safetensors.hpp)
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -89,6 +90,8 @@ def read(path) -> Tuple[Dict[str, Tuple[str, np.ndarray]], Dict[str, str]]:
             raise ValueError(t + f"unsupported dtype {dtype!r} (known: {', '.join(_NUMPY)})")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise ValueError(t + f"shape {shape!r} is not a list of non-negative integers")
+        if len(shape) > _MAX_RANK:
+            raise ValueError(t + f"shape of {len(shape)} dimensions, more than {_MAX_RANK}")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
             raise ValueError(t + f"data_offsets {offsets!r} is not [begin, end]")
         begin, end = offsets
@@ -117,7 +120,8 @@ def read(path) -> Tuple[Dict[str, Tuple[str, np.ndarray]], Dict[str, str]]:
 def write(path, tensors: Mapping[str, Tuple[str, np.ndarray]],
           metadata: Optional[Mapping[str, str]] = None) -> None:
     """Writes {name: (dtype, array)} (BF16 as uint16 bits) in the mapping's order. A failed write
-    leaves no file, or the old file, at `path`."""
+    leaves no file, or the old file, at `path` (a failed sync of the directory after the rename says
+    so: the file is then in place, not yet durable)."""
     header, chunks, offset = {}, [], 0
     for name, (dtype, arr) in tensors.items():
         if dtype not in _NUMPY:
@@ -138,17 +142,23 @@ def write(path, tensors: Mapping[str, Tuple[str, np.ndarray]],
     folder, name = os.path.split(path)
     folder = folder or "."
     try:
-        old_mode = os.stat(path, follow_symlinks=False).st_mode
-        mode = stat.S_IMODE(old_mode) if stat.S_ISREG(old_mode) else None
+        old = os.stat(path, follow_symlinks=False).st_mode
+        keep = stat.S_IMODE(old) if stat.S_ISREG(old) else None
     except FileNotFoundError:
-        mode = None
-    if mode is None:  # a new file (or one replacing a link): 0666 minus the umask, as open() gives
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    # mkstemp: an unpredictable name opened with O_CREAT|O_EXCL (a planted link is never followed),
-    # mode 0600 until it gets the replaced file's mode.
-    fd, tmp = tempfile.mkstemp(prefix=f".{name[:200]}.tmp-", dir=folder)
+        keep = None
+    # An unpredictable name created exclusively (O_EXCL|O_NOFOLLOW: a planted link is never
+    # followed); a new file gets 0666 minus the umask from the kernel, a replaced one is 0600 until
+    # it gets that file's mode.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(16):
+        tmp = os.path.join(folder, f".{name[:200]}.tmp-{secrets.token_hex(8)}")
+        try:
+            fd = os.open(tmp, flags, 0o600 if keep is not None else 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise OSError(errno.EEXIST, f"cannot write {path}: no free temporary name in its directory")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(struct.pack("<Q", len(text)))
@@ -156,7 +166,8 @@ def write(path, tensors: Mapping[str, Tuple[str, np.ndarray]],
             for raw in chunks:
                 f.write(raw)
             f.flush()
-            os.fchmod(f.fileno(), mode)
+            if keep is not None:
+                os.fchmod(f.fileno(), keep)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -168,6 +179,6 @@ def write(path, tensors: Mapping[str, Tuple[str, np.ndarray]],
         os.fsync(dir_fd)  # the rename is durable once the directory is
     except OSError as e:
         if e.errno != errno.EINVAL:  # EINVAL: a filesystem that cannot sync a directory
-            raise
+            raise OSError(e.errno, f"{path} was replaced, but syncing its directory failed: {e.strerror}") from e
     finally:
         os.close(dir_fd)

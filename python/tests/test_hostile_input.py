@@ -158,9 +158,14 @@ def test_arguments_of_the_wrong_kind_are_errors_naming_them(setup):
         (lambda: swapffn.Engine.load(engine.path, backend="reference", device=2**40), "device must be"),
         (lambda: swapffn.Engine.load(engine.path, backend=None), "backend: expected a str"),
         (lambda: swapffn.init_model(engine.path + ".new", seed=2**64), "seed = 18446744073709551616"),
+        (lambda: swapffn.init_model(engine.path + ".new", config=1), "config: expected a preset name"),
+        (lambda: pool.reset(np.array(3)), "slot_ids: expected a sequence of slots"),
     ]:
         refused(call, needle, pool)
     assert swapffn.StatePool(engine, np.int64(3)).slots == 3
+    assert swapffn.Engine.load(engine.path, backend="reference", device=np.int64(0)).device == 0
+    empty = np.zeros((0, x.shape[1]), np.float32)  # no rows: no ids, of whatever dtype
+    assert engine.step(empty, pool, np.array([])).shape == (0, x.shape[1])
     ro = x.copy()
     ro.flags.writeable = False  # a read-only x is an input like any other
     assert np.array_equal(engine.step(ro, swapffn.StatePool(engine, 4), [0, 1]),
@@ -274,6 +279,7 @@ def test_python_writer_follows_no_planted_link_and_keeps_the_mode(tmp_path):
     ('{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}', "overflows int64"),
     ('{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551616000]}', "run past"),
     ('{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}', "is not a list of non-negative integers"),
+    ('{"dtype":"F32","shape":[' + ",".join(["1"] * 65) + '],"data_offsets":[0,4]}', "65 dimensions, more than 64"),
 ])
 def test_python_reader_names_the_file_for_huge_numbers(tmp_path, entry, needle):
     path = tmp_path / "bad.st"

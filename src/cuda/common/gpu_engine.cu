@@ -152,6 +152,15 @@ void GpuEngine::on_stream_done(cudaStream_t s) {
   last_stream_ = s;
 }
 
+void GpuEngine::mark_stream_after_failure(cudaStream_t s) noexcept {
+  // Kernels enqueued before the failure may still run: later work on another stream must wait for
+  // them. Where even the record fails, the stream is synchronised instead.
+  if (cudaEventRecord(last_done_.e, s) == cudaSuccess)
+    last_stream_ = s;
+  else
+    cudaStreamSynchronize(s);
+}
+
 void GpuEngine::set_io(const StepIO& io) { launch_set_step_io(io_.get(), io, stream_); }
 
 void GpuEngine::enqueue_collapse_and_advance() {
@@ -374,7 +383,10 @@ void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int6
     stream_ = own;
     // Inside a capture (or after one failed) nothing ran: the slots are as they were.
     const bool captured = cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone;
-    if (!captured) dev.torn().tear(nullptr, fault_of(std::current_exception()));
+    if (!captured) {
+      dev.torn().tear(nullptr, fault_of(std::current_exception()));
+      mark_stream_after_failure(stream);
+    }
     throw;
   }
   stream_ = own;
@@ -413,6 +425,7 @@ void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t token
     on_stream_done(caller ? *caller : stream_);
   } catch (...) {
     if (started) dev.torn().tear(nullptr, fault_of(std::current_exception()));
+    mark_stream_after_failure(caller ? *caller : stream_);
     forget_batch_after_failure();
     throw;
   }

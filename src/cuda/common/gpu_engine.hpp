@@ -169,6 +169,7 @@ class GpuEngine : public Engine {
   // enqueued, on_stream_done(s) makes s the stream later work orders itself after.
   void after_last_stream(cudaStream_t s);
   void on_stream_done(cudaStream_t s);
+  void mark_stream_after_failure(cudaStream_t s) noexcept;  // on_stream_done on an error path
 
   struct StepGraph {
     std::unique_ptr<CapturedGraph> graph;
