@@ -31,13 +31,10 @@ using bench::kSeed;
 struct BenchArgs {
   std::string model, preset = "default", json;
   std::vector<std::string> backends;
-  std::vector<int64_t> batches{1, 4, 16, 64};
-  int tokens = 16, warmup = 2, repeats = 5;
-  double cooldown_s = 3;
   bool python = false;
-  bool fp8_headroom = false;
   FusedFlags fused;
   std::string fp8_kernels;  // fused-fp8's pinned kernel choices
+  bench::BenchOptions o;  // what the flags set directly
 };
 
 // The commit to report: SWAPFFN_COMMIT when set (a binary carried to another machine), else the build's.
@@ -56,10 +53,10 @@ std::string utc_now() {
 }
 
 void check_args(const BenchArgs& a) {
-  SWAPFFN_REQUIRE(a.tokens > 0 && a.repeats > 0 && a.warmup >= 0, "--tokens and --repeats must be > 0");
-  SWAPFFN_REQUIRE(a.cooldown_s >= 0 && a.cooldown_s <= 600, "--cooldown must be 0 to 600 seconds");
-  SWAPFFN_REQUIRE(!a.batches.empty(), "--batches is empty");
-  for (int64_t b : a.batches) SWAPFFN_REQUIRE(b > 0, "batch sizes must be > 0 (got " + std::to_string(b) + ")");
+  SWAPFFN_REQUIRE(a.o.tokens > 0 && a.o.repeats > 0 && a.o.warmup >= 0, "--tokens and --repeats must be > 0");
+  SWAPFFN_REQUIRE(a.o.cooldown_s >= 0 && a.o.cooldown_s <= 600, "--cooldown must be 0 to 600 seconds");
+  SWAPFFN_REQUIRE(!a.o.batches.empty(), "--batches is empty");
+  for (int64_t b : a.o.batches) SWAPFFN_REQUIRE(b > 0, "batch sizes must be > 0 (got " + std::to_string(b) + ")");
 }
 
 // The requested backends, or all compiled in; the reference runs only on the tiny config.
@@ -128,16 +125,10 @@ void run_bench(const BenchArgs& a) {
   SWAPFFN_REQUIRE(a.fp8_kernels.empty() || runs("fused-fp8"),
                   "--fp8-kernels applies to the fused-fp8 backend, which this bench does not run");
   std::printf("config %s: %.4g GFLOP per token per sequence; %d tokens x %d repeats (+%d warm-up) per point\n",
-              a.model.empty() ? a.preset.c_str() : a.model.c_str(), w.cfg.flops_per_token() * 1e-9, a.tokens,
-              a.repeats, a.warmup);
+              a.model.empty() ? a.preset.c_str() : a.model.c_str(), w.cfg.flops_per_token() * 1e-9, a.o.tokens,
+              a.o.repeats, a.o.warmup);
   const PythonModel python(a, w, backends);
-  bench::BenchOptions o;
-  o.batches = a.batches;
-  o.tokens = a.tokens;
-  o.warmup = a.warmup;
-  o.repeats = a.repeats;
-  o.cooldown_s = a.cooldown_s;
-  o.fp8_headroom = a.fp8_headroom;
+  bench::BenchOptions o = a.o;
   if (runs("fused")) o.fused = a.fused.resolve(w.cfg, "fused");
   o.fp8_pinned = parse_fused_choice(a.fp8_kernels);
   o.python_model = python.path;
@@ -157,7 +148,7 @@ void run_bench(const BenchArgs& a) {
   if (a.json.empty()) return;
   const bench::BenchRunInfo info{gpu.present ? gpu.name : "none", gpu.present ? std::to_string(gpu.driver_version) : "",
                                  gpu.present ? std::to_string(gpu.runtime_version) : "", source_commit(),
-                                 SWAPFFN_GIT_COMMIT, utc_now(), a.tokens, a.repeats, a.warmup, a.cooldown_s};
+                                 SWAPFFN_GIT_COMMIT, utc_now(), a.o.tokens, a.o.repeats, a.o.warmup, a.o.cooldown_s};
   write_file_atomically(a.json, bench::bench_json(res, info, w.cfg).dump(2) + "\n");
   std::printf("wrote %s\n", a.json.c_str());
 }
@@ -172,11 +163,11 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--config", a->preset, "config preset when no --model: default or tiny")->capture_default_str();
   cmd->add_option("--backends", a->backends, "backends, comma-separated (default: all that can run here)")
       ->delimiter(',');
-  cmd->add_option("--batches", a->batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str();
-  cmd->add_option("--tokens", a->tokens, "token steps per timed run")->capture_default_str();
-  cmd->add_option("--warmup", a->warmup, "untimed runs first")->capture_default_str();
-  cmd->add_option("--repeats", a->repeats, "timed runs (the median is reported)")->capture_default_str();
-  cmd->add_option("--cooldown", a->cooldown_s, "seconds idle before each GPU point and before its matched floor")
+  cmd->add_option("--batches", a->o.batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str();
+  cmd->add_option("--tokens", a->o.tokens, "token steps per timed run")->capture_default_str();
+  cmd->add_option("--warmup", a->o.warmup, "untimed runs first")->capture_default_str();
+  cmd->add_option("--repeats", a->o.repeats, "timed runs (the median is reported)")->capture_default_str();
+  cmd->add_option("--cooldown", a->o.cooldown_s, "seconds idle before each GPU point and before its matched floor")
       ->capture_default_str();
   cmd->add_option("--json", a->json, "also write the results as JSON to this file");
   cmd->add_flag("--python", a->python,
@@ -184,7 +175,7 @@ void add_bench_command(CLI::App& app) {
                 "swapffn.bench_row; $SWAPFFN_PYTHON names another interpreter)");
   cmd->add_option("--tune", a->fused.tune_file,
                   "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE)");
-  cmd->add_flag("--fp8-headroom", a->fp8_headroom,
+  cmd->add_flag("--fp8-headroom", a->o.fp8_headroom,
                 "also time the fp8 GEMMs with per-row/channel and per-tensor scales (the headroom of coarser scalings)");
   cmd->add_option("--fp8-kernels", a->fp8_kernels, "fused-fp8: pinned kernel choices, e.g. 'fp8up=sm90,groups=2'");
   cmd->callback([a] { run_bench(*a); });

@@ -19,7 +19,7 @@ inline constexpr uint64_t kSeed = 1;  // parameters (without a model file), stat
 inline constexpr int64_t kFlipBatch = 4, kFlipTokens = 16;  // the fp8 flip rate over 16 tokens at B = 4
 
 struct BenchOptions {
-  std::vector<int64_t> batches;
+  std::vector<int64_t> batches{1, 4, 16, 64};
   int tokens = 16, warmup = 2, repeats = 5;
   double cooldown_s = 3;
   bool fp8_headroom = false;  // also the fp8 anchors with coarser scales
