@@ -1,8 +1,13 @@
 # Hopper-only GPU code: sm_90a for wgmma/TMA/setmaxnreg, and the CUTLASS/CuTe headers (the pinned
-# nvidia-cutlass pip wheel ships them; scripts/deps.sh installs it).
+# nvidia-cutlass pip wheel ships them: scripts/deps.sh installs it, and `pip install .` has it as a
+# build requirement, found through the build's own Python).
 set(SWAPFFN_CUTLASS_DIR "" CACHE PATH "CUTLASS include directory (holds cutlass/ and cute/)")
+set(SWAPFFN_PYTHON_FOR_PATHS python3)
+if(Python_EXECUTABLE)  # scikit-build-core's: the interpreter of pip's isolated build environment
+  set(SWAPFFN_PYTHON_FOR_PATHS ${Python_EXECUTABLE})
+endif()
 if(NOT SWAPFFN_CUTLASS_DIR)
-  execute_process(COMMAND python3 -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))"
+  execute_process(COMMAND ${SWAPFFN_PYTHON_FOR_PATHS} -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))"
                   OUTPUT_VARIABLE _cutlass OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   if(_cutlass AND EXISTS "${_cutlass}/cute")
     set(SWAPFFN_CUTLASS_DIR "${_cutlass}")

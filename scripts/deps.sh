@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
-pkgs=(cmake ninja-build g++ git python3 python3-pip python3-numpy libgtest-dev libgmock-dev
+pkgs=(cmake ninja-build g++ git python3 python3-pip python3-venv python3-numpy libgtest-dev libgmock-dev
       libbenchmark-dev libcli11-dev nlohmann-json3-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
