@@ -9,9 +9,13 @@ recurrent state.
 """
 import argparse
 import os
+import sys
 import tempfile
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("train_tiny.py needs PyTorch (pip install torch): the trainable layer is swapffn.torch.SwapFFN")
 
 import swapffn
 from swapffn.torch import SwapFFN
