@@ -1,9 +1,9 @@
 """The examples run end to end (small settings)."""
 import pathlib
 import subprocess
+import sys
 
 import pytest
-import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
