@@ -84,6 +84,24 @@ TEST(FileInput, ReadsWholeFilesAndRefusesOnesOverTheLimit) {
   expect_error([&] { read_regular_file(dir.file("missing"), "input", 4); }, {"cannot open", "No such file"});
 }
 
+// Errors of the environment are FileErrors (the Python layer raises them as OSErrors too); a
+// malformed file's content is a plain Error.
+TEST(FileInput, FilesThatCannotBeReadOrWrittenAreFileErrors) {
+  TempDir dir;
+  EXPECT_THROW(read_regular_file(dir.file("missing"), "input", 4), FileError);
+  EXPECT_THROW(read_regular_file(dir.path().string(), "input", 4), FileError);
+  EXPECT_THROW(check_writable(dir.file("no_dir") + "/x"), FileError);
+  EXPECT_THROW(Weights::load(dir.file("missing")), FileError);
+  write_bytes(dir.file("junk"), "not safetensors at all");
+  try {
+    Weights::load(dir.file("junk"));
+    ADD_FAILURE() << "junk loaded";
+  } catch (const FileError&) {
+    ADD_FAILURE() << "a malformed file is no FileError";
+  } catch (const Error&) {
+  }
+}
+
 // The mapped reader faulted (SIGBUS) when the file shrank under it; the reader now holds a copy.
 TEST(FileInput, AReaderSurvivesItsFileBeingTruncated) {
   TempDir dir;

@@ -19,6 +19,18 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Errors of the environment rather than of the input, for callers that handle them apart (the
+// Python layer raises them as swapffn.FileError, also an OSError, and swapffn.NoGpuError): a file
+// that cannot be opened, read or written, and no GPU that can run what was asked.
+class FileError : public Error {
+ public:
+  using Error::Error;
+};
+class NoGpuError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A user-facing error: throws Error(msg).
 [[noreturn]] void throw_error(const std::string& msg);
 // An internal error: throws Error("<file>:<line>: <msg>"), file relative to the source tree.
@@ -33,6 +45,12 @@ class Error : public std::runtime_error {
   } while (0)
 
 #define SWAPFFN_FAIL(msg) ::swapffn::throw_error(std::string(msg))
+
+// As SWAPFFN_REQUIRE, throwing the Error subclass `type` (FileError, NoGpuError).
+#define SWAPFFN_REQUIRE_AS(type, cond, msg)                \
+  do {                                                     \
+    if (!(cond)) throw ::swapffn::type(std::string(msg));  \
+  } while (0)
 
 // Throws swapffn::Error("<file>:<line>: <msg>") unless the invariant cond holds.
 #define SWAPFFN_ASSERT(cond, msg)                                                        \

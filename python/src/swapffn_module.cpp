@@ -227,7 +227,10 @@ void pool_save(PyPool& p, int64_t slot, const std::string& path) {
 
 NB_MODULE(_swapffn, m) {
   m.doc() = "swapffn engine bindings (use the swapffn package, not this module)";
-  nb::exception<Error>(m, "Error", PyExc_ValueError);
+  // Registered base first: a subclass's translator, registered later, is tried before it.
+  const nb::exception<Error> error(m, "Error", PyExc_ValueError);
+  nb::exception<FileError>(m, "FileError", nb::make_tuple(error, nb::handle(PyExc_OSError)));
+  nb::exception<NoGpuError>(m, "NoGpuError", error);
   m.def("backends", &backend_names);
   m.attr("version") = SWAPFFN_VERSION;
 #ifdef SWAPFFN_WITH_CUDA

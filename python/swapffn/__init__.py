@@ -13,7 +13,9 @@ Host arrays (NumPy, CPU torch tensors) run through a host round trip on any back
 caller's CUDA graph once its batch size has run outside capture. A slot id of -1 is a padding row:
 its delta is zero and no slot changes.
 
-Bad arguments are refused with swapffn.Error naming the argument, before anything changes. Threads:
+Bad arguments are refused with swapffn.Error (a ValueError) naming the argument, before anything
+changes; a file that cannot be opened, read or written raises swapffn.FileError (also an OSError),
+and a backend with no GPU to run on swapffn.NoGpuError (both are swapffn.Error too). Threads:
 calls on one engine and its pools take turns (each holds the engine's lock with the GIL released),
 so two threads stepping the same slot apply both steps, one after the other; a CUDA step on another
 stream than the engine's last work waits for it (outside graph captures; docs/PYTHON.md).
@@ -28,9 +30,10 @@ from typing import Optional, Sequence
 import numpy as np
 
 from . import _swapffn
-from ._swapffn import Error
+from ._swapffn import Error, FileError, NoGpuError
 
-__all__ = ["Engine", "StatePool", "Error", "PADDING", "MAX_VALUE", "backends", "gpu", "init_model", "__version__"]
+__all__ = ["Engine", "StatePool", "Error", "FileError", "NoGpuError", "PADDING", "MAX_VALUE", "backends", "gpu",
+           "init_model", "__version__"]
 
 __version__ = _swapffn.version  # the engine's, as `swapffn --version` prints it
 

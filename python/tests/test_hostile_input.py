@@ -352,3 +352,24 @@ def test_version_and_the_backends_that_run_here():
     assert "reference" in here and set(here) <= set(built)
     assert ("fused" in built) == swapffn._swapffn.with_cuda
     assert ("fused" in here) == (swapffn._swapffn.with_cuda and swapffn.gpu()["hopper"])
+
+
+def test_errors_of_the_environment_have_their_own_classes(model, tmp_path):
+    with pytest.raises(swapffn.FileError) as err:
+        swapffn.Engine.load(tmp_path / "missing.safetensors", backend="reference")
+    assert isinstance(err.value, OSError) and isinstance(err.value, swapffn.Error) and "cannot open" in str(err.value)
+    engine = swapffn.Engine.load(model, backend="reference")
+    pool = swapffn.StatePool(engine, 1)
+    with pytest.raises(OSError):
+        pool.load(0, tmp_path / "missing.safetensors")
+    with pytest.raises(OSError):
+        pool.save(0, tmp_path / "no_dir" / "s.safetensors")
+    (tmp_path / "junk.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(swapffn.Error) as err:  # a malformed file: its content, not the environment
+        pool.load(0, tmp_path / "junk.safetensors")
+    assert not isinstance(err.value, OSError)
+    with pytest.raises(swapffn.NoGpuError):
+        swapffn.Engine.load(model, backend="reference", device=4096)
+    if swapffn._swapffn.with_cuda and not swapffn.gpu()["hopper"]:
+        with pytest.raises(swapffn.NoGpuError):
+            swapffn.Engine.load(model, backend="fused")

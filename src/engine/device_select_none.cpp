@@ -5,7 +5,7 @@
 namespace swapffn {
 
 void select_gpu(int device) {
-  SWAPFFN_REQUIRE(device == 0, "device " + std::to_string(device) + ": this build has no CUDA (only device 0, the host)");
+  SWAPFFN_REQUIRE_AS(NoGpuError, device == 0, "device " + std::to_string(device) + ": this build has no CUDA (only device 0, the host)");
 }
 
 }  // namespace swapffn

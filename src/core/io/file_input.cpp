@@ -40,14 +40,14 @@ std::vector<std::byte> read_regular_file(const std::string& path, const std::str
   check_path(path, what);
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  SWAPFFN_REQUIRE(fd >= 0, what + ": cannot open: " + std::strerror(errno));
+  SWAPFFN_REQUIRE_AS(FileError, fd >= 0, what + ": cannot open: " + std::strerror(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st {};
-  SWAPFFN_REQUIRE(::fstat(fd, &st) == 0, what + ": cannot stat: " + std::strerror(errno));
-  SWAPFFN_REQUIRE(S_ISREG(st.st_mode), what + ": not a regular file (" + kind_of(st.st_mode) + ")");
+  SWAPFFN_REQUIRE_AS(FileError, ::fstat(fd, &st) == 0, what + ": cannot stat: " + std::strerror(errno));
+  SWAPFFN_REQUIRE_AS(FileError, S_ISREG(st.st_mode), what + ": not a regular file (" + kind_of(st.st_mode) + ")");
   const auto size = static_cast<uint64_t>(st.st_size);
   SWAPFFN_REQUIRE(size <= max_bytes, what + ": " + std::to_string(size) + " bytes, more than the " +
                                          std::to_string(max_bytes) + "-byte limit");
@@ -57,8 +57,8 @@ std::vector<std::byte> read_regular_file(const std::string& path, const std::str
   while (got < size) {
     const ssize_t n = ::read(fd, bytes.data() + got, std::min<size_t>(size - got, size_t{1} << 30));
     if (n < 0 && errno == EINTR) continue;
-    SWAPFFN_REQUIRE(n >= 0, what + ": read failed: " + std::strerror(errno));
-    SWAPFFN_REQUIRE(n > 0, what + ": the file shrank while it was read (" + std::to_string(got) + " of " +
+    SWAPFFN_REQUIRE_AS(FileError, n >= 0, what + ": read failed: " + std::strerror(errno));
+    SWAPFFN_REQUIRE_AS(FileError, n > 0, what + ": the file shrank while it was read (" + std::to_string(got) + " of " +
                                std::to_string(size) + " bytes; is another process writing it?)");
     got += static_cast<size_t>(n);
   }
@@ -66,7 +66,7 @@ std::vector<std::byte> read_regular_file(const std::string& path, const std::str
   ssize_t more = 0;
   do more = ::read(fd, &extra, 1);
   while (more < 0 && errno == EINTR);
-  SWAPFFN_REQUIRE(more == 0, what + ": the file grew while it was read (past " + std::to_string(size) +
+  SWAPFFN_REQUIRE_AS(FileError, more == 0, what + ": the file grew while it was read (past " + std::to_string(size) +
                                  " bytes; is another process writing it?)");
   return bytes;
 }

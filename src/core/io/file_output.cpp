@@ -67,19 +67,20 @@ class TempFile {
       fd_ = ::openat(dir_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
       if (fd_ >= 0) return;
       // EISDIR: a kernel without O_TMPFILE; EOPNOTSUPP: a filesystem without it.
-      SWAPFFN_REQUIRE(errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL, what + ": " + errno_text(errno));
+      SWAPFFN_REQUIRE_AS(FileError, errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL,
+                         what + ": " + errno_text(errno));
     }
     for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
       temp_ = temp_name(name);
       fd_ = ::openat(dir_fd, temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
       if (fd_ < 0 && errno != EEXIST) {
         temp_.clear();
-        SWAPFFN_FAIL(what + ": " + errno_text(errno));
+        throw FileError(what + ": " + errno_text(errno));
       }
     }
     if (fd_ < 0) {
       temp_.clear();
-      SWAPFFN_FAIL(what + ": no free temporary name in its directory");
+      throw FileError(what + ": no free temporary name in its directory");
     }
   }
   ~TempFile() {
@@ -100,11 +101,12 @@ class TempFile {
         if (::linkat(AT_FDCWD, self.c_str(), dir_fd_, t.c_str(), AT_SYMLINK_FOLLOW) == 0)
           temp_ = t;
         else
-          SWAPFFN_REQUIRE(errno == EEXIST, what + ": " + errno_text(errno));
+          SWAPFFN_REQUIRE_AS(FileError, errno == EEXIST, what + ": " + errno_text(errno));
       }
-      SWAPFFN_REQUIRE(!temp_.empty(), what + ": no free temporary name in its directory");
+      SWAPFFN_REQUIRE_AS(FileError, !temp_.empty(), what + ": no free temporary name in its directory");
     }
-    SWAPFFN_REQUIRE(::renameat(dir_fd_, temp_.c_str(), dir_fd_, name.c_str()) == 0, what + ": " + errno_text(errno));
+    SWAPFFN_REQUIRE_AS(FileError, ::renameat(dir_fd_, temp_.c_str(), dir_fd_, name.c_str()) == 0,
+                       what + ": " + errno_text(errno));
     temp_.clear();
   }
 
@@ -121,7 +123,8 @@ void write_all(int fd, std::span<const std::span<const std::byte>> parts, const 
     while (left > 0) {
       const ssize_t n = ::write(fd, p, std::min(left, size_t{1} << 30));
       if (n < 0 && errno == EINTR) continue;
-      SWAPFFN_REQUIRE(n > 0, what + ": " + (n < 0 ? errno_text(errno) : std::string("the write made no progress")));
+      SWAPFFN_REQUIRE_AS(FileError, n > 0,
+                         what + ": " + (n < 0 ? errno_text(errno) : std::string("the write made no progress")));
       p += n;
       left -= static_cast<size_t>(n);
     }
@@ -131,17 +134,17 @@ void write_all(int fd, std::span<const std::span<const std::byte>> parts, const 
 }  // namespace
 
 void check_writable(const std::string& path) {
-  SWAPFFN_REQUIRE(!path.empty(), "output path is empty");
+  SWAPFFN_REQUIRE(!path.empty(), "output path is empty");  // input, not environment
   const std::string what = "cannot write " + path;
   check_path(path, what);
   const auto [dir, name] = split_path(path);
   struct stat st {};
-  SWAPFFN_REQUIRE(!names_a_directory(name) && !(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)),
+  SWAPFFN_REQUIRE_AS(FileError, !names_a_directory(name) && !(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)),
                   what + ": it is a directory");
   if (::stat(dir.c_str(), &st) != 0)
-    SWAPFFN_FAIL(what + ": directory " + dir + (errno == ENOENT ? " does not exist" : ": " + errno_text(errno)));
-  SWAPFFN_REQUIRE(S_ISDIR(st.st_mode), what + ": " + dir + " is not a directory");
-  SWAPFFN_REQUIRE(::access(dir.c_str(), W_OK | X_OK) == 0,
+    throw FileError(what + ": directory " + dir + (errno == ENOENT ? " does not exist" : ": " + errno_text(errno)));
+  SWAPFFN_REQUIRE_AS(FileError, S_ISDIR(st.st_mode), what + ": " + dir + " is not a directory");
+  SWAPFFN_REQUIRE_AS(FileError, ::access(dir.c_str(), W_OK | X_OK) == 0,
                   what + ": directory " + dir + " is not writable (" + errno_text(errno) + ")");
 }
 
@@ -149,9 +152,9 @@ void write_file_atomically(const std::string& path, std::span<const std::span<co
   const std::string what = "cannot write " + path;
   check_path(path, what);
   const auto [dir, name] = split_path(path);
-  SWAPFFN_REQUIRE(!names_a_directory(name), what + ": it is a directory");
+  SWAPFFN_REQUIRE_AS(FileError, !names_a_directory(name), what + ": it is a directory");
   const Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  SWAPFFN_REQUIRE(dir_fd.get() >= 0, what + ": directory " + dir + ": " + errno_text(errno));
+  SWAPFFN_REQUIRE_AS(FileError, dir_fd.get() >= 0, what + ": directory " + dir + ": " + errno_text(errno));
 
   // A replaced file keeps its mode, so a private file stays private; the temporary file is 0600
   // until it gets that mode, never readable by others in between. A new file gets 0666 - umask.
@@ -159,11 +162,12 @@ void write_file_atomically(const std::string& path, std::span<const std::span<co
   const bool replacing = ::fstatat(dir_fd.get(), name.c_str(), &old, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(old.st_mode);
   TempFile tmp(dir_fd.get(), name, replacing ? 0600 : 0666, what);
   write_all(tmp.fd(), parts, what);
-  if (replacing) SWAPFFN_REQUIRE(::fchmod(tmp.fd(), old.st_mode & 07777) == 0, what + ": " + errno_text(errno));
-  SWAPFFN_REQUIRE(::fsync(tmp.fd()) == 0, what + ": " + errno_text(errno));
+  if (replacing)
+    SWAPFFN_REQUIRE_AS(FileError, ::fchmod(tmp.fd(), old.st_mode & 07777) == 0, what + ": " + errno_text(errno));
+  SWAPFFN_REQUIRE_AS(FileError, ::fsync(tmp.fd()) == 0, what + ": " + errno_text(errno));
   tmp.rename_to(name, what);
   // The rename is durable only once the directory is; EINVAL: a filesystem that cannot sync one.
-  SWAPFFN_REQUIRE(::fsync(dir_fd.get()) == 0 || errno == EINVAL,
+  SWAPFFN_REQUIRE_AS(FileError, ::fsync(dir_fd.get()) == 0 || errno == EINVAL,
                   path + " was replaced, but syncing its directory failed: " + errno_text(errno));
 }
 

@@ -45,7 +45,8 @@ std::string fault_of(const std::exception_ptr& e) {
 
 void require_hopper_gpu(const std::string& backend) {
   const GpuInfo gpu = query_gpu();
-  SWAPFFN_REQUIRE(gpu.is_hopper(), "backend '" + backend + "' needs a Hopper GPU: " + gpu.why_not_hopper());
+  SWAPFFN_REQUIRE_AS(NoGpuError, gpu.is_hopper(),
+                     "backend '" + backend + "' needs a Hopper GPU: " + gpu.why_not_hopper());
 }
 
 std::vector<float> widen_bf16(const std::vector<bf16>& v) {

@@ -10,7 +10,7 @@ void select_gpu(int device) {
     n = 0;
   }
   if (n == 0 && device == 0) return;  // host backends only
-  SWAPFFN_REQUIRE(device >= 0 && device < n, "device " + std::to_string(device) + ": this machine has " +
+  SWAPFFN_REQUIRE_AS(NoGpuError, device >= 0 && device < n, "device " + std::to_string(device) + ": this machine has " +
                                                  std::to_string(n) + " CUDA device(s)");
   CUDA_CHECK(cudaSetDevice(device));
 }
