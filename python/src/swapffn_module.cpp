@@ -233,6 +233,7 @@ NB_MODULE(_swapffn, m) {
   nb::exception<NoGpuError>(m, "NoGpuError", error);
   m.def("backends", &backend_names);
   m.attr("version") = SWAPFFN_VERSION;
+  m.attr("max_value") = double(kMaxValueMagnitude);  // the engines' bound on |x| (limits.hpp)
 #ifdef SWAPFFN_WITH_CUDA
   m.attr("with_cuda") = true;
 #else

@@ -38,7 +38,7 @@ __all__ = ["Engine", "StatePool", "Error", "FileError", "NoGpuError", "PADDING",
 __version__ = _swapffn.version  # the engine's, as `swapffn --version` prints it
 
 PADDING = -1  # a slot id that marks a padding row
-MAX_VALUE = 2.0 ** 32  # the largest magnitude of an input or RAM value the engines accept (SPEC section 4)
+MAX_VALUE = _swapffn.max_value  # the largest |x| the engines accept (SPEC section 4: 2^32)
 
 
 def _index(v, what: str) -> int:
