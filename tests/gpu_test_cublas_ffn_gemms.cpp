@@ -141,11 +141,11 @@ TEST(CublasFfnGemms, Fp8StepComputesTheThreeProductsOnTheRecipesWeights) {
   SWAPFFN_CHECK_LAUNCH();
   CUDA_CHECK(cudaDeviceSynchronize());
 
-  const fp8::FfnWeights q = fp8::quantize_ffn(w.w1, w.w3, w.w2, d, f);
+  const fp8::FfnWeights q = fp8::quantize_ffn(fp8::Scaling::blocks, w.w1, w.w3, w.w2, d, f);
   const auto x = download<uint8_t>(g.x(), size_t(rows * d)), u = download<uint8_t>(g.u(), size_t(rows * f));
   const auto xs = download<float>(g.x_scale(), size_t(rows * d / 128)), us = download<float>(g.u_scale(), size_t(rows * f / 128));
   const auto check = [&](const std::vector<float>& got, const std::vector<uint8_t>& in, const std::vector<float>& in_scale,
-                         const fp8::BlockScaledWeight& wq, const char* what) {
+                         const fp8::ScaledWeight& wq, const char* what) {
     const int64_t k = wq.cols, n = wq.rows, kb = k / 128;
     double err2 = 0, ref2 = 0;
     std::vector<float> sa(static_cast<size_t>(kb)), want(static_cast<size_t>(n));
@@ -183,7 +183,7 @@ TEST(CublasFfnGemms, Fp8StepComputesTheThreeProductsOnTheRecipesWeights) {
 TEST(CublasFfnGemms, Fp8HeadroomAnchorsApplyOneScalePerRowAndChannelOrPerTensor) {
   const Weights& w = weights_of("tiny");
   const int64_t rows = 2 * w.cfg.core_count, d = w.cfg.d_model, f = w.cfg.d_ff;
-  const fp8::FfnWeights q = fp8::quantize_ffn(w.w1, w.w3, w.w2, d, f);
+  const fp8::FfnWeights q = fp8::quantize_ffn(fp8::Scaling::blocks, w.w1, w.w3, w.w2, d, f);
   for (const AnchorOperands o : {AnchorOperands::e4m3_rows, AnchorOperands::e4m3_tensor}) {
     SCOPED_TRACE(anchor_operands_name(o));
     const bool per_row = o == AnchorOperands::e4m3_rows;
@@ -195,7 +195,7 @@ TEST(CublasFfnGemms, Fp8HeadroomAnchorsApplyOneScalePerRowAndChannelOrPerTensor)
     SWAPFFN_CHECK_LAUNCH();
     CUDA_CHECK(cudaDeviceSynchronize());
     // Weight scales: the largest block scale of each channel (of the weight).
-    const auto expected_scales = [&](const fp8::BlockScaledWeight& wq) {
+    const auto expected_scales = [&](const fp8::ScaledWeight& wq) {
       std::vector<float> s(per_row ? size_t(wq.rows) : 1, 0.f);
       for (int64_t r = 0; r < wq.rows; ++r)
         for (int64_t b = 0; b < fp8::blocks(wq.cols); ++b)
@@ -203,7 +203,7 @@ TEST(CublasFfnGemms, Fp8HeadroomAnchorsApplyOneScalePerRowAndChannelOrPerTensor)
       return s;
     };
     const auto check = [&](const void* got_p, const void* in_p, const float* in_scale_p, const void* w_p,
-                           const float* w_scale_p, const fp8::BlockScaledWeight& wq, const char* what) {
+                           const float* w_scale_p, const fp8::ScaledWeight& wq, const char* what) {
       const int64_t n = wq.rows, k = wq.cols;
       const auto got = download_bf16(got_p, size_t(rows * n));
       const auto in = download<uint8_t>(in_p, size_t(rows * k));

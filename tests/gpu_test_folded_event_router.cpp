@@ -208,7 +208,7 @@ TEST(FoldedEventRouter, E4m3OperandIsTheRecipeOnTheBf16Operand) {
       std::vector<uint8_t> want_q(static_cast<size_t>(D));
       for (int64_t m = 0; m < rows; ++m) {
         for (int64_t d = 0; d < D; ++d) row[size_t(d)] = __bfloat162float(bf.norm_out[size_t(m * D + d)]);
-        fp8::quantize_row(row.data(), D, want_q.data(), want_s.data());
+        fp8::quantize_row(fp8::Scaling::blocks, row.data(), D, want_q.data(), want_s.data());
         ASSERT_EQ(std::memcmp(want_q.data(), &got.norm_e4m3[size_t(m * D)], size_t(D)), 0)
             << where << ": row " << m << " codes";
         const int64_t g0 = m < split ? 0 : split, g_rows = m < split ? split : rows - split;

@@ -1,6 +1,6 @@
-// BatchInvariantGemm with block-scaled e4m3 operands (cuBLASLt's BLK128x128_32F weight scales and
-// VEC128_32F activation scales, Hopper) against fp8::gemm_reference: the recipe's product of the
-// same codes and scales, block sums in fp64. Tolerance: relative L2 error over the checked rows
+// BatchInvariantGemm with scaled e4m3 operands against fp8::gemm_reference: the recipe's product of
+// the same codes and scales, group sums in fp64. Both scalings: blocks (cuBLASLt's BLK128x128_32F
+// weight scales and VEC128_32F activation scales, Hopper) and rows (OUTER_VEC_32F for both). Tolerance: relative L2 error over the checked rows
 // <= 1e-3 with fp32 output, <= 4e-3 with bf16 output. Why not ~1e-6: Hopper's fp8 tensor cores
 // keep about 14 bits while they add inside a k-block (DeepSeek-V3 report, section 3.3.2), cuBLASLt
 // promotes to fp32 per 128-k block, so block sums carry ~1e-4 relative error; bf16 output adds its
@@ -35,31 +35,34 @@ constexpr size_t kWorkspace = size_t{32} << 20;
 // blocks, so that every block has its own scale and a scale applied to the wrong block shows.
 struct HostOperands {
   int64_t rows, n, k;
-  fp8::BlockScaledWeight w;
+  int64_t kb;  // activation scales per row
+  fp8::ScaledWeight w;
   std::vector<uint8_t> x;      // [rows, k] e4m3
-  std::vector<float> x_scale;  // [rows, blocks(k)], as fp8::quantize_row writes them
+  std::vector<float> x_scale;  // [rows, kb], as fp8::quantize_row writes them
 };
 
-HostOperands make_operands(int64_t rows, int64_t n, int64_t k, uint64_t seed) {
+HostOperands make_operands(int64_t rows, int64_t n, int64_t k, uint64_t seed,
+                           fp8::Scaling scaling = fp8::Scaling::blocks) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
-  HostOperands o{rows, n, k, {}, std::vector<uint8_t>(size_t(rows * k)), std::vector<float>(size_t(rows * fp8::blocks(k)))};
+  const int64_t kb = fp8::row_scale_count(scaling, k);
+  HostOperands o{rows, n, k, kb, {}, std::vector<uint8_t>(size_t(rows * k)), std::vector<float>(size_t(rows * kb))};
   std::vector<bf16> w(size_t(n * k));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < k; ++c)
       w[size_t(r * k + c)] = float_to_bf16(0.05f * std::ldexp(nd(rng), int((r / 128 + 2 * (c / 128)) % 5) - 2));
-  o.w = fp8::quantize_weight(w, n, k, "test weight");
+  o.w = fp8::quantize_weight(scaling, w, n, k, "test weight");
   std::vector<float> row(static_cast<size_t>(k));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < k; ++c) row[size_t(c)] = std::ldexp(nd(rng), int((7 * r + 3 * (c / 128)) % 9) - 4);
-    fp8::quantize_row(row.data(), k, &o.x[size_t(r * k)], &o.x_scale[size_t(r * fp8::blocks(k))]);
+    fp8::quantize_row(scaling, row.data(), k, &o.x[size_t(r * k)], &o.x_scale[size_t(r * kb)]);
   }
   return o;
 }
 
-// The activation scales of rows [r0, r0 + rows) in cuBLASLt's layout: [blocks(k), rows].
+// The activation scales of rows [r0, r0 + rows) in cuBLASLt's layout: [kb, rows].
 std::vector<float> rows_innermost(const HostOperands& o, int64_t r0, int64_t rows) {
-  const int64_t kb = fp8::blocks(o.k);
+  const int64_t kb = o.kb;
   std::vector<float> s(size_t(kb * rows));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < kb; ++b) s[size_t(b * rows + r)] = o.x_scale[size_t((r0 + r) * kb + b)];
@@ -125,17 +128,18 @@ struct Shape {
   const char* what;
   int64_t rows, n, k;
   bool bf16_out, accumulate;
+  fp8::Scaling scaling = fp8::Scaling::blocks;
 };
 
 class Fp8Gemm : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(Fp8Gemm, AgreesWithTheRecipesReference) {
   const Shape s = GetParam();
-  const HostOperands o = make_operands(s.rows, s.n, s.k, 1000 + uint64_t(s.rows + s.n + s.k));
+  const HostOperands o = make_operands(s.rows, s.n, s.k, 1000 + uint64_t(s.rows + s.n + s.k), s.scaling);
   const DeviceOperands d(o);
   OwnedLtHandle lt;
   BatchInvariantGemm g(lt.h, s.n, s.k, s.bf16_out ? CUDA_R_16BF : CUDA_R_32F, s.accumulate, 512, kWorkspace,
-                       GemmOperands::e4m3_block_scaled);
+                       GemmOperands::scaled_e4m3(s.scaling));
   g.set_rows(s.rows);
   std::printf("[%s rows=%lld n=%lld k=%lld] anchor %s; at these rows %s\n", s.what, static_cast<long long>(s.rows),
               static_cast<long long>(s.n), static_cast<long long>(s.k), g.describe().c_str(),
@@ -149,7 +153,7 @@ TEST_P(Fp8Gemm, AgreesWithTheRecipesReference) {
   }
   const std::vector<float> got = run_rows(g, o, d, 0, s.rows, s.bf16_out, s.accumulate ? &start : nullptr);
 
-  const int64_t kb = fp8::blocks(s.k);
+  const int64_t kb = o.kb;
   double err2 = 0, ref2 = 0;
   std::vector<float> want(static_cast<size_t>(s.n));
   for (const int64_t r : checked_rows(s.rows)) {
@@ -181,18 +185,29 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{"default down B=3", 1536, 1024, 4096, false, true},
                       Shape{"default down B=1 no residual", 512, 1024, 4096, false, false},
                       Shape{"tiny up", 120, 768, 128, true, false}, Shape{"tiny down", 120, 128, 384, false, true},
-                      Shape{"four rows", 4, 256, 384, false, false}),
+                      Shape{"four rows", 4, 256, 384, false, false},
+                      Shape{"rows: default up B=1", 512, 8192, 1024, true, false, fp8::Scaling::rows},
+                      Shape{"rows: default down B=1", 512, 1024, 4096, false, true, fp8::Scaling::rows},
+                      Shape{"rows: default down B=3", 1536, 1024, 4096, false, true, fp8::Scaling::rows},
+                      Shape{"rows: tiny up", 120, 768, 128, true, false, fp8::Scaling::rows},
+                      Shape{"rows: tiny down", 120, 128, 384, false, true, fp8::Scaling::rows},
+                      Shape{"rows: four rows", 4, 256, 384, false, false, fp8::Scaling::rows}),
     [](const auto& info) { return "shape" + std::to_string(info.index); });
 
 // A row's bits must not depend on how many rows share the product (the engine's batch invariance):
 // rows of an 8192-row product against the same rows in 512-row products (the anchor's row count)
 // and in one 1000-row product, accumulating into fp32 as the down GEMM does.
-TEST(Fp8GemmBatchInvariance, RowBitsDoNotDependOnTheRowCount) {
+class Fp8GemmBatchInvariance : public ::testing::TestWithParam<fp8::Scaling> {};
+INSTANTIATE_TEST_SUITE_P(Scalings, Fp8GemmBatchInvariance, ::testing::Values(fp8::Scaling::blocks, fp8::Scaling::rows),
+                         [](const auto& info) { return std::string(fp8::scaling_name(info.param)); });
+
+TEST_P(Fp8GemmBatchInvariance, RowBitsDoNotDependOnTheRowCount) {
   constexpr int64_t n = 1024, k = 4096, big = 8192;
-  const HostOperands o = make_operands(big, n, k, 4242);
+  const HostOperands o = make_operands(big, n, k, 4242, GetParam());
   const DeviceOperands d(o);
   OwnedLtHandle lt;
-  BatchInvariantGemm g(lt.h, n, k, CUDA_R_32F, /*accumulate=*/true, 512, kWorkspace, GemmOperands::e4m3_block_scaled);
+  BatchInvariantGemm g(lt.h, n, k, CUDA_R_32F, /*accumulate=*/true, 512, kWorkspace,
+                       GemmOperands::scaled_e4m3(GetParam()));
   for (const int64_t rows : {big, int64_t{1000}, int64_t{512}}) g.set_rows(rows);
   std::printf("anchor: %s\n8192 rows: %s\n1000 rows: %s\n", g.describe().c_str(), g.describe(big).c_str(),
               g.describe(1000).c_str());
@@ -216,7 +231,8 @@ TEST(Fp8GemmBatchInvariance, RowBitsDoNotDependOnTheRowCount) {
 // What cuBLASLt or the wrapper cannot run is refused before any product, naming it.
 TEST(Fp8GemmRefusals, RowCountsAndShapesOutsideTheLayouts) {
   OwnedLtHandle lt;
-  BatchInvariantGemm g(lt.h, 256, 384, CUDA_R_32F, false, 512, kWorkspace, GemmOperands::e4m3_block_scaled);
+  BatchInvariantGemm g(lt.h, 256, 384, CUDA_R_32F, false, 512, kWorkspace,
+                       GemmOperands::scaled_e4m3(fp8::Scaling::blocks));
   try {
     g.set_rows(6);
     ADD_FAILURE() << "6 rows were accepted";
@@ -224,7 +240,8 @@ TEST(Fp8GemmRefusals, RowCountsAndShapesOutsideTheLayouts) {
     EXPECT_NE(std::string(e.what()).find("multiple of 4"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("VEC128_32F"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(BatchInvariantGemm(lt.h, 256, 100, CUDA_R_32F, false, 512, kWorkspace, GemmOperands::e4m3_block_scaled),
+  EXPECT_THROW(BatchInvariantGemm(lt.h, 256, 100, CUDA_R_32F, false, 512, kWorkspace,
+                                  GemmOperands::scaled_e4m3(fp8::Scaling::blocks)),
                Error);
   g.set_rows(8);
   DeviceBuffer<uint8_t> dummy(4096);

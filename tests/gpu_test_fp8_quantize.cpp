@@ -8,7 +8,8 @@
 //   0.1% of the codes different and each only to its neighbour; a block of u so small that its
 //   scale would underflow gets scale 1 and zero codes.
 // - the RMSNorm writing e4m3: the recipe on the bf16 values it writes otherwise, bit-exact.
-// The scales' layout is cuBLASLt's [k / 128, rows] (rows innermost). Outputs are poisoned first.
+// Both scalings (blocks: 1x128 blocks; rows: one scale per row). The scales' layout is cuBLASLt's
+// [scales per row, rows] (rows innermost). Outputs are poisoned first.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,24 +72,30 @@ std::vector<bf16> special_rows(int64_t rows, int64_t k, uint64_t seed) {
   return x;
 }
 
-TEST(Fp8Quantize, Bf16RowsAreBitExactWithTheRecipe) {
+class Fp8QuantizeScaling : public ::testing::TestWithParam<fp8::Scaling> {};
+INSTANTIATE_TEST_SUITE_P(Scalings, Fp8QuantizeScaling, ::testing::Values(fp8::Scaling::blocks, fp8::Scaling::rows),
+                         [](const auto& info) { return std::string(fp8::scaling_name(info.param)); });
+
+TEST_P(Fp8QuantizeScaling, Bf16RowsAreBitExactWithTheRecipe) {
+  const fp8::Scaling scaling = GetParam();
   for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{37, 1024}, {512, 128}, {3, 4096}}) {
     SCOPED_TRACE("rows " + std::to_string(rows) + ", k " + std::to_string(k));
+    const int64_t per_row = fp8::row_scale_count(scaling, k);
     const std::vector<bf16> x = special_rows(rows, k, 17 + uint64_t(rows));
     DeviceBuffer<bf16> xd;
     xd.upload(x);
     QuantOut out(rows, k);
-    launch_quantize_rows_e4m3(reinterpret_cast<const __nv_bfloat16*>(xd.get()), rows, k, out.q.get(), out.s.get(),
-                              nullptr, /*pdl=*/true);
+    launch_quantize_rows_e4m3(scaling, reinterpret_cast<const __nv_bfloat16*>(xd.get()), rows, k, out.q.get(),
+                              out.s.get(), nullptr, /*pdl=*/true);
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<uint8_t> q = out.q.download(size_t(rows * k));
-    const std::vector<float> s = out.s.download(size_t(rows * (k / 128)));
-    std::vector<float> row(static_cast<size_t>(k)), want_s(static_cast<size_t>(k / 128));
+    const std::vector<float> s = out.s.download(size_t(rows * per_row));
+    std::vector<float> row(static_cast<size_t>(k)), want_s(static_cast<size_t>(per_row));
     std::vector<uint8_t> want_q(static_cast<size_t>(k));
     int64_t subnormal_codes = 0, saturated = 0;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < k; ++c) row[size_t(c)] = bf16_to_float(x[size_t(r * k + c)]);
-      fp8::quantize_row(row.data(), k, want_q.data(), want_s.data());
+      fp8::quantize_row(scaling, row.data(), k, want_q.data(), want_s.data());
       ASSERT_TRUE(same_scales(want_s, s, rows, r));
       for (int64_t c = 0; c < k; ++c) {
         ASSERT_EQ(int(want_q[size_t(c)]), int(q[size_t(r * k + c)])) << "code of row " << r << " column " << c;
@@ -101,8 +108,10 @@ TEST(Fp8Quantize, Bf16RowsAreBitExactWithTheRecipe) {
   }
 }
 
-TEST(Fp8Quantize, SwigluThenQuantiseFollowsTheRecipe) {
+TEST_P(Fp8QuantizeScaling, SwigluThenQuantiseFollowsTheRecipe) {
+  const fp8::Scaling scaling = GetParam();
   constexpr int64_t rows = 200, F = 384;
+  const int64_t per_row = fp8::row_scale_count(scaling, F);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> nd(0.f, 2.f);
   std::vector<bf16> gu(size_t(rows * 2 * F));
@@ -113,15 +122,17 @@ TEST(Fp8Quantize, SwigluThenQuantiseFollowsTheRecipe) {
     gu[size_t(11 * 2 * F + f)] = float_to_bf16(1e-30f * (f % 2 ? 1.f : -1.f));
     gu[size_t(11 * 2 * F + F + f)] = float_to_bf16(1e-13f);
   }
+  // Row 13: u = 0 throughout (its up values zero): scale 1 in both scalings.
+  for (int64_t f = 0; f < F; ++f) gu[size_t(13 * 2 * F + F + f)] = bf16{};
   DeviceBuffer<bf16> gd;
   gd.upload(gu);
   QuantOut out(rows, F);
-  launch_swiglu_quantize_e4m3(reinterpret_cast<const __nv_bfloat16*>(gd.get()), rows, F, out.q.get(), out.s.get(),
-                              nullptr, /*pdl=*/true);
+  launch_swiglu_quantize_e4m3(scaling, reinterpret_cast<const __nv_bfloat16*>(gd.get()), rows, F, out.q.get(),
+                              out.s.get(), nullptr, /*pdl=*/true);
   CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<uint8_t> q = out.q.download(size_t(rows * F));
-  const std::vector<float> s = out.s.download(size_t(rows * (F / 128)));
-  std::vector<float> u(static_cast<size_t>(F)), want_s(static_cast<size_t>(F / 128));
+  const std::vector<float> s = out.s.download(size_t(rows * per_row));
+  std::vector<float> u(static_cast<size_t>(F)), want_s(static_cast<size_t>(per_row));
   std::vector<uint8_t> want_q(static_cast<size_t>(F));
   int64_t differ = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -129,8 +140,8 @@ TEST(Fp8Quantize, SwigluThenQuantiseFollowsTheRecipe) {
       const float g = bf16_to_float(gu[size_t(r * 2 * F + f)]), up = bf16_to_float(gu[size_t(r * 2 * F + F + f)]);
       u[size_t(f)] = g / (1.f + std::exp(-g)) * up;
     }
-    fp8::quantize_row(u.data(), F, want_q.data(), want_s.data());
-    for (int64_t b = 0; b < F / 128; ++b) {
+    fp8::quantize_row(scaling, u.data(), F, want_q.data(), want_s.data());
+    for (int64_t b = 0; b < per_row; ++b) {
       const float got = s[size_t(b * rows + r)], want = want_s[size_t(b)];
       ASSERT_TRUE(std::isfinite(got)) << "scale of row " << r << " block " << b << " not written";
       EXPECT_LE(std::fabs(got - want), 4 * std::ldexp(std::fabs(want), -23)) << "row " << r << " block " << b;
@@ -144,9 +155,12 @@ TEST(Fp8Quantize, SwigluThenQuantiseFollowsTheRecipe) {
       EXPECT_LE(std::abs(int(a & 0x7F) - int(w & 0x7F)), 1) << "row " << r << " column " << f;
     }
   }
-  EXPECT_EQ(s[size_t(0 * rows + 7)], 1.0f) << "an all-zero block's scale is 1";
-  EXPECT_EQ(s[size_t(1 * rows + 11)], 1.0f) << "a block whose scale would underflow has scale 1";
-  for (int64_t f = 128; f < 256; ++f) EXPECT_EQ(q[size_t(11 * F + f)] & 0x7F, 0) << "row 11 column " << f;
+  if (scaling == fp8::Scaling::blocks) {
+    EXPECT_EQ(s[size_t(0 * rows + 7)], 1.0f) << "an all-zero block's scale is 1";
+    EXPECT_EQ(s[size_t(1 * rows + 11)], 1.0f) << "a block whose scale would underflow has scale 1";
+    for (int64_t f = 128; f < 256; ++f) EXPECT_EQ(q[size_t(11 * F + f)] & 0x7F, 0) << "row 11 column " << f;
+  }
+  EXPECT_EQ(s[size_t(13)], 1.0f) << "an all-zero row's scale is 1";
   EXPECT_LE(differ, rows * F / 1000) << differ << " codes differ";
 }
 
@@ -179,7 +193,7 @@ TEST(Fp8Quantize, RmsnormE4m3IsTheRecipeOnItsBf16Output) {
     std::vector<uint8_t> want_q(static_cast<size_t>(D));
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t d = 0; d < D; ++d) row[size_t(d)] = __bfloat162float(x[size_t(r * D + d)]);
-      fp8::quantize_row(row.data(), D, want_q.data(), want_s.data());
+      fp8::quantize_row(fp8::Scaling::blocks, row.data(), D, want_q.data(), want_s.data());
       ASSERT_TRUE(same_scales(want_s, s, rows, r));
       ASSERT_EQ(0, std::memcmp(want_q.data(), &q[size_t(r * D)], size_t(D))) << "codes of row " << r;
     }
@@ -193,11 +207,11 @@ TEST(Fp8Quantize, RmsnormE4m3IsTheRecipeOnItsBf16Output) {
 TEST(Fp8Quantize, RefusesWidthsThatAreNotWholeBlocks) {
   DeviceBuffer<bf16> x(size_t(4 * 200));
   QuantOut out(4, 256);
-  EXPECT_THROW(launch_quantize_rows_e4m3(reinterpret_cast<const __nv_bfloat16*>(x.get()), 4, 200, out.q.get(),
-                                         out.s.get(), nullptr),
+  EXPECT_THROW(launch_quantize_rows_e4m3(fp8::Scaling::blocks, reinterpret_cast<const __nv_bfloat16*>(x.get()), 4,
+                                         200, out.q.get(), out.s.get(), nullptr),
                Error);
-  EXPECT_THROW(launch_swiglu_quantize_e4m3(reinterpret_cast<const __nv_bfloat16*>(x.get()), 2, 100, out.q.get(),
-                                           out.s.get(), nullptr),
+  EXPECT_THROW(launch_swiglu_quantize_e4m3(fp8::Scaling::blocks, reinterpret_cast<const __nv_bfloat16*>(x.get()), 2,
+                                           100, out.q.get(), out.s.get(), nullptr),
                Error);
 }
 

@@ -67,7 +67,13 @@ INSTANTIATE_TEST_SUITE_P(
                       CheckCase{"default", 2, 1, "router=cublas"}, CheckCase{"default", 1, 2, "groups=2"},
                       CheckCase{"tiny", 400, 2, ""}, CheckCase{"tiny", 3, 4, "fp8up=cublas"},
                       CheckCase{"tiny", 16, 2, "fp8up=cublas,groups=4"}, CheckCase{"default", 1, 2, "fp8up=cublas"},
-                      CheckCase{"default", 2, 1, "fp8up=cublas,router=cublas"}),
+                      CheckCase{"default", 2, 1, "fp8up=cublas,router=cublas"},
+                      // The rows scaling (one scale per weight channel and per activation row).
+                      CheckCase{"tiny", 1, 4, "scales=rows"}, CheckCase{"tiny", 3, 4, "scales=rows"},
+                      CheckCase{"tiny", 17, 2, "scales=rows,groups=4"}, CheckCase{"tiny", 3, 4, "scales=rows,router=cublas"},
+                      CheckCase{"default", 1, 2, "scales=rows"}, CheckCase{"default", 2, 2, "scales=rows"},
+                      CheckCase{"default", 3, 1, "scales=rows,groups=2"}, CheckCase{"default", 4, 1, "scales=rows"},
+                      CheckCase{"default", 2, 1, "scales=rows,router=cublas"}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
 
 // The e4m3 operands really run: fused-fp8's delta differs from the bf16 fused path's by the order of
@@ -107,7 +113,7 @@ TEST(FusedFp8, NoResidualNoSiluAndDegenerateCountsAgree) {
     // 0.42 / 0.13 with ours (fp32 products), whose h moves the router's logits enough to flip one
     // decision of margin 0.36 (so its tau is 0.5; cuBLASLt's path keeps 0.25): the same order as the
     // 30-40% error of h itself. Both heads and both up projections are run and printed.
-    const Weights w = Weights::random(cfg, 17).quantized_fp8();
+    const Weights w = Weights::random(cfg, 17).quantized_fp8(fp8::Scaling::blocks);
     for (const char* kernels : {"router=folded", "router=cublas", "router=folded,fp8up=cublas"}) {
       Tolerance tol = Tolerance::fp8();
       if (!cfg.ffn_residual) {
@@ -152,7 +158,7 @@ TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
   const State s0 = random_state(w.cfg, B, 21);
   const auto x = decode_inputs(22, T, B, w.cfg.d_model);
   std::vector<Decoded> per_up;
-  for (const char* up : {"fp8up=cublas", "fp8up=sm90"}) {
+  for (const char* up : {"fp8up=cublas", "fp8up=sm90", "scales=rows"}) {
     SCOPED_TRACE(up);
     auto g = fused_fp8(w, true, up), n = fused_fp8(w, false, up);
     const Decoded rg = decode(*g, x, T, s0);
@@ -161,9 +167,10 @@ TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
     expect_bitwise_equal(rg, decode(*fused_fp8(w, true, up), x, T, s0));
     per_up.push_back(rg);
   }
-  // The two up projections round differently (a bf16 intermediate or none): equal bits would mean
-  // the choice did not reach the engine.
+  // The two up projections round differently (a bf16 intermediate or none), and the scalings quantise
+  // differently: equal bits would mean the choice did not reach the engine.
   EXPECT_NE(0, std::memcmp(per_up[0].delta.data(), per_up[1].delta.data(), per_up[0].delta.size() * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(per_up[0].delta.data(), per_up[2].delta.data(), per_up[0].delta.size() * sizeof(float)));
 }
 
 // A sequence's bits must not depend on its batch-mates or on B, whether its rows run in groups side
@@ -176,7 +183,11 @@ TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         {"tiny", 400, "", "router=folded"},  // the built-in choice: two groups on 132 SMs
         {"default", 9, "", "router=cublas"},
         {"default", 9, "", "router=folded,fp8up=cublas"},
-        {"tiny", 400, "", "router=folded,fp8up=cublas"}}) {
+        {"tiny", 400, "", "router=folded,fp8up=cublas"},
+        {"tiny", 5, "", "scales=rows"},
+        {"default", 9, "groups=3", "scales=rows"},
+        {"tiny", 400, "", "scales=rows"},
+        {"default", 9, "", "scales=rows,router=cublas"}}) {
     const std::string choices = both;
     gpu_test::expect_alone_as_in_a_batch("fused-fp8", preset, B, choices + (*batch_kernels ? "," : "") + batch_kernels,
                                          choices);
@@ -187,6 +198,7 @@ TEST(FusedFp8, RowGroupsGiveTheSameBitsAsOneGroup) {
   gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "tiny", 5, 3);
   gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "default", 1, 2);
   gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "tiny", 5, 3, ",fp8up=cublas");
+  gpu_test::expect_row_groups_bitwise_equal("fused-fp8", "default", 1, 2, ",scales=rows");
 }
 
 // A model that carries its e4m3 FFN (Weights::fp8_ffn, as `swapffn quantize` writes it) runs those
@@ -199,7 +211,7 @@ TEST(FusedFp8, UsesTheModelsOwnFp8Weights) {
   const auto x = decode_inputs(62, T, B, w.cfg.d_model);
   const Decoded plain = decode(*fused_fp8(w), x, T, s0);
 
-  const Weights carried = w.quantized_fp8();
+  const Weights carried = w.quantized_fp8(fp8::Scaling::blocks);
   expect_bitwise_equal(plain, decode(*fused_fp8(carried), x, T, s0));
   EXPECT_THROW(make_engine("fused", carried), Error);
 
@@ -210,6 +222,32 @@ TEST(FusedFp8, UsesTheModelsOwnFp8Weights) {
   const Decoded twice = decode(*fused_fp8(doubled), x, T, s0);
   EXPECT_NE(0, std::memcmp(plain.delta.data(), twice.delta.data(), plain.delta.size() * sizeof(float)))
       << "the model's fp8 w2 scales were not used";
+}
+
+// A rows-scaled model file runs its own scaling: the bits of a bf16 model pinned to scales=rows; a
+// pinned scaling that differs from the model's, or our dual GEMM (blocks only), is refused.
+TEST(FusedFp8, RowsScaledModelsRunTheirScaling) {
+  const Weights& w = weights_of("tiny");
+  const int64_t B = 2, T = 2;
+  const State s0 = random_state(w.cfg, B, 71);
+  const auto x = decode_inputs(72, T, B, w.cfg.d_model);
+  const Weights rows = w.quantized_fp8(fp8::Scaling::rows);
+  const Decoded pinned = decode(*fused_fp8(w, true, "scales=rows"), x, T, s0);
+  expect_bitwise_equal(pinned, decode(*fused_fp8(rows), x, T, s0));
+  expect_bitwise_equal(pinned, decode(*fused_fp8(rows, true, "scales=rows"), x, T, s0));
+  for (const char* bad : {"scales=blocks", "fp8up=sm90"}) {
+    try {
+      fused_fp8(rows, true, bad);
+      ADD_FAILURE() << bad << " was accepted for a rows-scaled model";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rows"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(fused_fp8(w, true, "scales=rows,fp8up=sm90"), Error);
+  EngineOptions bf16_with_scales;
+  bf16_with_scales.fused.pinned = parse_fused_choice("scales=rows");
+  EXPECT_THROW(make_engine("fused", w, bf16_with_scales), Error);
 }
 
 TEST(FusedFp8, BadInputIsRefusedAndStateLeftUnchanged) {

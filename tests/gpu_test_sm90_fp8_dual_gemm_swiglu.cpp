@@ -1,6 +1,6 @@
 // sm90_fp8_dual_gemm_swiglu (fused-fp8's up projection with fp8up=sm90) against the recipe on the
 // host: gate and up as fp8::gemm_reference of the same codes and scales (block sums in fp64),
-// u = silu(gate) * up, then fp8::quantize_row(u). The kernel sums each block in the fp8 tensor cores
+// u = silu(gate) * up, then fp8::quantize_row(fp8::Scaling::blocks, u). The kernel sums each block in the fp8 tensor cores
 // (about 14 bits inside a block, ~1e-4 relative: gpu_test_fp8_gemm.cpp) and in fp32 across blocks,
 // so its u differs from the host's in the last bits: each block's scale within 1e-3 relative, at
 // most 1% of the codes different and each of those within one e4m3 step of the recipe's code, or
@@ -35,13 +35,13 @@
 namespace swapffn::cuda {
 namespace {
 
-fp8::BlockScaledWeight random_weight(int64_t rows, int64_t cols, std::mt19937_64& rng, float scale, const char* what) {
+fp8::ScaledWeight random_weight(int64_t rows, int64_t cols, std::mt19937_64& rng, float scale, const char* what) {
   std::normal_distribution<float> nd(0.f, scale);
   std::vector<bf16> w(size_t(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       w[size_t(r * cols + c)] = float_to_bf16(std::ldexp(nd(rng), int((r / 128 + c / 128) % 3) - 1));
-  return fp8::quantize_weight(w, rows, cols, what);
+  return fp8::quantize_weight(fp8::Scaling::blocks, w, rows, cols, what);
 }
 
 // Sample rows for the fp64 reference: the first and last 8 and 16 between.
@@ -69,14 +69,14 @@ Rows random_rows(int64_t m, int64_t k, std::mt19937_64& rng, bool tiny_rows) {
   for (int64_t r = 0; r < m; ++r) {
     const int tiny = !tiny_rows ? 0 : r % 37 == 5 ? -62 : r % 37 == 6 ? -74 : 0;
     for (int64_t c = 0; c < k; ++c) row[size_t(c)] = std::ldexp(nd(rng), int((3 * r + c / 128) % 5) - 2 + tiny);
-    fp8::quantize_row(row.data(), k, &x.codes[size_t(r * k)], &x.scales[size_t(r * kb)]);
+    fp8::quantize_row(fp8::Scaling::blocks, row.data(), k, &x.codes[size_t(r * k)], &x.scales[size_t(r * kb)]);
   }
   return x;
 }
 
 // The kernel's u codes [m, f] and scales [f / 128, m] for rows x, outputs poisoned first.
-std::pair<std::vector<uint8_t>, std::vector<float>> run_dual(const Rows& x, const fp8::BlockScaledWeight& w1,
-                                                             const fp8::BlockScaledWeight& w3, int64_t m, int64_t f,
+std::pair<std::vector<uint8_t>, std::vector<float>> run_dual(const Rows& x, const fp8::ScaledWeight& w1,
+                                                             const fp8::ScaledWeight& w3, int64_t m, int64_t f,
                                                              int64_t k) {
   const int64_t kb = k / 128, fb = f / 128;
   std::vector<float> x_scale(size_t(kb * m));  // [k / 128, m]
@@ -114,7 +114,7 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
   const auto [m, f, k, tiny_rows] = GetParam();
   const int64_t kb = k / 128, fb = f / 128;
   std::mt19937_64 rng(uint64_t(m * 7 + f + k));
-  const fp8::BlockScaledWeight w1 = random_weight(f, k, rng, 0.05f, "w1"), w3 = random_weight(f, k, rng, 0.05f, "w3");
+  const fp8::ScaledWeight w1 = random_weight(f, k, rng, 0.05f, "w1"), w3 = random_weight(f, k, rng, 0.05f, "w3");
   const Rows x = random_rows(m, k, rng, tiny_rows);
   const auto run = [&] { return run_dual(x, w1, w3, m, f, k); };
   const auto [q, s] = run();
@@ -142,7 +142,7 @@ TEST_P(Sm90Fp8DualGemm, FollowsTheRecipe) {
       const double g = gate[size_t(j)];
       u[size_t(j)] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[size_t(j)]);
     }
-    fp8::quantize_row(u.data(), f, want_q.data(), want_s.data());
+    fp8::quantize_row(fp8::Scaling::blocks, u.data(), f, want_q.data(), want_s.data());
     for (int64_t b = 0; b < fb; ++b) {
       const double rel = std::fabs(s[size_t(b * m + r)] - want_s[size_t(b)]) / want_s[size_t(b)];
       worst_scale = std::max(worst_scale, rel);
@@ -180,7 +180,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Sm90Fp8DualGemm,
 TEST(Sm90Fp8DualGemmRows, RowsHaveTheSameBitsAtAnyRowCount) {
   constexpr int64_t f = 4096, k = 1024, small = 512, large = 2048;
   std::mt19937_64 rng(44);
-  const fp8::BlockScaledWeight w1 = random_weight(f, k, rng, 0.05f, "w1"), w3 = random_weight(f, k, rng, 0.05f, "w3");
+  const fp8::ScaledWeight w1 = random_weight(f, k, rng, 0.05f, "w1"), w3 = random_weight(f, k, rng, 0.05f, "w3");
   const Rows x = random_rows(large, k, rng, false);
   const Rows head{std::vector<uint8_t>(x.codes.begin(), x.codes.begin() + small * k),
                   std::vector<float>(x.scales.begin(), x.scales.begin() + small * (k / 128))};

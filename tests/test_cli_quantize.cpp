@@ -22,15 +22,29 @@ TEST_F(Cli, QuantizeWritesTheFp8ModelAndOtherCommandsUseIt) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
   EXPECT_NE(r.out.find("wrote " + q), std::string::npos) << r.out;
-  for (const char* w : {"w1.weight [384, 128]", "w3.weight [384, 128]", "w2.weight [128, 384]"})
-    EXPECT_NE(line_with(r.out, w).find("relative L2 error"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(scaling rows)"), std::string::npos) << r.out;  // the default
+  // Each weight's error under both scalings, the written one marked.
+  const size_t rows_at = r.out.find("scaling rows (written):"), blocks_at = r.out.find("scaling blocks:");
+  ASSERT_NE(rows_at, std::string::npos) << r.out;
+  ASSERT_NE(blocks_at, std::string::npos) << r.out;
+  for (const size_t at : {rows_at, blocks_at})
+    for (const char* w : {"w1.weight [384, 128]", "w3.weight [384, 128]", "w2.weight [128, 384]"})
+      EXPECT_NE(line_with(r.out.substr(at), w).find("relative L2 error"), std::string::npos) << r.out;
+  EXPECT_NE(line_with(r.out.substr(rows_at), "w2.weight").find("128 scales"), std::string::npos) << r.out;
+  EXPECT_NE(line_with(r.out.substr(blocks_at), "w2.weight").find("3 scales"), std::string::npos) << r.out;
 
   const Weights original = Weights::load(m), fp8 = Weights::load(q);
   ASSERT_TRUE(fp8.fp8_ffn.has_value());
-  const Weights want = original.quantized_fp8();
+  const Weights want = original.quantized_fp8(fp8::Scaling::rows);
   EXPECT_EQ(fp8.fp8_ffn->w2.data, want.fp8_ffn->w2.data);
   EXPECT_EQ(fp8.fingerprint(), want.fingerprint());
   EXPECT_NE(fp8.fingerprint(), original.fingerprint());
+  // --scales blocks writes the blocks recipe.
+  const std::string qb = path("tiny-fp8-blocks.safetensors");
+  r = cli("quantize --in " + m + " --out " + qb + " --format fp8 --scales blocks");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("scaling blocks (written):"), std::string::npos) << r.out;
+  EXPECT_EQ(Weights::load(qb).fingerprint(), original.quantized_fp8(fp8::Scaling::blocks).fingerprint());
 
   // The reference runs it (its dequantised weights) and passes its check; bf16 backends refuse it.
   r = cli("check --model " + q + " --backend reference --batch 2 --tokens 2 --threads 2");
@@ -62,6 +76,9 @@ TEST_F(Cli, QuantizeRefusals) {
     EXPECT_EQ(r.code, 2) << args << "\nstderr: " << r.err;  // a usage error
     EXPECT_NE(r.err.find("--format"), std::string::npos) << r.err;
   }
+  const Result bad_scales = cli("quantize --in " + m + " --out " + path("x.safetensors") + " --format fp8 --scales tensor");
+  EXPECT_EQ(bad_scales.code, 2) << bad_scales.err;
+  EXPECT_NE(bad_scales.err.find("--scales"), std::string::npos) << bad_scales.err;
   EXPECT_FALSE(fs::exists(path("x.safetensors")));
   const Result help = cli("quantize --help");
   EXPECT_EQ(help.code, 0);

@@ -31,7 +31,7 @@ Config odd_config() {
   return c;
 }
 
-void expect_same_fp8(const fp8::BlockScaledWeight& a, const fp8::BlockScaledWeight& b, const char* what) {
+void expect_same_fp8(const fp8::ScaledWeight& a, const fp8::ScaledWeight& b, const char* what) {
   EXPECT_EQ(a.rows, b.rows) << what;
   EXPECT_EQ(a.cols, b.cols) << what;
   EXPECT_EQ(a.data, b.data) << what;
@@ -49,9 +49,9 @@ TEST(Fp8Model, QuantizedWeightsAreTheRecipeAndWithinItsError) {
   for (const Config& cfg : {Config::preset("tiny"), odd_config()}) {
     SCOPED_TRACE(cfg.to_json_string());
     const Weights w = Weights::random(cfg, std::random_device{}());
-    const Weights q = w.quantized_fp8();
+    const Weights q = w.quantized_fp8(fp8::Scaling::blocks);
     ASSERT_TRUE(q.fp8_ffn.has_value());
-    const fp8::FfnWeights want = fp8::quantize_ffn(w.w1, w.w3, w.w2, cfg.d_model, cfg.d_ff);
+    const fp8::FfnWeights want = fp8::quantize_ffn(fp8::Scaling::blocks, w.w1, w.w3, w.w2, cfg.d_model, cfg.d_ff);
     expect_same_fp8(q.fp8_ffn->w1, want.w1, "w1");
     expect_same_fp8(q.fp8_ffn->w3, want.w3, "w3");
     expect_same_fp8(q.fp8_ffn->w2, want.w2, "w2");
@@ -62,7 +62,7 @@ TEST(Fp8Model, QuantizedWeightsAreTheRecipeAndWithinItsError) {
     struct Pair {
       const std::vector<bf16>& got;
       const std::vector<bf16>& original;
-      const fp8::BlockScaledWeight& fp8;
+      const fp8::ScaledWeight& fp8;
     };
     for (const Pair& p : {Pair{q.w1, w.w1, q.fp8_ffn->w1}, Pair{q.w3, w.w3, q.fp8_ffn->w3},
                           Pair{q.w2, w.w2, q.fp8_ffn->w2}}) {
@@ -87,7 +87,7 @@ TEST(Fp8Model, QuantizedWeightsAreTheRecipeAndWithinItsError) {
 TEST(Fp8Model, SaveLoadRoundTripIsBitwise) {
   TempDir dir;
   for (const Config& cfg : {Config::preset("tiny"), odd_config()}) {
-    const Weights q = Weights::random(cfg, 17).quantized_fp8();
+    const Weights q = Weights::random(cfg, 17).quantized_fp8(fp8::Scaling::blocks);
     const std::string path = dir.file("q.safetensors");
     q.save(path);
     const Weights back = Weights::load(path);
@@ -112,8 +112,8 @@ TEST(Fp8Model, SaveLoadRoundTripIsBitwise) {
     EXPECT_EQ(r.at("router_w").dtype, st::DType::BF16);
     EXPECT_EQ(r.tensors().size(), 22u);  // the 19 of SPEC section 2 and three scales
     EXPECT_EQ(nlohmann::json::parse(r.metadata_at("swapffn.quantization")),
-              nlohmann::json::parse(R"({"format":"fp8_e4m3","weight_block":[128,128],"activation_block":[1,128],)"
-                                    R"("scale":"amax/448 fp32"})"));
+              nlohmann::json::parse(R"({"format":"fp8_e4m3","scaling":"blocks","weight_block":[128,128],)"
+                                    R"("activation_block":[1,128],"scale":"amax/448 fp32"})"));
     EXPECT_EQ(r.to_e4m3("w1.weight"), q.fp8_ffn->w1.data);
     // A bf16 model's file has no fp8 tensor and no recipe.
     Weights::random(cfg, 17).save(dir.file("b.safetensors"));
@@ -123,13 +123,13 @@ TEST(Fp8Model, SaveLoadRoundTripIsBitwise) {
 }
 
 TEST(Fp8Model, QuantizingAnFp8ModelIsRefused) {
-  const Weights q = Weights::random(Config::preset("tiny"), 1).quantized_fp8();
-  expect_error([&] { q.quantized_fp8(); }, {"already in fp8"});
+  const Weights q = Weights::random(Config::preset("tiny"), 1).quantized_fp8(fp8::Scaling::blocks);
+  expect_error([&] { q.quantized_fp8(fp8::Scaling::blocks); }, {"already in fp8"});
 }
 
 TEST(Fp8Model, FingerprintTellsItFromTheBf16OriginalAndFromItsDequantisedValues) {
   const Weights w = Weights::random(Config::preset("tiny"), 4);
-  const Weights q = w.quantized_fp8();
+  const Weights q = w.quantized_fp8(fp8::Scaling::blocks);
   EXPECT_NE(q.fingerprint(), w.fingerprint());
   EXPECT_NE(q.fingerprint(), q.as_bf16().fingerprint());  // the same bf16 values, but not fp8
   EXPECT_EQ(w.fingerprint(), w.as_bf16().fingerprint());   // a bf16 model's is as before
@@ -142,7 +142,7 @@ TEST(Fp8Model, FingerprintTellsItFromTheBf16OriginalAndFromItsDequantisedValues)
 }
 
 TEST(Fp8Model, ValidateKeepsTheFp8AndBf16FormsTogether) {
-  const Weights q = Weights::random(Config::preset("tiny"), 5).quantized_fp8();
+  const Weights q = Weights::random(Config::preset("tiny"), 5).quantized_fp8(fp8::Scaling::blocks);
   EXPECT_NO_THROW(q.validate());
   Weights v = q;
   v.w3[9].bits ^= 1;
@@ -160,7 +160,7 @@ TEST(Fp8Model, ValidateKeepsTheFp8AndBf16FormsTogether) {
   EXPECT_EQ(u.w1, before.w1);
   bad = *q.fp8_ffn;
   bad.w1.scale[2] = 0.0f;
-  expect_error([&] { u.set_fp8_ffn(bad); }, {"w1.weight", "block scale 2"});
+  expect_error([&] { u.set_fp8_ffn(bad); }, {"w1.weight", ": scale 2 is not"});
   EXPECT_EQ(u.w1, before.w1);
 }
 
@@ -234,7 +234,7 @@ class BadFp8Model : public ::testing::Test {
 
   TempDir dir;
   Weights w = Weights::random(Config::preset("tiny"), 9);
-  Weights q = w.quantized_fp8();
+  Weights q = w.quantized_fp8(fp8::Scaling::blocks);
   File good, bf16;
 };
 
@@ -254,7 +254,7 @@ TEST_F(BadFp8Model, ScalesWithoutFp8Data) {
   // A bf16 model with one scale tensor added.
   std::vector<Tensor> ts = bf16.tensors, fp8 = tensors();
   ts.push_back(find(fp8, "w3.weight_scale"));
-  expect_refused(ts, {"'w3.weight_scale'", "holds block scales", "'w3.weight' is BF16"}, &bf16.metadata);
+  expect_refused(ts, {"'w3.weight_scale'", "holds fp8 scales", "'w3.weight' is BF16"}, &bf16.metadata);
 }
 
 TEST_F(BadFp8Model, ScalesOfTheWrongBlockShape) {
@@ -332,11 +332,91 @@ TEST_F(BadFp8Model, MissingOrForeignRecipe) {
   expect_refused(bf16.tensors, {"swapffn.quantization", "not F8_E4M3"}, &meta);
 }
 
+TEST_F(BadFp8Model, FilesWrittenBeforeTheRowsScalingStillLoad) {
+  // The blocks recipe as files named it before "scaling" existed.
+  auto meta = good.metadata;
+  meta["swapffn.quantization"] =
+      R"({"format":"fp8_e4m3","weight_block":[128,128],"activation_block":[1,128],"scale":"amax/448 fp32"})";
+  st::Writer wr;
+  for (const auto& [k, v] : meta) wr.set_metadata(k, v);
+  for (const Tensor& t : tensors()) wr.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+  wr.write(dir.file("old.safetensors"));
+  const Weights back = Weights::load(dir.file("old.safetensors"));
+  EXPECT_EQ(back.fp8_ffn->scaling(), fp8::Scaling::blocks);
+  EXPECT_EQ(back.fingerprint(), q.fingerprint());
+}
+
+TEST_F(BadFp8Model, UnknownOrMismatchedScaling) {
+  auto meta = good.metadata;
+  meta["swapffn.quantization"] = R"({"format":"fp8_e4m3","scaling":"tensor","scale":"amax/448 fp32"})";
+  expect_refused(tensors(), {"swapffn.quantization", "unknown fp8 scaling 'tensor'", "known: blocks, rows"}, &meta);
+  meta["swapffn.quantization"] = R"({"format":"fp8_e4m3","scaling":3})";
+  expect_refused(tensors(), {"swapffn.quantization", "names no \"scaling\""}, &meta);
+  // The rows recipe named over block-shaped scales: refused at the first weight's scales.
+  const Weights r = w.quantized_fp8(fp8::Scaling::rows);
+  r.save(dir.file("rows.safetensors"));
+  meta["swapffn.quantization"] = read_file(dir.file("rows.safetensors")).metadata.at("swapffn.quantization");
+  expect_refused(tensors(), {"'w1.weight_scale'", "wrong shape [3, 1]", "expected [384, 1]", "scaling 'rows'",
+                             "per output channel"},
+                 &meta);
+  // A rows recipe with a field of the blocks one.
+  meta["swapffn.quantization"] = R"({"format":"fp8_e4m3","scaling":"rows","weight_block":[128,128]})";
+  expect_refused(tensors(), {"swapffn.quantization", "not the recipe swapffn runs for scaling 'rows'"}, &meta);
+}
+
+// The rows scaling's file: [rows, 1] scales, its recipe, a bitwise round trip; each bad scale refused.
+TEST_F(BadFp8Model, RowsScaledFiles) {
+  const Weights r = w.quantized_fp8(fp8::Scaling::rows);
+  EXPECT_EQ(r.fp8_ffn->scaling(), fp8::Scaling::rows);
+  const std::string path = dir.file("rows.safetensors");
+  r.save(path);
+  const Weights back = Weights::load(path);
+  ASSERT_TRUE(back.fp8_ffn.has_value());
+  EXPECT_EQ(back.fp8_ffn->scaling(), fp8::Scaling::rows);
+  expect_same_fp8(back.fp8_ffn->w2, r.fp8_ffn->w2, "w2");
+  EXPECT_EQ(back.w1, r.w1);
+  EXPECT_EQ(back.fingerprint(), r.fingerprint());
+  EXPECT_NE(r.fingerprint(), q.fingerprint());
+  const File f = read_file(path);
+  const int64_t D = w.cfg.d_model, F = w.cfg.d_ff;
+  st::Reader rd(path);
+  EXPECT_EQ(rd.at("w1.weight_scale").shape, (std::vector<int64_t>{F, 1}));
+  EXPECT_EQ(rd.at("w2.weight_scale").shape, (std::vector<int64_t>{D, 1}));
+  EXPECT_EQ(nlohmann::json::parse(rd.metadata_at("swapffn.quantization"))["scaling"], "rows");
+  const auto refused = [&](const std::vector<Tensor>& ts, std::initializer_list<std::string_view> what) {
+    st::Writer wr;
+    for (const auto& [k, v] : f.metadata) wr.set_metadata(k, v);
+    for (const Tensor& t : ts) wr.add(t.name, t.dtype, t.shape, t.bytes.data(), t.bytes.size());
+    wr.write(dir.file("bad-rows.safetensors"));
+    expect_error([&] { Weights::load(dir.file("bad-rows.safetensors")); }, what);
+  };
+  for (float bad : {std::nanf(""), INFINITY, 0.0f, -0.5f}) {
+    SCOPED_TRACE(bad);
+    auto ts = f.tensors;
+    set_scale(ts, "w2.weight_scale", 5, bad);
+    refused(ts, {"'w2.weight_scale'", "not a finite positive number", "index 5"});
+  }
+  // Rows-scaled data with block-shaped scales, and per-channel scales of the wrong length.
+  auto ts = f.tensors;
+  find(ts, "w3.weight_scale") = find(good.tensors, "w3.weight_scale");
+  refused(ts, {"'w3.weight_scale'", "wrong shape [3, 1]", "expected [384, 1]", "per output channel"});
+  ts = f.tensors;
+  Tensor& s = find(ts, "w1.weight_scale");
+  s.shape = {F};
+  refused(ts, {"'w1.weight_scale'", "wrong shape [384]", "expected [384, 1]"});
+  // A file mixing scalings cannot be written: set_fp8_ffn refuses weights of two scalings.
+  fp8::FfnWeights mixed = *r.fp8_ffn;
+  mixed.w2 = q.fp8_ffn->w2;
+  Weights u = w;
+  expect_error([&] { u.set_fp8_ffn(mixed); }, {"w2.weight", "scaling 'blocks'", "w1.weight's is 'rows'"});
+  EXPECT_FALSE(u.fp8_ffn.has_value());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Backends
 
 TEST(Fp8Model, BackendsWithoutFp8SupportRefuseItNamingTheRemedy) {
-  const Weights q = Weights::random(Config::preset("tiny"), 6).quantized_fp8();
+  const Weights q = Weights::random(Config::preset("tiny"), 6).quantized_fp8(fp8::Scaling::blocks);
   EXPECT_TRUE(backend_takes_fp8_models("reference"));
   EXPECT_FALSE(backend_takes_fp8_models("fused"));
   EXPECT_FALSE(backend_takes_fp8_models("unfused"));
@@ -349,7 +429,7 @@ TEST(Fp8Model, BackendsWithoutFp8SupportRefuseItNamingTheRemedy) {
 }
 
 TEST(Fp8Model, TheReferenceRunsTheDequantisedWeightsAndPassesItsCheck) {
-  const Weights q = Weights::random(Config::preset("tiny"), 7).quantized_fp8();
+  const Weights q = Weights::random(Config::preset("tiny"), 7).quantized_fp8(fp8::Scaling::blocks);
   auto eng = make_engine("reference", q, testing::threads(2));
   const CheckReport r = check_backend(q, *eng, 2, 2, 11, Tolerance::fp32(), 2);
   EXPECT_TRUE(r.passed()) << r.summary();

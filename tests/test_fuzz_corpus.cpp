@@ -78,7 +78,7 @@ std::vector<Kind> kinds(const TempDir& dir) {
   k.push_back({"dump", file_bytes(dir, [&](const std::string& p) { write_dump(p, d); }),
                [](const std::string& p) { read_dump(p); }});
   k.push_back({"fp8",  // a model whose FFN is in e4m3 with block scales
-               file_bytes(dir, [&](const std::string& p) { Weights::random(cfg, 7).quantized_fp8().save(p); }),
+               file_bytes(dir, [&](const std::string& p) { Weights::random(cfg, 7).quantized_fp8(fp8::Scaling::blocks).save(p); }),
                [](const std::string& p) { Weights::load(p); }});
   return k;
 }

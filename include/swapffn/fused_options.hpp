@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "swapffn/fp8.hpp"
+
 namespace swapffn {
 
 // The compiled dual GEMM tiles (128 x 256 outputs x 4 stages), by how they walk the tiles.
@@ -37,8 +39,11 @@ struct FusedChoice {
   std::optional<EventHead> router;
   std::optional<int> row_groups;  // 1..kMaxRowGroups
   std::optional<Fp8UpGemm> fp8_up;  // fused-fp8 only
-  bool any() const { return up || router || row_groups || fp8_up; }
-  std::string describe() const;   // "up=...,router=...,groups=N,fp8up=...", the set parts
+  // fused-fp8 only: the scaling a bf16 model is quantised in at load (blocks when unset); an fp8
+  // model runs its own, and a different one pinned is refused.
+  std::optional<fp8::Scaling> fp8_scales;
+  bool any() const { return up || router || row_groups || fp8_up || fp8_scales; }
+  std::string describe() const;   // "up=...,router=...,groups=N,fp8up=...,scales=...", the set parts
   bool operator==(const FusedChoice&) const = default;
 };
 
@@ -56,8 +61,8 @@ struct FusedOptions {
   std::string describe() const;
 };
 
-// "up=<tile>,router=folded|cublas,groups=<1..8>,fp8up=cublas|sm90", each part optional; throws naming
-// the bad item.
+// "up=<tile>,router=folded|cublas,groups=<1..8>,fp8up=cublas|sm90,scales=rows|blocks", each part
+// optional; throws naming the bad item.
 FusedChoice parse_fused_choice(const std::string& spec);
 
 // The entries of a tuning cache when it was tuned for `device` and this model shape, else none (the

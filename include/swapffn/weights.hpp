@@ -47,7 +47,7 @@ struct Weights {
   void save(const std::string& path) const;
 
   // Throws naming the tensor whose size does not match cfg; with fp8_ffn, also naming the weight
-  // whose e4m3 form is invalid (fp8::BlockScaledWeight::validate), mis-shaped, or not what its bf16
+  // whose e4m3 form is invalid (fp8::ScaledWeight::validate), mis-shaped, or not what its bf16
   // member holds dequantised.
   void validate() const;
 
@@ -55,9 +55,9 @@ struct Weights {
   // (float(e4m3) * scale in fp32, then to nearest even). Throws naming the weight that is invalid
   // or mis-shaped for cfg, leaving this model unchanged.
   void set_fp8_ffn(fp8::FfnWeights q);
-  // This model with its FFN quantised by the recipe of swapffn/fp8.hpp (`swapffn quantize`);
-  // throws when the FFN is already in fp8.
-  Weights quantized_fp8() const;
+  // This model with its FFN quantised in `scaling` by the recipe of swapffn/fp8.hpp
+  // (`swapffn quantize`); throws when the FFN is already in fp8.
+  Weights quantized_fp8(fp8::Scaling scaling) const;
   // This model as a bf16 one: a copy without fp8_ffn, so an fp8 model's FFN keeps its dequantised
   // values (what a bf16 backend can run).
   Weights as_bf16() const;

@@ -63,18 +63,14 @@ int64_t weight_scale_count(AnchorOperands o, int64_t n, int64_t k) {
                                           : 1;
 }
 
-// A recipe weight's scales under `o`: its own blocks', or the largest block scale of each output
-// channel (e4m3_rows) or of the whole weight (e4m3_tensor).
-std::vector<float> weight_scales_as(AnchorOperands o, const fp8::BlockScaledWeight& q) {
-  if (o == AnchorOperands::e4m3_blocks) return weight_scales(q);
-  const int64_t kb = fp8::blocks(q.cols);
-  std::vector<float> s(size_t(weight_scale_count(o, q.rows, q.cols)), 0.f);
-  for (int64_t r = 0; r < q.rows; ++r)
-    for (int64_t b = 0; b < kb; ++b) {
-      float& m = s[o == AnchorOperands::e4m3_rows ? size_t(r) : 0];
-      m = std::max(m, q.scale[size_t((r / fp8::kBlock) * kb + b)]);
-    }
-  return s;
+// The scaling an anchor's weights are quantised in; per tensor takes the rows scaling's largest
+// scale (a timing anchor: its codes need not be that scale's).
+fp8::Scaling scaling_of(AnchorOperands o) {
+  return o == AnchorOperands::e4m3_blocks ? fp8::Scaling::blocks : fp8::Scaling::rows;
+}
+std::vector<float> weight_scales_as(AnchorOperands o, const fp8::ScaledWeight& q) {
+  if (o != AnchorOperands::e4m3_tensor) return weight_scales(q);
+  return {*std::max_element(q.scale.begin(), q.scale.end())};
 }
 
 // The model's tensors must have its shapes before they are uploaded into buffers of those shapes.
@@ -116,7 +112,7 @@ struct CublasFfnGemms::Impl {
   }
   // Uploads one weight: bf16 as it is, or its e4m3 codes and scales.
   void upload(DeviceBuffer<uint8_t>& dst, DeviceBuffer<float>& dst_scale, const std::vector<bf16>& bf16_w,
-              const fp8::BlockScaledWeight* q) {
+              const fp8::ScaledWeight* q) {
     if (!e4m3()) {
       dst.upload(reinterpret_cast<const uint8_t*>(bf16_w.data()), bf16_w.size() * sizeof(bf16));
       return;
@@ -133,9 +129,12 @@ CublasFfnGemms::CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed, An
     : impl_(std::make_unique<Impl>(validated(w).cfg.d_model, w.cfg.d_ff, w.cfg.n_events * w.cfg.k_ffn, rows, seed,
                                    operands)) {
   Impl& m = *impl_;
+  // The model's own e4m3 weights when they are in the anchor's scaling, else its bf16 ones (an fp8
+  // model's dequantised) quantised in it.
   std::optional<fp8::FfnWeights> quantised;
-  if (m.e4m3() && !w.fp8_ffn) quantised = fp8::quantize_ffn(w.w1, w.w3, w.w2, m.d, m.f);
-  const fp8::FfnWeights* q = !m.e4m3() ? nullptr : w.fp8_ffn ? &*w.fp8_ffn : &*quantised;
+  const bool own = w.fp8_ffn && w.fp8_ffn->scaling() == scaling_of(operands);
+  if (m.e4m3() && !own) quantised = fp8::quantize_ffn(scaling_of(operands), w.w1, w.w3, w.w2, m.d, m.f);
+  const fp8::FfnWeights* q = !m.e4m3() ? nullptr : own ? &*w.fp8_ffn : &*quantised;
   m.upload(m.w1, m.w1_scale, w.w1, q ? &q->w1 : nullptr);
   m.upload(m.w3, m.w3_scale, w.w3, q ? &q->w3 : nullptr);
   m.upload(m.w2, m.w2_scale, w.w2, q ? &q->w2 : nullptr);

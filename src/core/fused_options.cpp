@@ -34,6 +34,11 @@ Fp8UpGemm parse_fp8_up(const std::string& v) {
   SWAPFFN_FAIL("kernel choice fp8up=" + v + ": must be cublas or sm90");
 }
 
+fp8::Scaling parse_fp8_scales(const std::string& v) {
+  SWAPFFN_REQUIRE(v == "rows" || v == "blocks", "kernel choice scales=" + v + ": must be rows or blocks");
+  return fp8::parse_scaling(v);
+}
+
 int parse_groups(const std::string& v) {
   size_t used = 0;
   int n = 0;
@@ -81,6 +86,7 @@ std::string FusedChoice::describe() const {
   if (router) add(std::string("router=") + to_string(*router));
   if (row_groups) add("groups=" + std::to_string(*row_groups));
   if (fp8_up) add(std::string("fp8up=") + to_string(*fp8_up));
+  if (fp8_scales) add(std::string("scales=") + fp8::scaling_name(*fp8_scales));
   return s;
 }
 
@@ -93,6 +99,7 @@ FusedChoice FusedOptions::at(int64_t batch) const {
   if (pinned.router) c.router = pinned.router;
   if (pinned.row_groups) c.row_groups = pinned.row_groups;
   if (pinned.fp8_up) c.fp8_up = pinned.fp8_up;
+  if (pinned.fp8_scales) c.fp8_scales = pinned.fp8_scales;
   return c;
 }
 
@@ -119,8 +126,10 @@ FusedChoice parse_fused_choice(const std::string& spec) {
       c.row_groups = parse_groups(val);
     else if (key == "fp8up")
       c.fp8_up = parse_fp8_up(val);
+    else if (key == "scales")
+      c.fp8_scales = parse_fp8_scales(val);
     else
-      SWAPFFN_FAIL("unknown kernel choice '" + key + "' (known: up, router, groups, fp8up)");
+      SWAPFFN_FAIL("unknown kernel choice '" + key + "' (known: up, router, groups, fp8up, scales)");
     pos = end + 1;
   }
   return c;

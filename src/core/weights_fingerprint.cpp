@@ -27,7 +27,7 @@ uint64_t Weights::fingerprint() const {
   });
   // An fp8 model differs from a bf16 one with the same (dequantised) values: it runs another path.
   if (fp8_ffn)
-    for_each_fp8_weight(*this, *fp8_ffn, [&](std::string_view name, const fp8::BlockScaledWeight& q, auto&, int64_t,
+    for_each_fp8_weight(*this, *fp8_ffn, [&](std::string_view name, const fp8::ScaledWeight& q, auto&, int64_t,
                                              int64_t) {
       h = fnv1a(name.data(), name.size(), h);
       h = fnv1a("", 1, h);

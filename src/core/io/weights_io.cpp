@@ -1,5 +1,5 @@
 // Weights::load / Weights::save: the model file of SPEC section 2, with the FFN in bf16 or, in an
-// fp8 model, in e4m3 with block scales (docs/FORMATS.md, "fp8 models").
+// fp8 model, in e4m3 with the scales of its scaling (docs/FORMATS.md, "fp8 models").
 #include <cmath>
 #include <set>
 
@@ -16,10 +16,18 @@ namespace st = safetensors;
 
 namespace {
 
-// The metadata key naming an fp8 model's recipe, and the one recipe there is (swapffn/fp8.hpp).
+// The metadata key naming an fp8 model's recipe, and the recipe of each scaling (swapffn/fp8.hpp).
+// A `blocks` file may also name its recipe without "scaling" (files written before `rows` existed).
 constexpr const char* kQuantizationKey = "swapffn.quantization";
-constexpr const char* kFp8Recipe =
+constexpr const char* kLegacyBlocksRecipe =
     R"({"format":"fp8_e4m3","weight_block":[128,128],"activation_block":[1,128],"scale":"amax/448 fp32"})";
+const char* recipe_of(fp8::Scaling s) {
+  return s == fp8::Scaling::rows
+             ? R"({"format":"fp8_e4m3","scaling":"rows","weight_scale":"per output channel",)"
+               R"("activation_scale":"per row","scale":"amax/448 fp32"})"
+             : R"({"format":"fp8_e4m3","scaling":"blocks","weight_block":[128,128],"activation_block":[1,128],)"
+               R"("scale":"amax/448 fp32"})";
+}
 constexpr const char* kFp8Weights = "w1.weight, w3.weight and w2.weight";
 
 bool is_fp8_weight(std::string_view n) { return n == "w1.weight" || n == "w3.weight" || n == "w2.weight"; }
@@ -41,40 +49,56 @@ bool ffn_is_fp8(const st::Reader& r, const std::string& f) {
   return fp8 != nullptr;
 }
 
-void require_recipe(const st::Reader& r, bool fp8, const std::string& f) {
+// The scaling the file's recipe names (fp8 FFN), after checking that a bf16 FFN names none.
+fp8::Scaling read_recipe(const st::Reader& r, bool fp8, const std::string& f) {
   auto it = r.metadata().find(kQuantizationKey);
   if (!fp8) {
     SWAPFFN_REQUIRE(it == r.metadata().end(), f + "__metadata__ '" + kQuantizationKey + "' names a quantisation but " +
                                                   kFp8Weights + " are not F8_E4M3");
-    return;
+    return fp8::Scaling::blocks;
   }
   SWAPFFN_REQUIRE(it != r.metadata().end(), f + "the FFN is F8_E4M3 but __metadata__ has no '" + kQuantizationKey +
                                                 "' (the recipe of its scales)");
   const StrictJson got = parse_strict_json(it->second, {4, 16, 16});
-  SWAPFFN_REQUIRE(got.error.empty() && got.value == nlohmann::json::parse(kFp8Recipe),
-                  f + "__metadata__ '" + kQuantizationKey + "' is " + in_quotes(it->second) +
-                      ", not the recipe swapffn runs: " + kFp8Recipe);
+  const std::string bad = f + "__metadata__ '" + kQuantizationKey + "' is " + in_quotes(it->second);
+  SWAPFFN_REQUIRE(got.error.empty() && got.value.is_object(), bad + ", not the recipe of a scaling (not a JSON object)");
+  if (got.value == nlohmann::json::parse(kLegacyBlocksRecipe)) return fp8::Scaling::blocks;
+  const auto name = got.value.find("scaling");
+  SWAPFFN_REQUIRE(name != got.value.end() && name->is_string(),
+                  bad + ", not the recipe of a scaling (it names no \"scaling\": blocks or rows)");
+  fp8::Scaling s{};
+  try {
+    s = fp8::parse_scaling(name->get<std::string>());
+  } catch (const Error& e) {
+    SWAPFFN_FAIL(bad + ": " + e.what());
+  }
+  SWAPFFN_REQUIRE(got.value == nlohmann::json::parse(recipe_of(s)),
+                  bad + ", not the recipe swapffn runs for scaling '" + fp8::scaling_name(s) + "': " + recipe_of(s));
+  return s;
 }
 
-// Reads an fp8 weight and its block scales, naming the tensor at fault.
-fp8::BlockScaledWeight read_fp8_weight(const st::Reader& r, const std::string& name, int64_t rows, int64_t cols,
-                                       const std::string& f) {
+// Reads an fp8 weight and its scales, naming the tensor at fault.
+fp8::ScaledWeight read_fp8_weight(const st::Reader& r, fp8::Scaling scaling, const std::string& name, int64_t rows,
+                                  int64_t cols, const std::string& f) {
   const st::TensorInfo& data = r.at(name);
   SWAPFFN_REQUIRE(data.shape == (std::vector<int64_t>{rows, cols}),
                   f + "tensor '" + name + "' has wrong shape " + st::shape_string(data.shape) + ", expected " +
                       st::shape_string({rows, cols}) + " for the config");
   const std::string sname = scale_tensor_name(name);
   const st::TensorInfo* scale = r.find(sname);
-  SWAPFFN_REQUIRE(scale != nullptr, f + "tensor '" + name + "' is F8_E4M3 but its block scales '" + sname +
+  SWAPFFN_REQUIRE(scale != nullptr, f + "tensor '" + name + "' is F8_E4M3 but its scales '" + sname +
                                         "' are missing");
   SWAPFFN_REQUIRE(scale->dtype == st::DType::F32, f + "tensor '" + sname + "' has wrong dtype " +
-                                                      st::dtype_name(scale->dtype) + " (block scales are F32)");
-  const std::vector<int64_t> blocks = {fp8::blocks(rows), fp8::blocks(cols)};
-  SWAPFFN_REQUIRE(scale->shape == blocks, f + "tensor '" + sname + "' has wrong shape " +
-                                              st::shape_string(scale->shape) + ", expected " +
-                                              st::shape_string(blocks) + " (one scale per 128x128 block of '" +
-                                              name + "')");
-  fp8::BlockScaledWeight q;
+                                                      st::dtype_name(scale->dtype) + " (scales are F32)");
+  const std::vector<int64_t> shape = fp8::weight_scale_shape(scaling, rows, cols);
+  SWAPFFN_REQUIRE(scale->shape == shape,
+                  f + "tensor '" + sname + "' has wrong shape " + st::shape_string(scale->shape) + ", expected " +
+                      st::shape_string(shape) + " for scaling '" + fp8::scaling_name(scaling) +
+                      (scaling == fp8::Scaling::rows ? "' (one scale per output channel of '"
+                                                     : "' (one scale per 128x128 block of '") +
+                      name + "')");
+  fp8::ScaledWeight q;
+  q.scaling = scaling;
   q.rows = rows;
   q.cols = cols;
   q.data = r.to_e4m3(name);
@@ -106,7 +130,7 @@ Weights Weights::load(const std::string& path) {
     SWAPFFN_FAIL(f + "invalid swapffn.config: " + e.what());
   }
   const bool fp8 = ffn_is_fp8(r, f);
-  require_recipe(r, fp8, f);
+  const fp8::Scaling scaling = read_recipe(r, fp8, f);
 
   std::set<std::string> expected;
   for_each_weight_tensor(w, [&](std::string_view name, const std::vector<int64_t>& shape,
@@ -131,9 +155,9 @@ Weights Weights::load(const std::string& path) {
   });
   if (fp8) {
     fp8::FfnWeights q;
-    for_each_fp8_weight(w, q, [&](std::string_view name, fp8::BlockScaledWeight& qw, auto&, int64_t rows,
+    for_each_fp8_weight(w, q, [&](std::string_view name, fp8::ScaledWeight& qw, auto&, int64_t rows,
                                   int64_t cols) {
-      qw = read_fp8_weight(r, std::string(name), rows, cols, f);
+      qw = read_fp8_weight(r, scaling, std::string(name), rows, cols, f);
       expected.insert(scale_tensor_name(name));
     });
     w.set_fp8_ffn(std::move(q));
@@ -141,7 +165,7 @@ Weights Weights::load(const std::string& path) {
   for (const auto& t : r.tensors()) {
     if (expected.count(t.name)) continue;
     for (const char* n : {"w1.weight", "w3.weight", "w2.weight"})
-      SWAPFFN_REQUIRE(t.name != scale_tensor_name(n), f + "tensor '" + t.name + "' holds block scales, but '" + n +
+      SWAPFFN_REQUIRE(t.name != scale_tensor_name(n), f + "tensor '" + t.name + "' holds fp8 scales, but '" + n +
                                                           "' is " + st::dtype_name(r.at(n).dtype) +
                                                           ", not F8_E4M3");
     SWAPFFN_FAIL(f + "extra tensor " + in_quotes(t.name) + " (not in SPEC)");
@@ -155,17 +179,17 @@ void Weights::save(const std::string& path) const {
   st::Writer wr;
   wr.set_metadata("swapffn.config", cfg.to_json_string());
   wr.set_metadata("format", "pt");
-  if (fp8_ffn) wr.set_metadata(kQuantizationKey, kFp8Recipe);
+  if (fp8_ffn) wr.set_metadata(kQuantizationKey, recipe_of(fp8_ffn->scaling()));
   for_each_weight_tensor(*this, [&](std::string_view name, const std::vector<int64_t>& shape,
                                     const std::vector<bf16>& t) {
     if (fp8_ffn && is_fp8_weight(name)) return;  // written below
     wr.add_bf16(std::string(name), shape, t);
   });
   if (fp8_ffn)
-    for_each_fp8_weight(*this, *fp8_ffn, [&](std::string_view name, const fp8::BlockScaledWeight& q, auto&,
+    for_each_fp8_weight(*this, *fp8_ffn, [&](std::string_view name, const fp8::ScaledWeight& q, auto&,
                                              int64_t rows, int64_t cols) {
       wr.add_e4m3(std::string(name), {rows, cols}, q.data);
-      wr.add_f32(scale_tensor_name(name), {fp8::blocks(rows), fp8::blocks(cols)}, q.scale);
+      wr.add_f32(scale_tensor_name(name), fp8::weight_scale_shape(q.scaling, rows, cols), q.scale);
     });
   wr.write(path);
 }

@@ -21,9 +21,19 @@ namespace {
 // the row-major W) times X^T-view [k x rows] (the row-major X read as col-major, op N). Both operands
 // are k-major, the one layout (TN) in which Hopper's fp8 tensor cores take e4m3.
 constexpr cublasOperation_t kTransW = CUBLAS_OP_T, kTransX = CUBLAS_OP_N;
-// Block-scaled operands: W (cuBLAS's A) in 128x128 blocks, X (cuBLAS's B) in 1x128 blocks along k.
-constexpr int32_t kWScaleMode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-constexpr int32_t kXScaleMode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+// The scale modes of W (cuBLAS's A) and X (cuBLAS's B): blocks, 128x128 blocks of W and 1x128 blocks
+// of X along k; rows, a vector along each operand's outer dimension.
+int32_t w_scale_mode(fp8::Scaling s) {
+  return s == fp8::Scaling::rows ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+}
+int32_t x_scale_mode(fp8::Scaling s) {
+  return s == fp8::Scaling::rows ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+}
+const char* scale_mode_name(int32_t m) {
+  return m == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F ? "CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F"
+         : m == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F ? "CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F"
+                                                            : "CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F";
+}
 
 uint32_t config_u32(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
   uint32_t v = 0;
@@ -59,7 +69,8 @@ std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo) {
   return buf;
 }
 
-std::vector<float> weight_scales(const fp8::BlockScaledWeight& w) {
+std::vector<float> weight_scales(const fp8::ScaledWeight& w) {
+  if (w.scaling == fp8::Scaling::rows) return w.scale;
   const int64_t row_blocks = fp8::blocks(w.rows), col_blocks = fp8::blocks(w.cols), stride = weight_scale_stride(w.cols);
   SWAPFFN_ASSERT(w.scale.size() == size_t(row_blocks * col_blocks), "weight_scales: the weight's scales do not match it");
   std::vector<float> out(size_t(row_blocks * stride), 1.0f);
@@ -81,20 +92,21 @@ BatchInvariantGemm::BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k
   SWAPFFN_REQUIRE(n > 0 && k > 0 && reference_rows > 0, "GEMM shape must be positive");
   SWAPFFN_REQUIRE(out_type == CUDA_R_32F || out_type == CUDA_R_16BF, "GEMM output must be fp32 or bf16");
   // cuBLASLt's fp8 kernels need 16-byte aligned rows of both operands.
-  SWAPFFN_REQUIRE(!block_scaled() || (n % 16 == 0 && k % 16 == 0),
+  SWAPFFN_REQUIRE(!e4m3() || (n % 16 == 0 && k % 16 == 0),
                   what() + ": n and k must be multiples of 16 for e4m3 operands");
   cublasLtMatmulDesc_t op = nullptr;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   op_.reset(op);
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &kTransW, sizeof(kTransW)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &kTransX, sizeof(kTransX)));
-  if (block_scaled()) {
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &kWScaleMode, sizeof(kWScaleMode)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &kXScaleMode, sizeof(kXScaleMode)));
+  if (e4m3()) {
+    const int32_t wm = w_scale_mode(*operands.e4m3), xm = x_scale_mode(*operands.e4m3);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &wm, sizeof(wm)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &xm, sizeof(xm)));
     placeholder_scales_.upload(std::vector<float>(16, 1.f));
   }
   cublasLtMatrixLayout_t w_layout = nullptr;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout, block_scaled() ? CUDA_R_8F_E4M3 : CUDA_R_16BF,
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&w_layout, e4m3() ? CUDA_R_8F_E4M3 : CUDA_R_16BF,
                                           static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
   w_layout_.reset(w_layout);
 
@@ -109,11 +121,10 @@ std::string BatchInvariantGemm::what() const {
   const std::string shape = "n=" + std::to_string(n_) + " k=" + std::to_string(k_);
   const std::string out = std::string(out_type_ == CUDA_R_32F ? "fp32" : "bf16") + " out, beta " +
                           (beta_ != 0.f ? "1" : "0");
-  if (!block_scaled()) return "bf16 GEMM " + shape + " (" + out + ")";
-  return "e4m3 GEMM " + shape +
-         " with block scales (W: CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, X: "
-         "CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F; " +
-         out + ")";
+  if (!e4m3()) return "bf16 GEMM " + shape + " (" + out + ")";
+  const fp8::Scaling s = *operands_.e4m3;
+  return "e4m3 GEMM " + shape + " with " + fp8::scaling_name(s) + " scales (W: " + scale_mode_name(w_scale_mode(s)) +
+         ", X: " + scale_mode_name(x_scale_mode(s)) + "; " + out + ")";
 }
 
 std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cublasLtMatrixLayout_t x,
@@ -121,7 +132,7 @@ std::vector<cublasLtMatmulAlgo_t> BatchInvariantGemm::heuristic_candidates(cubla
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const cublaslt::Preference owns_pref(pref);
-  if (block_scaled()) {
+  if (e4m3()) {
     // Scale pointers are attributes of the operation: a query sees valid ones, not those of a
     // product run (and freed) before.
     const float* p = placeholder_scales_.get();
@@ -158,10 +169,10 @@ bool BatchInvariantGemm::heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrix
 void BatchInvariantGemm::matmul(const RowLayouts& l, const cublasLtMatmulAlgo_t& algo, const void* w,
                                 const float* w_scale, const void* x, const float* x_scale, void* out, void* workspace,
                                 cudaStream_t stream) const {
-  if (block_scaled()) {
+  if (e4m3()) {
     // Attributes of the operation, set per call: host-only work, and a captured graph keeps each
     // call's pointers.
-    SWAPFFN_ASSERT(w_scale && x_scale, "block-scaled product without scales");
+    SWAPFFN_ASSERT(w_scale && x_scale, "scaled e4m3 product without scales");
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
                                                 sizeof(w_scale)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale,
@@ -173,18 +184,20 @@ void BatchInvariantGemm::matmul(const RowLayouts& l, const cublasLtMatmulAlgo_t&
 }
 
 // Random operands of the product at `rows` rows: bf16 uniform in [-0.05, 0.05) (W) and [-1, 1) (X),
-// or e4m3 codes over most of the format's range with positive scales.
+// or e4m3 codes over most of the format's range with scales of either sign.
 struct BatchInvariantGemm::RandomOperands {
   DeviceBuffer<uint8_t> w, x;
   DeviceBuffer<float> w_scale, x_scale;
   RandomOperands(const BatchInvariantGemm& g, int64_t rows, uint64_t seed) {
-    const size_t in_bytes = g.block_scaled() ? 1 : 2;
+    const size_t in_bytes = g.e4m3() ? 1 : 2;
     w.resize(size_t(g.n_ * g.k_) * in_bytes, "random GEMM weights");
     x.resize(size_t(rows * g.k_) * in_bytes, "random GEMM inputs");
-    if (g.block_scaled()) {
+    if (g.e4m3()) {
       fill_random_e4m3(w.get(), g.n_ * g.k_, seed, 400.f, nullptr);
       fill_random_e4m3(x.get(), rows * g.k_, seed + 1, 400.f, nullptr);
-      const int64_t nw = fp8::blocks(g.n_) * weight_scale_stride(g.k_), nx = fp8::blocks(g.k_) * rows;
+      const bool per_row = g.operands_.e4m3 == fp8::Scaling::rows;
+      const int64_t nw = per_row ? g.n_ : fp8::blocks(g.n_) * weight_scale_stride(g.k_);
+      const int64_t nx = per_row ? rows : fp8::blocks(g.k_) * rows;
       w_scale.resize(size_t(nw), "random weight scales");
       x_scale.resize(size_t(nx), "random input scales");
       // Uniform in [-1e-3, 1e-3): signs do not matter to a bitwise comparison or a timing.
@@ -196,11 +209,12 @@ struct BatchInvariantGemm::RandomOperands {
     }
   }
   // The operands of `from` (at `rows` rows) made to cancel in pairs: the second half of k (whole
-  // 128-blocks for e4m3, with their scales) repeats the first, W's negated, and the rest (an odd
-  // column or block) is zero, so each output is the rounding residue of its summation order alone.
+  // 128-blocks for block-scaled e4m3, with their scales) repeats the first, W's negated, and the rest
+  // (an odd column or block) is zero, so each output is the rounding residue of its summation order
+  // alone. Row scales are the same over all of k: they stay as they are.
   RandomOperands(const BatchInvariantGemm& g, int64_t rows, const RandomOperands& from) {
-    const bool e4m3 = g.block_scaled();
-    const int64_t k = g.k_, half = e4m3 ? fp8::blocks(k) / 2 * fp8::kBlock : k / 2;
+    const bool e4m3 = g.e4m3(), blocks = g.operands_.e4m3 == fp8::Scaling::blocks;
+    const int64_t k = g.k_, half = blocks ? fp8::blocks(k) / 2 * fp8::kBlock : k / 2;
     const auto mirror = [&](const DeviceBuffer<uint8_t>& src, DeviceBuffer<uint8_t>& dst, int64_t m, bool negate) {
       const size_t eb = e4m3 ? 1 : 2, row_bytes = size_t(k) * eb;
       std::vector<uint8_t> h(size_t(m) * row_bytes);
@@ -217,6 +231,15 @@ struct BatchInvariantGemm::RandomOperands {
     mirror(from.w, w, g.n_, true);
     mirror(from.x, x, rows, false);
     if (!e4m3) return;
+    if (!blocks) {
+      w_scale.resize(from.w_scale.size(), "random weight scales");
+      x_scale.resize(from.x_scale.size(), "random input scales");
+      CUDA_CHECK(cudaMemcpy(w_scale.get(), from.w_scale.get(), from.w_scale.size() * sizeof(float),
+                            cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaMemcpy(x_scale.get(), from.x_scale.get(), from.x_scale.size() * sizeof(float),
+                            cudaMemcpyDeviceToDevice));
+      return;
+    }
     // Block kb + hb's scales are block kb's.
     const int64_t hb = half / fp8::kBlock, stride = weight_scale_stride(k), kb = fp8::blocks(k);
     std::vector<float> ws(from.w_scale.size()), xs(from.x_scale.size());
@@ -352,14 +375,14 @@ BatchInvariantGemm::RowLayouts BatchInvariantGemm::make_row_layouts(int64_t rows
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), cols));
     return Layout(l);
   };
-  return {rows, make(block_scaled() ? CUDA_R_8F_E4M3 : CUDA_R_16BF, k_), make(out_type_, n_), {}};
+  return {rows, make(e4m3() ? CUDA_R_8F_E4M3 : CUDA_R_16BF, k_), make(out_type_, n_), {}};
 }
 
 void BatchInvariantGemm::set_rows(int64_t rows) {
   SWAPFFN_REQUIRE(rows > 0, "GEMM row count must be positive");
-  SWAPFFN_REQUIRE(!block_scaled() || rows % 4 == 0, what() + ": " + std::to_string(rows) +
-                                                        " rows is not a multiple of 4 (the 1x128 scales' columns "
-                                                        "must be 16-byte aligned)");
+  SWAPFFN_REQUIRE(!e4m3() || rows % 4 == 0, what() + ": " + std::to_string(rows) +
+                                                 " rows is not a multiple of 4 (the scales' columns and row offsets "
+                                                 "must be 16-byte aligned)");
   for (const RowLayouts& l : row_layouts_)
     if (l.rows == rows) {
       rows_ = rows;
@@ -404,14 +427,14 @@ void BatchInvariantGemm::run(const void* w, const void* x, void* out, void* work
 
 void BatchInvariantGemm::run(int64_t rows, const void* w, const void* x, void* out, void* workspace,
                              cudaStream_t stream) const {
-  SWAPFFN_ASSERT(!block_scaled(), "the " + what() + " needs its operands' scales");
+  SWAPFFN_ASSERT(!e4m3(), "the " + what() + " needs its operands' scales");
   const RowLayouts& l = layouts_of(rows);
   matmul(l, l.algo, w, nullptr, x, nullptr, out, workspace, stream);
 }
 
 void BatchInvariantGemm::run(int64_t rows, ScaledOperand w, ScaledOperand x, void* out, void* workspace,
                              cudaStream_t stream) const {
-  SWAPFFN_ASSERT(block_scaled(), "the " + what() + " has no block scales");
+  SWAPFFN_ASSERT(e4m3(), "the " + what() + " has no scales");
   const RowLayouts& l = layouts_of(rows);
   matmul(l, l.algo, w.data, w.scale, x.data, x.scale, out, workspace, stream);
 }

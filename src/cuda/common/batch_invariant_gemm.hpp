@@ -1,7 +1,8 @@
 // BatchInvariantGemm: out[rows, n] = X[rows, k] . W[n, k]^T (+ out when accumulating) through cuBLASLt,
 // fp32 accumulation, output fp32 or bf16 (row-major throughout, W in nn.Linear layout). The operands
-// are bf16, or e4m3 with fp32 block scales (the fp8 recipe of swapffn/fp8.hpp): W in 128x128 blocks,
-// X in 1x128 blocks along k, cuBLASLt's BLK128x128_32F and VEC128_32F scale modes (Hopper only).
+// are bf16, or e4m3 with the fp32 scales of an fp8 scaling (swapffn/fp8.hpp): blocks, W in 128x128
+// blocks and X in 1x128 blocks along k (cuBLASLt's BLK128x128_32F and VEC128_32F scale modes); rows,
+// one scale per output channel of W and per row of X (OUTER_VEC_32F). Hopper only.
 //
 // Why pinned: cuBLAS picks its kernel (tile, split-K) per problem size, so the same row could be
 // summed in a different order when the batch (the row count) changes, breaking bitwise batch
@@ -21,6 +22,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -39,17 +41,21 @@ std::string describe_cublaslt_algo(const cublasLtMatmulAlgo_t& algo);
 // each candidate's timing at each row count (the choice is made by that timing, once, on this GPU).
 bool gemm_log_enabled();
 
-enum class GemmOperands {
-  bf16,
-  // e4m3 codes with fp32 block scales, in cuBLASLt's layouts:
-  //   W scales [blocks(n), weight_scale_stride(k)] row-major, entry (n / 128, k / 128): the k blocks
-  //     innermost, padded to a multiple of 4 (weight_scales() packs an fp8::BlockScaledWeight so);
-  //   X scales [blocks(k), rows] row-major, entry (k / 128, row): the rows innermost, so a product's
-  //     rows must be a multiple of 4 (16-byte aligned columns).
-  e4m3_block_scaled,
+// A product's operands: bf16, or e4m3 codes with the fp32 scales of an fp8::Scaling, in cuBLASLt's
+// layouts:
+//   blocks: W scales [blocks(n), weight_scale_stride(k)] row-major, entry (n / 128, k / 128): the k
+//     blocks innermost, padded to a multiple of 4 (weight_scales() packs an fp8::ScaledWeight so);
+//     X scales [blocks(k), rows] row-major, entry (k / 128, row): the rows innermost;
+//   rows: W scales [n], X scales [rows].
+// An e4m3 product's rows must be a multiple of 4 (16-byte aligned scale columns and row offsets).
+struct GemmOperands {
+  std::optional<fp8::Scaling> e4m3;  // unset: bf16
+
+  static GemmOperands bf16() { return {}; }
+  static GemmOperands scaled_e4m3(fp8::Scaling s) { return {s}; }
 };
 
-// An e4m3 operand of a block-scaled product: its codes and its scales (layouts: GemmOperands).
+// An e4m3 operand of a scaled product: its codes and its scales (layouts: GemmOperands).
 struct ScaledOperand {
   const void* data;
   const float* scale;
@@ -57,14 +63,14 @@ struct ScaledOperand {
 
 // The row stride of a weight's scales: its k blocks padded to a multiple of 4.
 inline int64_t weight_scale_stride(int64_t k) { return (fp8::blocks(k) + 3) / 4 * 4; }
-// w's scales in the W layout of GemmOperands::e4m3_block_scaled (padding entries 1).
-std::vector<float> weight_scales(const fp8::BlockScaledWeight& w);
+// w's scales in the W layout of GemmOperands for its scaling (blocks: padding entries 1).
+std::vector<float> weight_scales(const fp8::ScaledWeight& w);
 
 class BatchInvariantGemm {
  public:
   // out_type: CUDA_R_32F or CUDA_R_16BF. accumulate: out += X.W^T (beta = 1) instead of out = X.W^T.
   BatchInvariantGemm(cublasLtHandle_t lt, int64_t n, int64_t k, cudaDataType_t out_type, bool accumulate,
-                     int64_t reference_rows, size_t workspace_bytes, GemmOperands operands = GemmOperands::bf16);
+                     int64_t reference_rows, size_t workspace_bytes, GemmOperands operands = GemmOperands::bf16());
   BatchInvariantGemm(const BatchInvariantGemm&) = delete;
   BatchInvariantGemm& operator=(const BatchInvariantGemm&) = delete;
 
@@ -76,7 +82,7 @@ class BatchInvariantGemm {
   // The same for a row count given to set_rows() before (row chunks of one batch; same algorithm, so
   // every row's bits are those of a whole-batch run).
   void run(int64_t rows, const void* w, const void* x, void* out, void* workspace, cudaStream_t stream) const;
-  // The product of block-scaled e4m3 operands (GemmOperands::e4m3_block_scaled) at a prepared row count.
+  // The product of scaled e4m3 operands (GemmOperands) at a prepared row count.
   void run(int64_t rows, ScaledOperand w, ScaledOperand x, void* out, void* workspace, cudaStream_t stream) const;
 
   // "algo=<id> tile=<id> stages=<id> ..." of the anchor, or of the algorithm used at `rows` rows
@@ -99,8 +105,8 @@ class BatchInvariantGemm {
   struct RandomOperands;
   // Random operands at min(rows, 1024) rows and the anchor's outputs on them (defined in the .cpp).
   struct Probe;
-  bool block_scaled() const { return operands_ == GemmOperands::e4m3_block_scaled; }
-  // "bf16 GEMM n=.. k=.." or "e4m3 GEMM n=.. k=.. with block scales (...)", the out type and beta:
+  bool e4m3() const { return operands_.e4m3.has_value(); }
+  // "bf16 GEMM n=.. k=.." or "e4m3 GEMM n=.. k=.. with rows scales (...)", the out type and beta:
   // what an error about this product names.
   std::string what() const;
   // The x and out layouts at `rows` rows (algo left unset).
@@ -109,7 +115,7 @@ class BatchInvariantGemm {
   // best first; heuristic_best() takes the first.
   std::vector<cublasLtMatmulAlgo_t> heuristic_candidates(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out) const;
   bool heuristic_best(cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t out, cublasLtMatmulAlgo_t& algo) const;
-  // One product with `algo` (the scale pointers of block-scaled operands set first).
+  // One product with `algo` (the scale pointers of e4m3 operands set first).
   void matmul(const RowLayouts& l, const cublasLtMatmulAlgo_t& algo, const void* w, const float* w_scale,
               const void* x, const float* x_scale, void* out, void* workspace, cudaStream_t stream) const;
   // The fastest of `algos` at `rows` rows on random operands (median of 5 runs each).
@@ -126,7 +132,7 @@ class BatchInvariantGemm {
   GemmOperands operands_;
   MatmulDesc op_;
   Layout w_layout_;
-  // Block-scaled products: the scale pointers the heuristic queries see.
+  // e4m3 products: the scale pointers the heuristic queries see.
   DeviceBuffer<float> placeholder_scales_;
   std::vector<RowLayouts> row_layouts_;  // every row count prepared so far
   cublasLtMatmulAlgo_t algo_{};

@@ -51,7 +51,8 @@ std::unique_ptr<Engine> make_fused_engine(const Weights& w, const EngineOptions&
   require_hopper_gpu("fused");
   w.cfg.validate();
   check_fused_supports(w.cfg);
-  SWAPFFN_REQUIRE(!opt.fused.pinned.fp8_up, "kernel choice fp8up= applies to backend 'fused-fp8' only");
+  SWAPFFN_REQUIRE(!opt.fused.pinned.fp8_up && !opt.fused.pinned.fp8_scales,
+                  "kernel choices fp8up= and scales= apply to backend 'fused-fp8' only");
   select_fused_config(w.cfg, 1, opt.fused);  // a choice that cannot run: fail now
   return std::make_unique<FusedEngine>(w, opt);
 }

@@ -1,15 +1,17 @@
 // Backend `fused-fp8`: the fused token step (FusedEngineBase: event heads, row groups, RMSNorms, the
-// fp32 residual h) with the FFN in e4m3, the recipe of SPEC section 5's fp8 paths (swapffn/fp8.hpp):
-// weights in 128x128 blocks, activations in 1x128 blocks along k, fp32 scales, fp32 accumulation.
-// Per FFN step: the normed operand in e4m3 (the folded head and the RMSNorm quantise the bf16 values
-// they compute, ffn_operand; the cuBLAS head's bf16 rows are quantised by fp8_quantize_rows, since
-// they are also its router's operand); the up projection into e4m3 u
+// fp32 residual h) with the FFN in e4m3, a recipe of SPEC section 5's fp8 paths (swapffn/fp8.hpp):
+// the model's scaling (a bf16 model's: scales=, blocks by default), fp32 scales, fp32 accumulation.
+//   blocks: weights in 128x128 blocks, activations in 1x128 blocks along k;
+//   rows: one scale per output channel of a weight and per activation row.
+// Per FFN step: the normed operand in e4m3 (blocks: the folded head and the RMSNorm quantise the
+// bf16 values they compute, ffn_operand; the cuBLAS head's bf16 rows, and every row under rows
+// scaling, are quantised by fp8_quantize_rows); the up projection into e4m3 u
 // (fp8up=cublas: cuBLASLt's w1|w3 GEMM into bf16 [rows, 2F], then SwiGLU and quantisation,
-// fp8_swiglu_quantize; fp8up=sm90: our kernel with both in its epilogue, sm90_fp8_dual_gemm_swiglu);
-// the w2 GEMM adding into h in place (fp32, beta = 1). The cuBLASLt GEMMs are its block-scaled fp8
-// matmul (Hopper), pinned per shape for batch invariance (BatchInvariantGemm). Its up GEMM writes
-// bf16: the output is quantised to e4m3 next, and bf16's rounding (2^-9) is far below e4m3's (2^-4)
-// at half the bytes of fp32.
+// fp8_swiglu_quantize; fp8up=sm90, blocks only: our kernel with both in its epilogue,
+// sm90_fp8_dual_gemm_swiglu); the w2 GEMM adding into h in place (fp32, beta = 1). The cuBLASLt
+// GEMMs are its scaled fp8 matmul (Hopper), pinned per shape for batch invariance
+// (BatchInvariantGemm). Its up GEMM writes bf16: the output is quantised to e4m3 next, and bf16's
+// rounding (2^-9) is far below e4m3's (2^-4) at half the bytes of fp32.
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -28,16 +30,17 @@ namespace {
 
 class FusedFp8Engine final : public FusedEngineBase {
  public:
-  FusedFp8Engine(const Weights& w, const EngineOptions& opt)
-      : FusedEngineBase(w, opt), up_(select_fused_config(cfg_, 1, opt_.fused).fp8_up) {
+  FusedFp8Engine(const Weights& w, const EngineOptions& opt, fp8::Scaling scaling, Fp8UpGemm up)
+      : FusedEngineBase(w, opt), scaling_(scaling), up_(up) {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff, C = cfg_.core_count;
     // The model's own e4m3 weights when it has them (Weights::validate checked their shapes and
     // scales), else the recipe applied to its bf16 ones.
     std::optional<fp8::FfnWeights> quantised;
-    if (!w.fp8_ffn) quantised = fp8::quantize_ffn(w.w1, w.w3, w.w2, D, F);
+    if (!w.fp8_ffn) quantised = fp8::quantize_ffn(scaling, w.w1, w.w3, w.w2, D, F);
     const fp8::FfnWeights& q = w.fp8_ffn ? *w.fp8_ffn : *quantised;
     // cuBLASLt's up GEMM runs over [W1; W3] (rows [0, F) gate, [F, 2F) up); ours reads them interleaved
-    // in blocks of 8 rows. Scales: W1's, then W3's (F % 128 == 0: the 128-row blocks do not straddle).
+    // in blocks of 8 rows. Scales: W1's, then W3's (F % 128 == 0: the 128-row blocks do not straddle;
+    // per channel, rows [0, F) then [F, 2F), as the GEMM's output channels are).
     std::vector<uint8_t> w13;
     if (up_ == Fp8UpGemm::sm90) {
       w13 = interleave_w13_e4m3(q.w1.data, q.w3.data, F, D);
@@ -54,11 +57,11 @@ class FusedFp8Engine final : public FusedEngineBase {
     w2_scale_.upload(weight_scales(q.w2));
     if (up_ == Fp8UpGemm::cublas)
       up_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, 2 * F, D, CUDA_R_16BF, false, C, kGemmWorkspaceBytes,
-                                                      GemmOperands::e4m3_block_scaled);
+                                                      GemmOperands::scaled_e4m3(scaling));
     down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, D, F, CUDA_R_32F, cfg_.ffn_residual, C,
-                                                      kGemmWorkspaceBytes, GemmOperands::e4m3_block_scaled);
+                                                      kGemmWorkspaceBytes, GemmOperands::scaled_e4m3(scaling));
     if (gemm_log_enabled())
-      std::fprintf(stderr, "fused-fp8: w1|w3 GEMM %s\nfused-fp8: w2 GEMM %s\n",
+      std::fprintf(stderr, "fused-fp8 (scaling %s): w1|w3 GEMM %s\nfused-fp8: w2 GEMM %s\n", fp8::scaling_name(scaling),
                    up_gemm_ ? up_gemm_->describe().c_str() : "sm90_fp8_dual_gemm_swiglu", down_gemm_->describe().c_str());
   }
   std::string name() const override { return "fused-fp8"; }
@@ -75,12 +78,12 @@ class FusedFp8Engine final : public FusedEngineBase {
                      down_gemm_->describe(n).c_str());
     }
     // Indexed by row (each group uses its own rows), the scales of a group's rows in its own
-    // [k / 128, rows] block at the group's first row times k / 128.
+    // [scales per row, rows] block at the group's first row times the scales per row.
     xq_.resize(size_t(rows * D), "the quantised FFN operand");
-    xs_.resize(size_t(rows * D / fp8::kBlock), "the FFN operand's scales");
+    xs_.resize(size_t(rows * fp8::row_scale_count(scaling_, D)), "the FFN operand's scales");
     if (up_gemm_) gu_.resize(size_t(rows * 2 * F), "the gate and up projections");
     uq_.resize(size_t(rows * F), "the quantised SwiGLU output");
-    us_.resize(size_t(rows * F / fp8::kBlock), "the SwiGLU output's scales");
+    us_.resize(size_t(rows * fp8::row_scale_count(scaling_, F)), "the SwiGLU output's scales");
   }
 
   void release_ffn() override {
@@ -91,8 +94,9 @@ class FusedFp8Engine final : public FusedEngineBase {
     us_.release();
   }
 
+  // The heads quantise in 1x128 blocks only: under rows scaling they write bf16 rows, quantised next.
   FfnOperand ffn_operand(size_t g) const override {
-    if (kcfg_.router == EventHead::cublas) return FusedEngineBase::ffn_operand(g);
+    if (kcfg_.router == EventHead::cublas || scaling_ == fp8::Scaling::rows) return FusedEngineBase::ffn_operand(g);
     const int64_t g0 = groups_[g].first, D = cfg_.d_model;
     return {.e4m3 = xq_.get() + g0 * D, .scales = xs_.get() + g0 * (D / fp8::kBlock)};
   }
@@ -100,12 +104,12 @@ class FusedFp8Engine final : public FusedEngineBase {
   void enqueue_ffn(size_t g, int64_t g0, int64_t rows, cudaStream_t stream) override {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff;
     uint8_t* xq = xq_.get() + g0 * D;
-    float* xs = xs_.get() + g0 * (D / fp8::kBlock);
+    float* xs = xs_.get() + g0 * fp8::row_scale_count(scaling_, D);
     bf16* gu = gu_.get() + g0 * 2 * F;  // the cuBLASLt up GEMM's
     uint8_t* uq = uq_.get() + g0 * F;
-    float* us = us_.get() + g0 * (F / fp8::kBlock);
-    if (const FfnOperand in = ffn_operand(g); in.bf16)  // the cuBLAS head's rows
-      launch_quantize_rows_e4m3(in.bf16, rows, D, xq, xs, stream, /*pdl=*/true);
+    float* us = us_.get() + g0 * fp8::row_scale_count(scaling_, F);
+    if (const FfnOperand in = ffn_operand(g); in.bf16)  // the head's bf16 rows
+      launch_quantize_rows_e4m3(scaling_, in.bf16, rows, D, xq, xs, stream, /*pdl=*/true);
     if (up_ == Fp8UpGemm::sm90) {
       const int64_t stride = weight_scale_stride(D);
       launch_fp8_dual_gemm_swiglu({xq, xs, w13_.get(), w13_scale_.get(),
@@ -115,17 +119,18 @@ class FusedFp8Engine final : public FusedEngineBase {
     } else {
       up_gemm_->run(rows, ScaledOperand{w13_.get(), w13_scale_.get()}, ScaledOperand{xq, xs}, gu, workspace(g),
                     stream);
-      launch_swiglu_quantize_e4m3(as_nv(gu), rows, F, uq, us, stream, /*pdl=*/true);
+      launch_swiglu_quantize_e4m3(scaling_, as_nv(gu), rows, F, uq, us, stream, /*pdl=*/true);
     }
     down_gemm_->run(rows, ScaledOperand{w2_.get(), w2_scale_.get()}, ScaledOperand{uq, us}, h_.get() + g0 * D,
                     workspace(g), stream);
   }
 
  private:
+  fp8::Scaling scaling_;
   Fp8UpGemm up_;                                       // at every batch size (select_fused_config)
   std::unique_ptr<BatchInvariantGemm> up_gemm_, down_gemm_;  // up_gemm_: fp8up=cublas only
   DeviceBuffer<uint8_t> w13_, w2_;           // e4m3 [2F, D] ([W1; W3], or interleaved for sm90) and [D, F]
-  DeviceBuffer<float> w13_scale_, w2_scale_;  // their block scales (weight_scales' layout)
+  DeviceBuffer<float> w13_scale_, w2_scale_;  // their scales (weight_scales' layout)
   DeviceBuffer<uint8_t> xq_, uq_;             // e4m3 [M, D] and [M, F]
   DeviceBuffer<float> xs_, us_;               // their scales
   DeviceBuffer<bf16> gu_;                     // [M, 2F] (fp8up=cublas)
@@ -145,10 +150,20 @@ std::unique_ptr<Engine> make_fused_fp8_engine(const Weights& w, const EngineOpti
   need(w.cfg.core_count % 4 == 0, "core_count = " + std::to_string(w.cfg.core_count) +
                                       " is not a multiple of 4 (cuBLASLt's 1x128 scales need row counts that are)");
   SWAPFFN_REQUIRE(!opt.fused.pinned.up && opt.fused.tuned.empty(),
-                  "backend 'fused-fp8' takes the kernel choices router=, groups= and fp8up= only (no dual GEMM tile, "
-                  "no tuning cache)");
-  select_fused_config(w.cfg, 1, opt.fused);  // a choice that cannot run: fail now
-  return std::make_unique<FusedFp8Engine>(w, opt);
+                  "backend 'fused-fp8' takes the kernel choices router=, groups=, fp8up= and scales= only (no dual "
+                  "GEMM tile, no tuning cache)");
+  // The model's scaling, or for a bf16 model the one pinned (blocks by default).
+  const std::optional<fp8::Scaling> pinned = opt.fused.pinned.fp8_scales;
+  const fp8::Scaling scaling = w.fp8_ffn ? w.fp8_ffn->scaling() : pinned.value_or(fp8::Scaling::blocks);
+  SWAPFFN_REQUIRE(!pinned || *pinned == scaling, std::string("kernel choice scales=") + fp8::scaling_name(*pinned) +
+                                                     ": the model's FFN is stored in fp8 with scaling '" +
+                                                     fp8::scaling_name(scaling) + "'");
+  // Our dual GEMM computes the blocks recipe; rows scaling runs cuBLASLt's up GEMM.
+  const FusedKernelConfig k = select_fused_config(w.cfg, 1, opt.fused);  // a choice that cannot run: fail now
+  SWAPFFN_REQUIRE(scaling == fp8::Scaling::blocks || !opt.fused.pinned.fp8_up || k.fp8_up == Fp8UpGemm::cublas,
+                  "kernel choice fp8up=sm90 runs the blocks scaling only (this model's is rows; use fp8up=cublas)");
+  return std::make_unique<FusedFp8Engine>(w, opt, scaling,
+                                          scaling == fp8::Scaling::rows ? Fp8UpGemm::cublas : k.fp8_up);
 }
 
 }  // namespace swapffn::cuda

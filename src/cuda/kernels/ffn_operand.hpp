@@ -14,7 +14,7 @@ namespace swapffn::cuda {
 
 // The pointers are at the launch's first row: row r of the launch is bf16[r * D], or codes
 // e4m3[r * D] and scales[kb * rows + r] (the scales [D / 128, rows], rows innermost: the layout of
-// GemmOperands::e4m3_block_scaled's X). Exactly one of bf16 and e4m3 is set, or neither (no norm).
+// GemmOperands::scaled_e4m3(fp8::Scaling::blocks)'s X). Exactly one of bf16 and e4m3 is set, or neither (no norm).
 struct FfnOperand {
   __nv_bfloat16* bf16 = nullptr;
   uint8_t* e4m3 = nullptr;

@@ -1,6 +1,6 @@
-// The fp8 recipe's 1x128 activation block (swapffn/fp8.hpp) on the device, one warp per block, four
-// consecutive values per lane: scale = amax / 448 (1 where that is 0: fp8::block_scale), codes
-// e4m3_rne_satfinite(v / scale). Bit-identical to fp8::quantize_row: amax is exact (a maximum), the
+// The fp8 recipes' activation groups (swapffn/fp8.hpp) on the device: a 1x128 block per warp, four
+// consecutive values per lane, or a row of such blocks (Scaling::rows: one scale per row);
+// scale = amax / 448 (1 where that is 0: fp8::block_scale), codes e4m3_rne_satfinite(v / scale). Bit-identical to fp8::quantize_row: amax is exact (a maximum), the
 // scale one IEEE fp32 division (__fdiv_rn, whatever the compile flags), every quotient that can
 // round to a nonzero code rounded once as IEEE division rounds it (div_by_scale), the conversion
 // one cvt.rn.satfinite.
@@ -45,16 +45,17 @@ __device__ __forceinline__ float div_by_scale(float x, float scale, float inv) {
   return copysignf(q, x);
 }
 
-// The warp's block: v holds this lane's values [4 * lane, 4 * lane + 4) of it. Returns their four
-// codes packed little-endian (value 4 * lane in the low byte); every lane gets the block's scale.
-__device__ __forceinline__ uint32_t quantize_block_e4m3(const float (&v)[4], float& scale) {
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  scale = __fdiv_rn(amax, kE4m3Max);
-  if (!(scale > 0.f)) scale = 1.f;  // all zeros, or so small that the scale underflows (fp8::block_scale)
+// The scale of a group (a 1x128 block, a row) whose largest magnitude is amax: fp8::block_scale.
+__device__ __forceinline__ float group_scale_e4m3(float amax) {
+  const float scale = __fdiv_rn(amax, kE4m3Max);
+  return scale > 0.f ? scale : 1.f;  // all zeros, or so small that the scale underflows
+}
+
+// The codes of four values of a group whose scale is `scale` (group_scale_e4m3), packed
+// little-endian (v[0] in the low byte).
+__device__ __forceinline__ uint32_t encode_e4m3x4(const float (&v)[4], float scale) {
   float c[4];
-  if (scale >= kMinRefinedScale && scale < INFINITY) {  // the same for the whole warp; inf divides (x / inf)
+  if (scale >= kMinRefinedScale && scale < INFINITY) {  // the same for the whole group; inf divides (x / inf)
     const float inv = __frcp_rn(scale);
 #pragma unroll
     for (int i = 0; i < 4; ++i) c[i] = div_by_scale(v[i], scale, inv);
@@ -65,6 +66,23 @@ __device__ __forceinline__ uint32_t quantize_block_e4m3(const float (&v)[4], flo
   const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(make_float2(c[0], c[1]), __NV_SATFINITE, __NV_E4M3);
   const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c[2], c[3]), __NV_SATFINITE, __NV_E4M3);
   return uint32_t(lo) | (uint32_t(hi) << 16);
+}
+
+// The largest magnitude of four values, then its maximum over the warp (every lane gets it).
+__device__ __forceinline__ float amax4(const float (&v)[4]) {
+  return fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+}
+__device__ __forceinline__ float warp_amax(float amax) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  return amax;
+}
+
+// The warp's block: v holds this lane's values [4 * lane, 4 * lane + 4) of it. Returns their four
+// codes packed little-endian (value 4 * lane in the low byte); every lane gets the block's scale.
+__device__ __forceinline__ uint32_t quantize_block_e4m3(const float (&v)[4], float& scale) {
+  scale = group_scale_e4m3(warp_amax(amax4(v)));
+  return encode_e4m3x4(v, scale);
 }
 
 }  // namespace swapffn::cuda
