@@ -141,10 +141,10 @@ void run_bench(const BenchArgs& a) {
   if (!res.telemetry_note.empty()) std::printf("GPU telemetry: unavailable: %s\n", res.telemetry_note.c_str());
   if (!res.power_note.empty()) std::printf("GPU telemetry: no power readings: %s\n", res.power_note.c_str());
   std::fputs(bench::report_text(res, w.cfg).c_str(), stdout);
-  if (res.flips)
-    std::printf("flip rate of %s vs %s (bf16), per token over %lld tokens at B=%lld: %s\n", res.flips->engine.c_str(),
-                res.flips->baseline.c_str(), static_cast<long long>(res.flips->tokens),
-                static_cast<long long>(res.flips->batch), res.flips->per_token().c_str());
+  for (const FlipRate& f : res.flips)
+    std::printf("flip rate of %s vs %s (bf16), per token over %lld tokens at B=%lld: %s\n", f.engine.c_str(),
+                f.baseline.c_str(), static_cast<long long>(f.tokens), static_cast<long long>(f.batch),
+                f.per_token().c_str());
   if (a.json.empty()) return;
   const bench::BenchRunInfo info{gpu.present ? gpu.name : "none", gpu.present ? std::to_string(gpu.driver_version) : "",
                                  gpu.present ? std::to_string(gpu.runtime_version) : "", source_commit(),

@@ -131,8 +131,8 @@ std::vector<T> download(const void* p, size_t n) {
 TEST(CublasFfnGemms, Fp8StepComputesTheThreeProductsOnTheRecipesWeights) {
   const Weights& w = weights_of("tiny");
   const int64_t rows = 2 * w.cfg.core_count, d = w.cfg.d_model, f = w.cfg.d_ff;
-  const CublasFfnGemms g(w, rows, 7, AnchorOperands::e4m3_blocks);
-  EXPECT_EQ(g.operands(), AnchorOperands::e4m3_blocks);
+  const CublasFfnGemms g(w, rows, 7, AnchorOperands::scaled(fp8::Scaling::blocks));
+  EXPECT_EQ(g.operands(), AnchorOperands::scaled(fp8::Scaling::blocks));
   EXPECT_EQ(g.gemms_per_step(), 3 * w.cfg.n_events * w.cfg.k_ffn);
   CUDA_CHECK(cudaMemset(g.gate(), 0xFF, size_t(rows * f) * sizeof(bf16)));
   CUDA_CHECK(cudaMemset(g.up(), 0xFF, size_t(rows * f) * sizeof(bf16)));
@@ -166,7 +166,7 @@ TEST(CublasFfnGemms, Fp8StepComputesTheThreeProductsOnTheRecipesWeights) {
   check(download_bf16(g.down(), size_t(rows * d)), u, us, q.w2, "down");
 
   // On random weights of a given shape: every output of the down GEMM written, finite.
-  const CublasFfnGemms r(256, 512, 1, 64, 4, AnchorOperands::e4m3_blocks);
+  const CublasFfnGemms r(256, 512, 1, 64, 4, AnchorOperands::scaled(fp8::Scaling::blocks));
   CUDA_CHECK(cudaMemset(r.down(), 0xFF, size_t(64 * 256) * sizeof(bf16)));
   r.enqueue_gemm(CublasFfnGemms::Gemm::down, nullptr);
   SWAPFFN_CHECK_LAUNCH();
@@ -177,16 +177,16 @@ TEST(CublasFfnGemms, Fp8StepComputesTheThreeProductsOnTheRecipesWeights) {
 // The headroom anchors (bench --fp8-headroom): the same codes with one scale per row of the input
 // and per output channel of W (e4m3_rows), or one per tensor (e4m3_tensor), against a host product
 // in double of the codes times those scales: relative L2 error <= 4e-3 (bf16 outputs; the tensor
-// cores' adds inside a k block, gpu_test_fp8_gemm.cpp). On the model's weights each weight scale
-// is the largest block scale it covers; outputs poisoned first. A scale applied to the wrong row or
+// cores' adds inside a k block, gpu_test_fp8_gemm.cpp). On the model's weights quantised in the
+// rows scaling, each weight scale is its channel's (or, per tensor, the largest of them); outputs poisoned first. A scale applied to the wrong row or
 // channel, or a block layout read as a vector, gives errors of order 1.
 TEST(CublasFfnGemms, Fp8HeadroomAnchorsApplyOneScalePerRowAndChannelOrPerTensor) {
   const Weights& w = weights_of("tiny");
   const int64_t rows = 2 * w.cfg.core_count, d = w.cfg.d_model, f = w.cfg.d_ff;
-  const fp8::FfnWeights q = fp8::quantize_ffn(fp8::Scaling::blocks, w.w1, w.w3, w.w2, d, f);
-  for (const AnchorOperands o : {AnchorOperands::e4m3_rows, AnchorOperands::e4m3_tensor}) {
+  const fp8::FfnWeights q = fp8::quantize_ffn(fp8::Scaling::rows, w.w1, w.w3, w.w2, d, f);
+  for (const AnchorOperands o : {AnchorOperands::scaled(fp8::Scaling::rows), AnchorOperands::per_tensor()}) {
     SCOPED_TRACE(anchor_operands_name(o));
-    const bool per_row = o == AnchorOperands::e4m3_rows;
+    const bool per_row = o == AnchorOperands::scaled(fp8::Scaling::rows);
     const CublasFfnGemms g(w, rows, 11, o);
     EXPECT_EQ(g.operands(), o);
     CUDA_CHECK(cudaMemset(g.gate(), 0xFF, size_t(rows * f) * sizeof(bf16)));
@@ -194,13 +194,10 @@ TEST(CublasFfnGemms, Fp8HeadroomAnchorsApplyOneScalePerRowAndChannelOrPerTensor)
     g.enqueue_step(nullptr);
     SWAPFFN_CHECK_LAUNCH();
     CUDA_CHECK(cudaDeviceSynchronize());
-    // Weight scales: the largest block scale of each channel (of the weight).
+    // Weight scales: the rows scaling's per channel, or their largest (of the weight).
     const auto expected_scales = [&](const fp8::ScaledWeight& wq) {
-      std::vector<float> s(per_row ? size_t(wq.rows) : 1, 0.f);
-      for (int64_t r = 0; r < wq.rows; ++r)
-        for (int64_t b = 0; b < fp8::blocks(wq.cols); ++b)
-          s[per_row ? size_t(r) : 0] = std::max(s[per_row ? size_t(r) : 0], wq.scale[size_t((r / 128) * fp8::blocks(wq.cols) + b)]);
-      return s;
+      if (per_row) return wq.scale;
+      return std::vector<float>{*std::max_element(wq.scale.begin(), wq.scale.end())};
     };
     const auto check = [&](const void* got_p, const void* in_p, const float* in_scale_p, const void* w_p,
                            const float* w_scale_p, const fp8::ScaledWeight& wq, const char* what) {
@@ -261,7 +258,7 @@ TEST(CublasFfnGemms, TimingRunsAGraphOfTokenSteps) {
   EXPECT_NE(algorithms.find("algo="), std::string::npos) << algorithms;
   EXPECT_THROW(time_cublas_ffn_gemms(w, 0, 3, 1, 3, 5), Error);
   EXPECT_THROW(time_cublas_ffn_gemms(w, 2, 0, 1, 3, 5), Error);
-  for (const AnchorOperands o : {AnchorOperands::e4m3_blocks, AnchorOperands::e4m3_rows, AnchorOperands::e4m3_tensor}) {
+  for (const AnchorOperands o : {AnchorOperands::scaled(fp8::Scaling::blocks), AnchorOperands::scaled(fp8::Scaling::rows), AnchorOperands::per_tensor()}) {
     std::string fp8_algorithms;
     const DecodeTiming t8 = time_cublas_ffn_gemms(w, 2, 3, 1, 3, 5, {}, &fp8_algorithms, o);
     EXPECT_GT(t8.min_ms_per_step, 0.0) << anchor_operands_name(o);

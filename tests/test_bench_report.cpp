@@ -36,6 +36,13 @@ TEST(BenchRows, EachRowNamesWhatItIsSetAgainst) {
   EXPECT_EQ(fp8.vs_gemms, "cublas-fp8-gemms");
   EXPECT_EQ(fp8.bf16_twin, "fused");
   EXPECT_EQ(backend_row("unknown-fp8", "fp8", 1).bf16_twin, "");  // never guessed from the name
+  // The rows scaling's row: its own anchor, the same bf16 twin.
+  EXPECT_EQ(fp8_row_name("fused-fp8", fp8::Scaling::blocks), "fused-fp8");
+  const BenchRow rows = backend_row(fp8_row_name("fused-fp8", fp8::Scaling::rows), "fp8", 1);
+  EXPECT_EQ(rows.name, "fused-fp8[rows]");
+  EXPECT_EQ(rows.vs_gemms, "cublas-fp8-rows");
+  EXPECT_EQ(rows.bf16_twin, "fused");
+  EXPECT_EQ(backend_row("unknown-fp8[rows]", "fp8", 1).vs_gemms, "cublas-fp8-gemms");
   const BenchRow headroom = anchor_row(kAnchors[2], 1);
   EXPECT_TRUE(headroom.gemms_alone);
   EXPECT_EQ(headroom.vs_gemms, "cublas-fp8-gemms");

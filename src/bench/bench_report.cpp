@@ -219,18 +219,19 @@ nlohmann::json bench_json(const BenchResults& res, const BenchRunInfo& info, con
     if (a.headroom)
       j["fp8_headroom"][a.name] = algorithms(a.name);
     else
-      (j[a.operands == cuda::AnchorOperands::bf16 ? "gemms_alone" : "fp8_gemms_alone"] = algorithms(a.name))["row"] =
+      (j[!a.operands.e4m3 ? "gemms_alone" : "fp8_gemms_alone"] = algorithms(a.name))["row"] =
           a.name;
   }
   if (!res.telemetry_note.empty()) j["telemetry_unavailable"] = res.telemetry_note;
   if (!res.power_note.empty()) j["power_unavailable"] = res.power_note;
   if (!res.python_note.empty()) j["python_unavailable"] = res.python_note;
-  if (res.flips) {
-    nlohmann::json per_token = nlohmann::json::array();
-    for (int64_t t = 0; t < res.flips->tokens; ++t) per_token.push_back(res.flips->rate(t));
-    j["flip_rate"] = {{"engine", res.flips->engine}, {"baseline", res.flips->baseline}, {"batch", res.flips->batch},
-                      {"tokens", res.flips->tokens}, {"per_token", per_token}, {"overall", res.flips->overall()}};
+  for (const FlipRate& f : res.flips) {
+    std::vector<double> per_token;
+    for (int64_t t = 0; t < f.tokens; ++t) per_token.push_back(f.rate(t));
+    j["flip_rate"].push_back({{"engine", f.engine}, {"baseline", f.baseline}, {"batch", f.batch}, {"tokens", f.tokens},
+                              {"per_token", per_token}, {"overall", f.overall()}});
   }
+
   j["rows"] = rows;
   return j;
 }

@@ -27,7 +27,7 @@ struct BenchResults {
   std::string telemetry_note, power_note;  // why there is no telemetry, or no power in it
   std::string python_note;                 // why --python's row did not run
   nlohmann::json anchor_algorithms = nlohmann::json::object();  // cuBLASLt's picks, per anchor row and batch
-  std::optional<FlipRate> flips;  // an fp8 backend's free-running decisions against fused (bf16)
+  std::vector<FlipRate> flips;  // each fp8 row's free-running decisions against fused (bf16)
 
   // The time of row `name` at `batch`, 0 when it did not run.
   double ms_of(const std::string& name, int64_t batch) const;

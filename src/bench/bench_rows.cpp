@@ -5,13 +5,8 @@
 namespace swapffn::cuda {
 
 std::string anchor_operands_name(AnchorOperands o) {
-  switch (o) {
-    case AnchorOperands::bf16: return "bf16";
-    case AnchorOperands::e4m3_blocks: return "block-scaled e4m3";
-    case AnchorOperands::e4m3_rows: return "row-scaled e4m3";
-    case AnchorOperands::e4m3_tensor: return "tensor-scaled e4m3";
-  }
-  return "?";
+  if (!o.e4m3) return "bf16";
+  return std::string(o.scaling ? fp8::scaling_name(*o.scaling) : "tensor") + "-scaled e4m3";
 }
 
 }  // namespace swapffn::cuda
@@ -26,9 +21,15 @@ constexpr std::pair<const char*, const char*> kFp8Twins[] = {{"fused-fp8", "fuse
 
 const char* anchor_of(const std::string& precision) { return precision == "fp8" ? kAnchors[1].name : kAnchors[0].name; }
 
-std::string bf16_backend_of(const std::string& fp8_backend) {
+constexpr const char* kRowsSuffix = "[rows]";
+
+std::string fp8_row_name(const std::string& backend, fp8::Scaling s) {
+  return s == fp8::Scaling::rows ? backend + kRowsSuffix : backend;
+}
+
+std::string bf16_backend_of(const std::string& fp8_row) {
   for (const auto& [fp8, bf16] : kFp8Twins)
-    if (fp8_backend == fp8) return bf16;
+    if (fp8_row == fp8 || fp8_row == fp8_row_name(fp8, fp8::Scaling::rows)) return bf16;
   return "";
 }
 
@@ -37,7 +38,7 @@ BenchRow anchor_row(const AnchorSpec& a, int64_t batch) {
   r.name = a.name;
   r.batch = batch;
   r.gemms_alone = true;
-  if (a.operands != cuda::AnchorOperands::bf16) {
+  if (a.operands.e4m3) {
     r.precision = "fp8";
     r.bf16_twin = kAnchors[0].name;
   }
@@ -45,13 +46,17 @@ BenchRow anchor_row(const AnchorSpec& a, int64_t batch) {
   return r;
 }
 
-BenchRow backend_row(const std::string& backend, const std::string& precision, int64_t batch) {
+BenchRow backend_row(const std::string& name, const std::string& precision, int64_t batch) {
   BenchRow r;
-  r.name = backend;
+  r.name = name;
   r.batch = batch;
   r.precision = precision;
   r.vs_gemms = anchor_of(precision);
-  if (precision == "fp8") r.bf16_twin = bf16_backend_of(backend);
+  if (precision == "fp8") {
+    r.bf16_twin = bf16_backend_of(name);
+    for (const auto& [fp8, bf16] : kFp8Twins)
+      if (name == fp8_row_name(fp8, fp8::Scaling::rows)) r.vs_gemms = kAnchors[2].name;
+  }
   return r;
 }
 

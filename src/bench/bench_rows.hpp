@@ -33,27 +33,31 @@ struct BenchRow {
 struct AnchorSpec {
   const char* name;
   cuda::AnchorOperands operands;
-  bool headroom;  // timed only with --fp8-headroom (else: bf16 always, the recipe's with an fp8 backend)
+  bool headroom;  // per tensor: timed only with --fp8-headroom (the others: bf16 always, an fp8 scaling's
+                  // when a row of that scaling runs, or with --fp8-headroom)
 };
 inline constexpr AnchorSpec kAnchors[] = {
-    {"cublas-ffn-gemms", cuda::AnchorOperands::bf16, false},          // the anchor of the bf16 backends
-    {"cublas-fp8-gemms", cuda::AnchorOperands::e4m3_blocks, false},   // of the fp8 backends (the recipe)
-    {"cublas-fp8-rows", cuda::AnchorOperands::e4m3_rows, true},       // per row of x and u, per channel of W
-    {"cublas-fp8-tensor", cuda::AnchorOperands::e4m3_tensor, true},   // per tensor
+    {"cublas-ffn-gemms", cuda::AnchorOperands::bf16(), false},  // the anchor of the bf16 backends
+    {"cublas-fp8-gemms", cuda::AnchorOperands::scaled(fp8::Scaling::blocks), false},  // fp8, blocks scaling
+    {"cublas-fp8-rows", cuda::AnchorOperands::scaled(fp8::Scaling::rows), true},  // per row of x, u; per channel of W
+    {"cublas-fp8-tensor", cuda::AnchorOperands::per_tensor(), true},  // per tensor
 };
 inline constexpr const char* kPythonRow = "python[slots]";  // fused[slots] through the Python API (--python)
 
 BenchRow anchor_row(const AnchorSpec& a, int64_t batch);
-// An engine's dense step (precision: Engine::precision()).
-BenchRow backend_row(const std::string& backend, const std::string& precision, int64_t batch);
+// An engine's dense step (precision: Engine::precision()); an fp8 row named by fp8_row_name is set
+// against its scaling's anchor.
+BenchRow backend_row(const std::string& name, const std::string& precision, int64_t batch);
+// The row of an fp8 backend in a scaling: "fused-fp8" (blocks), "fused-fp8[rows]".
+std::string fp8_row_name(const std::string& backend, fp8::Scaling s);
 // The same engine's step through a state pool (SPEC section 7), set against its dense step.
 BenchRow slot_row(const std::string& backend, int64_t batch);
 // The fused slot step through the Python API, set against the C++ slot step.
 BenchRow python_row(int64_t batch);
 
-// The anchor of a precision's rows ("bf16" or "fp8"), and the bf16 backend an fp8 backend is
-// paired with ("" when it has none).
+// The anchor of a precision's rows ("bf16" or "fp8", the blocks scaling's), and the bf16 backend an
+// fp8 row is paired with ("" when it has none).
 const char* anchor_of(const std::string& precision);
-std::string bf16_backend_of(const std::string& fp8_backend);
+std::string bf16_backend_of(const std::string& fp8_row);
 
 }  // namespace swapffn::bench

@@ -47,6 +47,6 @@ DecodeTiming time_device_decode_slots(Engine& engine, const State& initial, int 
 // backends), or the coarser e4m3 scalings (bench --fp8-headroom).
 DecodeTiming time_cublas_ffn_gemms(const Weights& w, int64_t batch, int tokens, int warmup, int repeats, uint64_t seed,
                                    const TimedWindow& window = {}, std::string* algorithms = nullptr,
-                                   AnchorOperands operands = AnchorOperands::bf16);
+                                   AnchorOperands operands = AnchorOperands::bf16());
 
 }  // namespace swapffn::cuda

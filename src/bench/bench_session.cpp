@@ -27,15 +27,42 @@ void log(const BenchRow& r) {
   std::fprintf(stderr, "  %s B=%lld: %.4f ms/step\n", r.name.c_str(), static_cast<long long>(r.batch), r.ms);
 }
 
-// What an fp8 backend trades: its free-running decision flip rate against its bf16 twin on the
+// What each fp8 row trades: its free-running decision flip rate against its bf16 twin on the
 // bench's weights, when both run.
-std::optional<FlipRate> fp8_flip_rate(const Engines& engines) {
+std::vector<FlipRate> fp8_flip_rates(const Engines& engines) {
+  std::vector<FlipRate> out;
   for (const auto& [name, fp8] : engines) {
     if (fp8->precision() != "fp8") continue;
     for (const auto& [other, bf16] : engines)
-      if (other == bf16_backend_of(name)) return decision_flip_rate(*fp8, *bf16, kFlipBatch, kFlipTokens, kSeed);
+      if (other == bf16_backend_of(name)) {
+        out.push_back(decision_flip_rate(*fp8, *bf16, kFlipBatch, kFlipTokens, kSeed));
+        out.back().engine = name;
+      }
   }
-  return std::nullopt;
+  return out;
+}
+
+// The engines of the bench's rows: one per backend, and fused-fp8 once per scaling it can run here
+// (an fp8 model's own, the one pinned by --fp8-kernels scales=, else both), each row named by it.
+Engines make_engines(const BenchOptions& o, const Weights& w, const std::vector<std::string>& backends) {
+  Engines engines;
+  for (const auto& b : backends) {
+    EngineOptions eo;
+    if (b == "fused") eo.fused = o.fused;
+    if (b != "fused-fp8") {
+      engines.emplace_back(b, make_engine(b, w, eo));
+      continue;
+    }
+    std::vector<fp8::Scaling> scalings{fp8::Scaling::blocks, fp8::Scaling::rows};
+    if (w.fp8_ffn) scalings = {w.fp8_ffn->scaling()};
+    if (o.fp8_pinned.fp8_scales) scalings = {*o.fp8_pinned.fp8_scales};
+    for (const fp8::Scaling s : scalings) {
+      eo.fused.pinned = o.fp8_pinned;
+      if (!w.fp8_ffn) eo.fused.pinned.fp8_scales = s;
+      engines.emplace_back(fp8_row_name(b, s), make_engine(b, w, eo));
+    }
+  }
+  return engines;
 }
 
 #ifdef SWAPFFN_WITH_CUDA
@@ -62,10 +89,14 @@ void add_python_row(GpuPointTimer& gpu, const BenchOptions& o, int64_t batch, Be
   }
 }
 
-void measure_anchors(GpuPointTimer& gpu, const BenchOptions& o, const Weights& w, int64_t batch, bool any_fp8,
+// The anchors of the rows that run (bf16 always; the blocks scaling's with any fp8 row, the rows
+// scaling's when a row runs it), and all of them with --fp8-headroom.
+void measure_anchors(GpuPointTimer& gpu, const BenchOptions& o, const Weights& w, int64_t batch, const Engines& engines,
                      BenchResults& res) {
   for (const AnchorSpec& a : kAnchors) {
-    const bool wanted = a.operands == cuda::AnchorOperands::bf16 || (a.headroom ? o.fp8_headroom : any_fp8 || o.fp8_headroom);
+    bool wanted = !a.operands.e4m3 || o.fp8_headroom;
+    for (const auto& [name, e] : engines)
+      wanted = wanted || (e->precision() == "fp8" && (!a.headroom || backend_row(name, "fp8", batch).vs_gemms == a.name));
     if (!wanted) continue;
     BenchRow r = anchor_row(a, batch);
     std::string algorithms;
@@ -99,18 +130,11 @@ double time_host_decode(Engine& e, const State& initial, const BenchOptions& o) 
 }
 
 BenchResults measure(const BenchOptions& o, const Weights& w, const std::vector<std::string>& backends) {
-  Engines engines;
-  for (const auto& b : backends) {
-    EngineOptions eo;
-    if (b == "fused") eo.fused = o.fused;
-    if (b == "fused-fp8") eo.fused.pinned = o.fp8_pinned;
-    engines.emplace_back(b, make_engine(b, w, eo));
-  }
+  const Engines engines = make_engines(o, w, backends);
   BenchResults res;
   const bool on_gpu = std::any_of(backends.begin(), backends.end(), is_gpu_backend);
   if (o.fp8_headroom && !on_gpu) std::printf("skipped: --fp8-headroom (its rows time cuBLASLt's GEMMs on a GPU)\n");
 #ifdef SWAPFFN_WITH_CUDA
-  const bool any_fp8 = std::any_of(engines.begin(), engines.end(), [](const auto& e) { return e.second->precision() == "fp8"; });
   std::unique_ptr<GpuPointTimer> gpu;
   if (on_gpu) {
     gpu = std::make_unique<GpuPointTimer>(o.cooldown_s);
@@ -125,7 +149,7 @@ BenchResults measure(const BenchOptions& o, const Weights& w, const std::vector<
   for (int64_t batch : o.batches) {
     const State initial = State::random(w.cfg, batch, kSeed);
 #ifdef SWAPFFN_WITH_CUDA
-    if (gpu) measure_anchors(*gpu, o, w, batch, any_fp8, res);
+    if (gpu) measure_anchors(*gpu, o, w, batch, engines, res);
 #endif
     for (auto& [name, engine] : engines) {
       BenchRow r = backend_row(name, engine->precision(), batch);
@@ -151,7 +175,7 @@ BenchResults measure(const BenchOptions& o, const Weights& w, const std::vector<
 #endif
     }
   }
-  res.flips = fp8_flip_rate(engines);
+  res.flips = fp8_flip_rates(engines);
   return res;
 }
 

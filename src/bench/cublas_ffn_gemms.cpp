@@ -50,26 +50,22 @@ struct Product {
     SWAPFFN_REQUIRE(found == 1, "cuBLASLt offers no algorithm for the " + of);
     algo = res.algo;
   }
-  static cudaDataType_t in_type(AnchorOperands o) { return o == AnchorOperands::bf16 ? CUDA_R_16BF : CUDA_R_8F_E4M3; }
+  static cudaDataType_t in_type(AnchorOperands o) { return o.e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_16BF; }
 };
 
 // The scales of an e4m3 operand: an input [rows, k] (x, u) or a weight [n, k] (AnchorOperands).
 int64_t input_scale_count(AnchorOperands o, int64_t rows, int64_t k) {
-  return o == AnchorOperands::e4m3_blocks ? fp8::blocks(k) * rows : o == AnchorOperands::e4m3_rows ? rows : 1;
+  return !o.scaling ? 1 : fp8::row_scale_count(*o.scaling, k) * rows;
 }
 int64_t weight_scale_count(AnchorOperands o, int64_t n, int64_t k) {
-  return o == AnchorOperands::e4m3_blocks ? fp8::blocks(n) * weight_scale_stride(k)
-         : o == AnchorOperands::e4m3_rows ? n
-                                          : 1;
+  return !o.scaling ? 1 : o.scaling == fp8::Scaling::rows ? n : fp8::blocks(n) * weight_scale_stride(k);
 }
 
 // The scaling an anchor's weights are quantised in; per tensor takes the rows scaling's largest
 // scale (a timing anchor: its codes need not be that scale's).
-fp8::Scaling scaling_of(AnchorOperands o) {
-  return o == AnchorOperands::e4m3_blocks ? fp8::Scaling::blocks : fp8::Scaling::rows;
-}
+fp8::Scaling scaling_of(AnchorOperands o) { return o.scaling.value_or(fp8::Scaling::rows); }
 std::vector<float> weight_scales_as(AnchorOperands o, const fp8::ScaledWeight& q) {
-  if (o != AnchorOperands::e4m3_tensor) return weight_scales(q);
+  if (o.scaling) return weight_scales(q);
   return {*std::max_element(q.scale.begin(), q.scale.end())};
 }
 
@@ -95,7 +91,7 @@ struct CublasFfnGemms::Impl {
   DeviceBuffer<uint8_t> workspace;
   std::unique_ptr<Product> gate_up, down_product;
 
-  bool e4m3() const { return operands != AnchorOperands::bf16; }
+  bool e4m3() const { return operands.e4m3; }
   void matmul(const Product& p, const void* w, const float* w_scale, const void* in, const float* in_scale, void* out,
               cudaStream_t stream) const {
     if (e4m3()) set_scales(w_scale, in_scale);
@@ -216,10 +212,10 @@ CublasFfnGemms::Impl::Impl(int64_t d_model, int64_t d_ff, int64_t steps, int64_t
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tx, sizeof(tx)));
   if (e4m3()) {
     // cuBLASLt's fp8 matmuls promote to fp32 as they go (no fast accumulation: its default).
-    const int32_t w_mode = operands == AnchorOperands::e4m3_blocks ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
-                           : operands == AnchorOperands::e4m3_rows ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+    const int32_t w_mode = operands.scaling == fp8::Scaling::blocks ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                           : operands.scaling == fp8::Scaling::rows ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
                                                                    : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
-    const int32_t x_mode = operands == AnchorOperands::e4m3_blocks ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : w_mode;
+    const int32_t x_mode = operands.scaling == fp8::Scaling::blocks ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : w_mode;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &w_mode, sizeof(w_mode)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode, sizeof(x_mode)));
   }
