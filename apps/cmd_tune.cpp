@@ -72,7 +72,13 @@ std::vector<Point> time_candidates(const Weights& w, const TuneArgs& a) {
   for (const DualGemmTile up : kDualGemmTiles)
     for (const auto& [router, groups] : {std::pair{EventHead::cublas, 1}, std::pair{EventHead::folded, 1},
                                          std::pair{EventHead::folded, 2}})
-      if (router == EventHead::cublas || cfg.d_model <= 1024) candidates.push_back({.up = up, .router = router, .row_groups = groups});
+      if (router == EventHead::cublas || cfg.d_model <= 1024) {
+        FusedChoice c;
+        c.up = up;
+        c.router = router;
+        c.row_groups = groups;
+        candidates.push_back(c);
+      }
   std::vector<Point> points;
   for (int64_t b : a.batches)
     for (const FusedChoice& c : candidates) {

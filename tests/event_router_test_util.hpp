@@ -109,7 +109,7 @@ inline void expect_same_outputs(const RouterOutputs& want, const RouterOutputs& 
 }
 
 // The FFN operand's form a router is asked to write.
-enum class Operand { bf16, e4m3 };
+enum class Operand { bf16, e4m3, e4m3_rows };
 
 // One event over `in` (the RMSNorm operand written when with_norm, in the form `form`): uploads the
 // inputs and the folded vectors, poisons the FFN operand and the trace, calls launch(args) with
@@ -145,7 +145,8 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, c
   CUDA_CHECK(cudaMemset(norm_scales.get(), 0xFF, norm_scales.size() * sizeof(float)));
   FfnOperand operand;
   if (with_norm && form == Operand::bf16) operand.bf16 = norm_out.get();
-  if (with_norm && form == Operand::e4m3) operand = {.e4m3 = norm_e4m3.get(), .scales = norm_scales.get()};
+  if (with_norm && form != Operand::bf16)
+    operand = {.e4m3 = norm_e4m3.get(), .scales = norm_scales.get(), .per_row = form == Operand::e4m3_rows};
   CUDA_CHECK(cudaMemset(gate.get(), 0xEE, gate.size()));
   CUDA_CHECK(cudaMemset(slot.get(), 0xEE, slot.size()));
   DeviceBuffer<StepIO> io;
@@ -158,7 +159,7 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, c
                          .film_scale = film ? scale.get() : nullptr, .film_shift = film ? shift.get() : nullptr});
   CUDA_CHECK(cudaDeviceSynchronize());
   RouterOutputs out{h.download(), ram.download(), norm_out.download(), map.download(), gate.download(), slot.download(), {}, {}};
-  if (form == Operand::e4m3) {
+  if (form != Operand::bf16) {
     out.norm_e4m3 = norm_e4m3.download();
     out.norm_scales = norm_scales.download();
   }
@@ -166,8 +167,8 @@ RouterOutputs run_event(const RouterInputs& in, bool with_norm, Launch launch, c
 }
 
 // launch, or with split > 0 two launches: rows [0, split) and [split, rows) (the fused backend's
-// row groups, each with its own FFN operand: its rows' codes, and its scales [D / 128, its rows]
-// after the first group's).
+// row groups, each with its own FFN operand: its rows' codes, and its scales [D / 128, its rows], or
+// [its rows] per row, after the first group's).
 template <class Launch>
 auto in_two_launches(int64_t split, Launch launch) {
   return [split, launch](EventRouterArgs a) {
@@ -181,7 +182,7 @@ auto in_two_launches(int64_t split, Launch launch) {
       if (o.bf16) o.bf16 += split * a.d_model;
       if (o.e4m3) {
         o.e4m3 += split * a.d_model;
-        o.scales += split * (a.d_model / 128);
+        o.scales += split * (o.per_row ? 1 : a.d_model / 128);
       }
     }
     launch(a);

@@ -195,25 +195,31 @@ TEST(FoldedEventRouter, RowSplitsAndRepeatsGiveTheSameBits) {
   }
 }
 
-// The fp8 FFN's operand: the bf16 operand's values quantised by the recipe (fp8::quantize_row), each
-// launch's scales in its own [D / 128, rows] block; everything else the bf16 run's bits.
+// The fp8 FFN's operand: the bf16 operand's values quantised by the recipe (fp8::quantize_row) in
+// either scaling, each launch's scales in its own [scales per row, rows] block; everything else the
+// bf16 run's bits.
 TEST(FoldedEventRouter, E4m3OperandIsTheRecipeOnTheBf16Operand) {
-  for (const auto& [rows, D, R] : {std::tuple<int64_t, int64_t, int64_t>{512, 1024, 64}, {333, 256, 32}}) {
+  for (const auto& [rows, D, R, scaling] :
+       {std::tuple<int64_t, int64_t, int64_t, fp8::Scaling>{512, 1024, 64, fp8::Scaling::blocks},
+        {333, 256, 32, fp8::Scaling::blocks}, {512, 1024, 64, fp8::Scaling::rows}, {333, 256, 32, fp8::Scaling::rows}}) {
+    const int64_t per_row = fp8::row_scale_count(scaling, D);
     const RouterInputs in = RouterInputs::random(rows, D, R, 91 + static_cast<uint32_t>(rows));
     const RouterOutputs bf = run_folded(in, true);
     for (const int64_t split : {int64_t{0}, rows / 3 + 1}) {
-      const std::string where = "rows " + std::to_string(rows) + (split ? ", split at " + std::to_string(split) : "");
-      RouterOutputs got = run_folded(in, true, split, nullptr, Operand::e4m3);
-      std::vector<float> row(static_cast<size_t>(D)), want_s(static_cast<size_t>(D / 128));
+      const std::string where = std::string(fp8::scaling_name(scaling)) + ", rows " + std::to_string(rows) +
+                                (split ? ", split at " + std::to_string(split) : "");
+      RouterOutputs got = run_folded(in, true, split, nullptr,
+                                     scaling == fp8::Scaling::rows ? Operand::e4m3_rows : Operand::e4m3);
+      std::vector<float> row(static_cast<size_t>(D)), want_s(static_cast<size_t>(per_row));
       std::vector<uint8_t> want_q(static_cast<size_t>(D));
       for (int64_t m = 0; m < rows; ++m) {
         for (int64_t d = 0; d < D; ++d) row[size_t(d)] = __bfloat162float(bf.norm_out[size_t(m * D + d)]);
-        fp8::quantize_row(fp8::Scaling::blocks, row.data(), D, want_q.data(), want_s.data());
+        fp8::quantize_row(scaling, row.data(), D, want_q.data(), want_s.data());
         ASSERT_EQ(std::memcmp(want_q.data(), &got.norm_e4m3[size_t(m * D)], size_t(D)), 0)
             << where << ": row " << m << " codes";
         const int64_t g0 = m < split ? 0 : split, g_rows = m < split ? split : rows - split;
-        for (int64_t kb = 0; kb < D / 128; ++kb)
-          ASSERT_EQ(got.norm_scales[size_t(g0 * (D / 128) + kb * g_rows + (m - g0))], want_s[size_t(kb)])
+        for (int64_t kb = 0; kb < per_row; ++kb)
+          ASSERT_EQ(got.norm_scales[size_t(g0 * per_row + kb * g_rows + (m - g0))], want_s[size_t(kb)])
               << where << ": row " << m << " scale of block " << kb;
       }
       got.norm_out = bf.norm_out;  // not written: poison in both

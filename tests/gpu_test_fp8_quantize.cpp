@@ -185,10 +185,21 @@ TEST(Fp8Quantize, RmsnormE4m3IsTheRecipeOnItsBf16Output) {
     launch_rmsnorm(hd.get(), gd.get(), {.bf16 = bf.get()}, rows, D, 1e-6f, nullptr);
     launch_rmsnorm(hd.get(), gd.get(), {.e4m3 = out.q.get(), .scales = out.s.get()}, rows, D, 1e-6f, nullptr,
                    /*pdl=*/true);
+    // The rows scaling (the row in registers only: D <= 1024).
+    QuantOut per_row(rows, D);
+    if (D <= 1024)
+      launch_rmsnorm(hd.get(), gd.get(), {.e4m3 = per_row.q.get(), .scales = per_row.s.get(), .per_row = true}, rows,
+                     D, 1e-6f, nullptr, /*pdl=*/true);
+    else
+      EXPECT_THROW(launch_rmsnorm(hd.get(), gd.get(), {.e4m3 = per_row.q.get(), .scales = per_row.s.get(), .per_row = true},
+                                  rows, D, 1e-6f, nullptr),
+                   Error);
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<__nv_bfloat16> x = bf.download(size_t(rows * D));
     const std::vector<uint8_t> q = out.q.download(size_t(rows * D));
     const std::vector<float> s = out.s.download(size_t(rows * (D / 128)));
+    const std::vector<uint8_t> rq = per_row.q.download(size_t(rows * D));
+    const std::vector<float> rs = per_row.s.download(size_t(rows));
     std::vector<float> row(static_cast<size_t>(D)), want_s(static_cast<size_t>(D / 128));
     std::vector<uint8_t> want_q(static_cast<size_t>(D));
     for (int64_t r = 0; r < rows; ++r) {
@@ -196,6 +207,11 @@ TEST(Fp8Quantize, RmsnormE4m3IsTheRecipeOnItsBf16Output) {
       fp8::quantize_row(fp8::Scaling::blocks, row.data(), D, want_q.data(), want_s.data());
       ASSERT_TRUE(same_scales(want_s, s, rows, r));
       ASSERT_EQ(0, std::memcmp(want_q.data(), &q[size_t(r * D)], size_t(D))) << "codes of row " << r;
+      if (D > 1024) continue;
+      float row_scale = 0.f;
+      fp8::quantize_row(fp8::Scaling::rows, row.data(), D, want_q.data(), &row_scale);
+      ASSERT_TRUE(same_scales({row_scale}, rs, rows, r)) << "rows scaling";
+      ASSERT_EQ(0, std::memcmp(want_q.data(), &rq[size_t(r * D)], size_t(D))) << "rows scaling: codes of row " << r;
     }
     EXPECT_EQ(s[3], 1.0f) << "the zero row's scale is 1";
   }

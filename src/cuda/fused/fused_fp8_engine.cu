@@ -3,9 +3,9 @@
 // the model's scaling (a bf16 model's: scales=, blocks by default), fp32 scales, fp32 accumulation.
 //   blocks: weights in 128x128 blocks, activations in 1x128 blocks along k;
 //   rows: one scale per output channel of a weight and per activation row.
-// Per FFN step: the normed operand in e4m3 (blocks: the folded head and the RMSNorm quantise the
-// bf16 values they compute, ffn_operand; the cuBLAS head's bf16 rows, and every row under rows
-// scaling, are quantised by fp8_quantize_rows); the up projection into e4m3 u
+// Per FFN step: the normed operand in e4m3 (the folded head and the RMSNorm quantise the bf16 values
+// they compute, ffn_operand; the cuBLAS head's bf16 rows are quantised by fp8_quantize_rows, since
+// they are also its router's operand); the up projection into e4m3 u
 // (fp8up=cublas: cuBLASLt's w1|w3 GEMM into bf16 [rows, 2F], then SwiGLU and quantisation,
 // fp8_swiglu_quantize; fp8up=sm90, blocks only: our kernel with both in its epilogue,
 // sm90_fp8_dual_gemm_swiglu); the w2 GEMM adding into h in place (fp32, beta = 1). The cuBLASLt
@@ -94,11 +94,12 @@ class FusedFp8Engine final : public FusedEngineBase {
     us_.release();
   }
 
-  // The heads quantise in 1x128 blocks only: under rows scaling they write bf16 rows, quantised next.
   FfnOperand ffn_operand(size_t g) const override {
-    if (kcfg_.router == EventHead::cublas || scaling_ == fp8::Scaling::rows) return FusedEngineBase::ffn_operand(g);
+    if (kcfg_.router == EventHead::cublas) return FusedEngineBase::ffn_operand(g);
     const int64_t g0 = groups_[g].first, D = cfg_.d_model;
-    return {.e4m3 = xq_.get() + g0 * D, .scales = xs_.get() + g0 * (D / fp8::kBlock)};
+    return {.e4m3 = xq_.get() + g0 * D,
+            .scales = xs_.get() + g0 * fp8::row_scale_count(scaling_, D),
+            .per_row = scaling_ == fp8::Scaling::rows};
   }
 
   void enqueue_ffn(size_t g, int64_t g0, int64_t rows, cudaStream_t stream) override {

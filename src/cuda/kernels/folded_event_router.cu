@@ -85,13 +85,10 @@ __device__ __forceinline__ void apply_row(const EventRouterArgs& a, int64_t m, R
   if (a.norm_out.bf16 != nullptr || a.norm_out.e4m3 != nullptr) {
     if (d.gate || rs < 0.f) rs = row_rs(hv, D, a.eps);
     const float4* ng4 = reinterpret_cast<const float4*>(ngain);
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) {
-        const float4 v = hv[i], gg = ng4[lane + 32 * i];
-        store_ffn_operand(a.norm_out, m - a.row_begin, a.rows, D, i, lane, v.x * rs * gg.x, v.y * rs * gg.y,
-                          v.z * rs * gg.z, v.w * rs * gg.w);
-      }
+    store_ffn_operand_row<kMaxVec>(a.norm_out, m - a.row_begin, a.rows, D, lane, [&](int i) {
+      const float4 v = hv[i], gg = ng4[lane + 32 * i];
+      return make_float4(v.x * rs * gg.x, v.y * rs * gg.y, v.z * rs * gg.z, v.w * rs * gg.w);
+    });
   }
 }
 

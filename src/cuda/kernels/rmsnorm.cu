@@ -59,9 +59,9 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
     for (int i = 0; i < kMaxVec; ++i)
       if (i < nvec) ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
     const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i)
-      if (i < nvec) store(i, v[i], g[i], inv);
+    store_ffn_operand_row<kMaxVec>(out, m, rows, D, lane, [&](int i) {
+      return make_float4(v[i].x * inv * g[i].x, v[i].y * inv * g[i].y, v[i].z * inv * g[i].z, v[i].w * inv * g[i].w);
+    });
   } else {
 #pragma unroll 8
     for (int k4 = lane; k4 < D / 4; k4 += 32) {
@@ -78,6 +78,9 @@ __global__ void __launch_bounds__(kWarpKernelThreads)
 void launch_rmsnorm(const float* h, const float* gain, const FfnOperand& out, int64_t rows, int64_t d_model, float eps,
                     cudaStream_t stream, bool pdl) {
   SWAPFFN_ASSERT(out.any() && out.well_formed(), "rmsnorm: the output must be bf16 rows or e4m3 codes with scales");
+  SWAPFFN_ASSERT(!out.per_row || d_model <= 128 * kMaxVec,
+                 "rmsnorm: e4m3 with one scale per row needs the row in registers (d_model <= " +
+                     std::to_string(128 * kMaxVec) + "), got " + std::to_string(d_model));
   if (rows == 0) return;
   if (d_model % 128 == 0) {
     constexpr int per_block = kWarpKernelThreads / 32;
