@@ -177,7 +177,9 @@ void add_bench_command(CLI::App& app) {
                   "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE)");
   cmd->add_flag("--fp8-headroom", a->o.fp8_headroom,
                 "also time the fp8 GEMMs with per-row/channel and per-tensor scales (the headroom of coarser scalings)");
-  cmd->add_option("--fp8-kernels", a->fp8_kernels, "fused-fp8: pinned kernel choices, e.g. 'fp8up=sm90,groups=2'");
+  cmd->add_option("--fp8-kernels", a->fp8_kernels,
+                  "fused-fp8: pinned kernel choices, e.g. 'fp8up=sm90,groups=2' (scales=rows|blocks: that scaling "
+                  "only; by default both are timed)");
   cmd->callback([a] { run_bench(*a); });
 }
 

@@ -22,7 +22,7 @@ void require_not_input(const std::string& out, const std::string& out_flag, cons
 void FusedFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--kernels", kernels,
                   "fused backends: pin kernel choices, e.g. 'up=bn256_st4_sk1_mc1_p,router=folded,groups=2' "
-                  "(fused-fp8: router=, groups=, fp8up=cublas|sm90)");
+                  "(fused-fp8: router=, groups=, fp8up=cublas|sm90, scales=rows|blocks for a bf16 model)");
   cmd->add_option("--tune", tune_file,
                   "fused backend: tuning cache written by `swapffn tune` (default: $SWAPFFN_TUNE_FILE, else the "
                   "built-in choices)");

@@ -151,10 +151,9 @@ __device__ __forceinline__ void consume_unit_rows(const Params& p, int unit, int
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int m = m0 + 8 * h;
-        const float* gate = &acc[half][4 * (2 * g) + 2 * h];
-        const float* up = &acc[half][4 * (2 * g + 1) + 2 * h];
-        const float u0 = silu_mul(gate[0] * sx[h] * sg.x, up[0] * sx[h] * su.x);
-        const float u1 = silu_mul(gate[1] * sx[h] * sg.y, up[1] * sx[h] * su.y);
+        const int gi = 4 * (2 * g) + 2 * h, ui = 4 * (2 * g + 1) + 2 * h;
+        const float u0 = silu_mul(acc[half][gi] * sx[h] * sg.x, acc[half][ui] * sx[h] * su.x);
+        const float u1 = silu_mul(acc[half][gi + 1] * sx[h] * sg.y, acc[half][ui + 1] * sx[h] * su.y);
         if (m < p.m) *reinterpret_cast<__nv_bfloat162*>(p.u_bf16 + int64_t(m) * p.f + f0) = __floats2bfloat162_rn(u0, u1);
       }
     }
