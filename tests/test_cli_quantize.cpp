@@ -22,9 +22,9 @@ TEST_F(Cli, QuantizeWritesTheFp8ModelAndOtherCommandsUseIt) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
   EXPECT_NE(r.out.find("wrote " + q), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("(scaling rows)"), std::string::npos) << r.out;  // the default
+  EXPECT_NE(r.out.find("(scaling blocks)"), std::string::npos) << r.out;  // the default
   // Each weight's error under both scalings, the written one marked.
-  const size_t rows_at = r.out.find("scaling rows (written):"), blocks_at = r.out.find("scaling blocks:");
+  const size_t rows_at = r.out.find("scaling rows:"), blocks_at = r.out.find("scaling blocks (written):");
   ASSERT_NE(rows_at, std::string::npos) << r.out;
   ASSERT_NE(blocks_at, std::string::npos) << r.out;
   for (const size_t at : {rows_at, blocks_at})
@@ -35,16 +35,16 @@ TEST_F(Cli, QuantizeWritesTheFp8ModelAndOtherCommandsUseIt) {
 
   const Weights original = Weights::load(m), fp8 = Weights::load(q);
   ASSERT_TRUE(fp8.fp8_ffn.has_value());
-  const Weights want = original.quantized_fp8(fp8::Scaling::rows);
+  const Weights want = original.quantized_fp8(fp8::Scaling::blocks);
   EXPECT_EQ(fp8.fp8_ffn->w2.data, want.fp8_ffn->w2.data);
   EXPECT_EQ(fp8.fingerprint(), want.fingerprint());
   EXPECT_NE(fp8.fingerprint(), original.fingerprint());
-  // --scales blocks writes the blocks recipe.
-  const std::string qb = path("tiny-fp8-blocks.safetensors");
-  r = cli("quantize --in " + m + " --out " + qb + " --format fp8 --scales blocks");
+  // --scales rows writes the rows recipe.
+  const std::string qr = path("tiny-fp8-rows.safetensors");
+  r = cli("quantize --in " + m + " --out " + qr + " --format fp8 --scales rows");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("scaling blocks (written):"), std::string::npos) << r.out;
-  EXPECT_EQ(Weights::load(qb).fingerprint(), original.quantized_fp8(fp8::Scaling::blocks).fingerprint());
+  EXPECT_NE(r.out.find("scaling rows (written):"), std::string::npos) << r.out;
+  EXPECT_EQ(Weights::load(qr).fingerprint(), original.quantized_fp8(fp8::Scaling::rows).fingerprint());
 
   // The reference runs it (its dequantised weights) and passes its check; bf16 backends refuse it.
   r = cli("check --model " + q + " --backend reference --batch 2 --tokens 2 --threads 2");
