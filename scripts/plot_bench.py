@@ -6,8 +6,8 @@
   nvfp4:  % of SOL per shape, from `swapffn nvfp4 bench --json`.
 
 Examples:
-  scripts/plot_bench.py tokps bench/baselines/h200-fp8.json bench/baselines/h200.json bench/baselines/h100.json \
-      -o docs/bench_tokps.png
+  scripts/plot_bench.py tokps bench/baselines/h100-fp8.json bench/baselines/h200-fp8.json \
+      bench/baselines/h200.json bench/baselines/h100.json -o docs/bench_tokps.png
   scripts/plot_bench.py nvfp4 bench/baselines/nvfp4-h100.json -o docs/nvfp4_sol.png
 """
 import argparse
@@ -22,7 +22,8 @@ import numpy as np  # noqa: E402
 
 # The in-run anchors (cuBLAS's FFN GEMMs alone, bf16 and fp8): dashed lines, not backends.
 ANCHORS = {"cublas-ffn-gemms": ("0.2", "anchor: cuBLAS FFN GEMMs alone (bf16)"),
-           "cublas-fp8-gemms": ("tab:brown", "anchor: cuBLASLt block-scaled e4m3 FFN GEMMs alone")}
+           "cublas-fp8-gemms": ("tab:brown", "anchor: cuBLASLt block-scaled e4m3 FFN GEMMs alone"),
+           "cublas-fp8-rows": ("tab:olive", "anchor: cuBLASLt row-scaled e4m3 FFN GEMMs alone")}
 # The 1.3 x SOL target of the NVFP4 suite, as a share of SOL.
 NVFP4_TARGET_PCT = 100.0 / 1.3
 
@@ -45,7 +46,8 @@ def tokps_panel(ax, run, show_all):
         name = r["backend"]
         if name.startswith("cublas-") or name in backends:  # anchors (and the fp8 headroom rows): not backends
             continue
-        if not show_all and "[" in name:  # extra rows such as fused[...] are diagnostics
+        # Extra rows such as fused[slots] are diagnostics; fused-fp8[rows] is a scaling of its own.
+        if not show_all and "[" in name and not name.endswith("[rows]"):
             continue
         backends.append(name)
 
@@ -61,7 +63,7 @@ def tokps_panel(ax, run, show_all):
         bx, by = series(anchor)
         if len(bx):
             ax.plot(bx, by, color=color, linestyle="--", marker="s", markersize=5, label=label)
-    colors = {"fused": "tab:blue", "unfused": "tab:orange", "fused-fp8": "tab:red"}
+    colors = {"fused": "tab:blue", "unfused": "tab:orange", "fused-fp8": "tab:red", "fused-fp8[rows]": "tab:purple"}
     at = {}  # batch -> the backends' tok/s there, to place each label clear of the others
     for name in backends:
         for xi, yi in zip(*series(name)):
