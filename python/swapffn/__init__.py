@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import operator
 import os
-from typing import Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -37,6 +37,8 @@ __all__ = ["Engine", "StatePool", "Error", "FileError", "NoGpuError", "PADDING",
 
 __version__ = _swapffn.version  # the engine's, as `swapffn --version` prints it
 
+# An array argument or result: a NumPy array (or anything np.asarray takes) or a torch tensor.
+Array = Any
 PADDING = -1  # a slot id that marks a padding row
 MAX_VALUE = _swapffn.max_value  # the largest |x| the engines accept (SPEC section 4: 2^32)
 
@@ -91,7 +93,7 @@ def _check_values(a: np.ndarray, what: str) -> None:
     raise Error(f"{what}: non-finite value at index {i} ({a.reshape(-1)[i]})")
 
 
-def backends(runnable: bool = True) -> list:
+def backends(runnable: bool = True) -> List[str]:
     """The backends that run here: "reference" always, the GPU ones ("unfused", "fused", "fused-fp8")
     where this build has CUDA and the process sees a Hopper GPU. runnable=False: every backend
     compiled into this build."""
@@ -112,7 +114,7 @@ def init_model(path: str, config: str = "tiny", seed: int = 1) -> None:
     _swapffn.init_model(_path(path, "path"), config, seed)
 
 
-def gpu() -> dict:
+def gpu() -> Dict[str, Any]:
     """The GPU this process sees: present, name (or why absent), hopper."""
     present, name, hopper = _swapffn.gpu()
     return {"present": present, "name" if present else "why_absent": name, "hopper": hopper}
@@ -134,7 +136,7 @@ def _is_torch(a) -> bool:
 class Engine:
     """One model on one backend ("reference", "unfused", "fused" or "fused-fp8") and device."""
 
-    def __init__(self, handle, path: str):
+    def __init__(self, handle: Any, path: str) -> None:  # use Engine.load
         self._h = handle
         self.path = path
         self.config = json.loads(handle.config_json)
@@ -167,11 +169,12 @@ class Engine:
     def device(self) -> int:
         return self._h.device
 
-    def info(self) -> dict:
+    def info(self) -> Dict[str, Any]:
         return {"backend": self.name, "device": self.device, "on_host": self._h.on_host, "model": self.path,
                 "config": dict(self.config), "gpu": gpu()}
 
-    def step(self, x, pool: "StatePool", slot_ids, out=None, trace: Optional[dict] = None):
+    def step(self, x: Array, pool: "StatePool", slot_ids: Array, out: Optional[Array] = None,
+             trace: Optional[dict] = None) -> Array:
         """One decode step: x [B, D] (fp32 or bf16), slot_ids [B] int (distinct slots of `pool`, or -1
         for padding rows). Returns delta [B, D] fp32 (written into `out` when given), of x's kind:
         a NumPy array for host input, a torch tensor for torch input. With trace={} (host input
@@ -199,7 +202,7 @@ class Engine:
         if not isinstance(pool, StatePool) or pool.engine is not self:
             raise Error("pool: a StatePool made for this engine is required")
 
-    def decode(self, xs, pool: "StatePool", slot_ids, out=None):
+    def decode(self, xs: Array, pool: "StatePool", slot_ids: Array, out: Optional[Array] = None) -> Array:
         """T steps of the same rows: xs [T, B, D] (fp32 or bf16); returns deltas [T, B, D] fp32 (into
         `out` when given). On CUDA tensors outside a capture, each step is one replay of the engine's
         own graph of the slot step, joined to torch's current stream before and after, with no host
@@ -394,7 +397,7 @@ class Engine:
 class StatePool:
     """The recurrent state of `slots` sequences where the engine keeps it (its GPU, or the host)."""
 
-    def __init__(self, engine: Engine, slots: int):
+    def __init__(self, engine: Engine, slots: int) -> None:
         if not isinstance(engine, Engine):
             raise Error(f"engine: expected a swapffn.Engine, got {type(engine).__name__}")
         n = _index(slots, "slots")
@@ -416,11 +419,11 @@ class StatePool:
         _swapffn.check_slot_ids(ids, self.slots)
         self._h.reset(ids)
 
-    def get(self, slot: int):
+    def get(self, slot: int) -> Tuple[np.ndarray, np.ndarray]:
         """(ram [C, 4, D] as bf16 bits in uint16, stream_map [C] uint8) of one slot, as NumPy arrays."""
         return self._h.get(_slot(slot, self))
 
-    def set(self, slot: int, ram, stream_map) -> None:
+    def set(self, slot: int, ram: Array, stream_map: Array) -> None:
         """Replaces one slot's state: ram [C, 4, D] (bf16 bits as uint16, or a torch bfloat16 tensor),
         stream_map [C] uint8 (four 2-bit lanes forming a permutation). Validated first (shapes exactly,
         every RAM value finite and within 2^48, every map a permutation); refused, the slot is

@@ -189,7 +189,8 @@ def _launch(fn, args: tuple, device: torch.device) -> None:
             raise Error(f"nvfp4: the kernel asked for {need} workspace bytes after getting {ws.numel()}")
 
 
-def gemv(a, b, sfa, sfb, sfa_permuted, sfb_permuted, c):
+def gemv(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, sfa_permuted: torch.Tensor,
+         sfb_permuted: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """Batched GEMV, c[m, 0, l] = sum_k a[m, k, l] * b[0, k, l]: a (M, K/2, L) and b (rows, K/2, L)
     packed e2m1 (b's row 0 is used; the competition stores 128), scales of a and b plain or permuted
     (module docstring), c float16 (M, 1, L), filled and returned. K % 64 == 0."""
@@ -206,7 +207,8 @@ def gemv(a, b, sfa, sfb, sfa_permuted, sfb_permuted, c):
     return c
 
 
-def gemm(a, b, sfa, sfb, sfa_permuted, sfb_permuted, c):
+def gemm(a: torch.Tensor, b: torch.Tensor, sfa: torch.Tensor, sfb: torch.Tensor, sfa_permuted: torch.Tensor,
+         sfb_permuted: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """GEMM, c[m, n, l] = sum_k a[m, k, l] * b[n, k, l]: a (M, K/2, L) and b (N, K/2, L) packed e2m1,
     scales plain or permuted (module docstring), c float16 (M, N, L), filled and returned.
     K % 256 == 0."""
@@ -224,7 +226,9 @@ def gemm(a, b, sfa, sfb, sfa_permuted, sfb_permuted, c):
     return c
 
 
-def dual_gemm_swiglu(a, b1, b2, sfa, sfb1, sfb2, sfa_permuted, sfb1_permuted, sfb2_permuted, c):
+def dual_gemm_swiglu(a: torch.Tensor, b1: torch.Tensor, b2: torch.Tensor, sfa: torch.Tensor, sfb1: torch.Tensor,
+                     sfb2: torch.Tensor, sfa_permuted: torch.Tensor, sfb1_permuted: torch.Tensor,
+                     sfb2_permuted: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """Gated dual GEMM, c = fp16(silu(a b1^T) * (a b2^T)) per batch, silu (g / (1 + exp(-g))) and the
     product in fp32: a (M, K/2, L), b1 and b2 (N, K/2, L) packed e2m1, scales plain or permuted
     (module docstring), c float16 (M, N, L), filled and returned. K % 256 == 0."""
@@ -255,7 +259,9 @@ def _entry(call: _Call, what: str, items, i: int) -> Sequence:
     return item
 
 
-def grouped_gemm(abc_tensors, sfasfb_tensors, sfasfb_reordered_tensors, problem_sizes=None) -> List[torch.Tensor]:
+def grouped_gemm(abc_tensors: Sequence[Sequence[torch.Tensor]], sfasfb_tensors: Sequence[Sequence[torch.Tensor]],
+                 sfasfb_reordered_tensors: Sequence[Sequence[torch.Tensor]],
+                 problem_sizes: Optional[Sequence[Sequence[int]]] = None) -> List[torch.Tensor]:
     """G independent GEMMs in one launch, c_i = a_i b_i^T: abc_tensors[i] = (a, b, c) with a
     (M_i, K_i/2, 1) and b (N_i, K_i/2, 1) packed e2m1 and c float16 (M_i, N_i, 1);
     sfasfb_tensors[i] = (sfa, sfb) plain and sfasfb_reordered_tensors[i] = (sfa, sfb) permuted scales
