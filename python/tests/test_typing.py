@@ -1,5 +1,6 @@
-"""The package is typed (PEP 561): it ships py.typed, and every public function and method of swapffn
-(and of swapffn.nvfp4 where torch imports) annotates each parameter and its result."""
+"""The package is typed (PEP 561): it ships py.typed and the extension module's stubs, and every public
+function and method of swapffn (and of swapffn.nvfp4 where torch imports) annotates each parameter and
+its result."""
 import importlib
 import importlib.resources
 import inspect
@@ -39,6 +40,14 @@ def _unannotated(module):
 
 def test_the_package_ships_py_typed():
     assert (importlib.resources.files("swapffn") / "py.typed").is_file()
+
+
+def test_the_extension_module_ships_its_stubs():
+    stub = importlib.resources.files("swapffn") / "_swapffn.pyi"
+    assert stub.is_file(), "the build installs swapffn/_swapffn.pyi (nanobind_add_stub)"
+    text = stub.read_text()
+    for name in ("def load_engine(", "def make_pool(", "def step_host(", "class Engine", "class Pool"):
+        assert name in text, name
 
 
 def test_every_public_function_of_swapffn_is_annotated():
