@@ -62,6 +62,10 @@ TEST(FusedOptions, ChoicesParseAndRoundTrip) {
   EXPECT_TRUE(f.any());
   EXPECT_EQ(parse_fused_choice(f.describe()), f);
   EXPECT_EQ(parse_fused_choice("fp8up=cublas").fp8_up, Fp8UpGemm::cublas);
+  const FusedChoice rows = parse_fused_choice("scales=rows,fp8up=cublas");
+  EXPECT_EQ(rows.fp8_scales, fp8::Scaling::rows);
+  EXPECT_EQ(parse_fused_choice(rows.describe()), rows);
+  EXPECT_EQ(parse_fused_choice("scales=blocks").fp8_scales, fp8::Scaling::blocks);
   FusedOptions o;
   o.pinned = f;
   o.tuned = {TunedChoice{1, parse_fused_choice("up=bn256_st4_sk1_mc1,router=folded,groups=1")}};
@@ -77,7 +81,8 @@ TEST(FusedOptions, BadChoicesAreRefusedNamingTheItem) {
            {"up=bn128_st6_sk1_mc2", "no such dual GEMM tile (known: bn256_st4_sk1_mc1"},
            {"router=event", "router=event: must be folded or cublas"}, {"groups=0", "groups=0"},
            {"groups=9", "from 1 to 8"}, {"groups=2x", "groups=2x"}, {"groups=", "groups="},
-           {"down=cublas", "unknown kernel choice 'down'"}, {"fp8up=fast", "fp8up=fast: must be cublas or sm90"}})
+           {"down=cublas", "unknown kernel choice 'down'"}, {"fp8up=fast", "fp8up=fast: must be cublas or sm90"},
+           {"scales=tensor", "scales=tensor: unknown fp8 scaling 'tensor' (known: blocks, rows)"}})
     expect_error([&] { parse_fused_choice(spec); }, needle);
 }
 

@@ -231,7 +231,6 @@ nlohmann::json bench_json(const BenchResults& res, const BenchRunInfo& info, con
     j["flip_rate"].push_back({{"engine", f.engine}, {"baseline", f.baseline}, {"batch", f.batch}, {"tokens", f.tokens},
                               {"per_token", per_token}, {"overall", f.overall()}});
   }
-
   j["rows"] = rows;
   return j;
 }

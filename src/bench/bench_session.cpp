@@ -95,8 +95,10 @@ void measure_anchors(GpuPointTimer& gpu, const BenchOptions& o, const Weights& w
                      BenchResults& res) {
   for (const AnchorSpec& a : kAnchors) {
     bool wanted = !a.operands.e4m3 || o.fp8_headroom;
-    for (const auto& [name, e] : engines)
-      wanted = wanted || (e->precision() == "fp8" && (!a.headroom || backend_row(name, "fp8", batch).vs_gemms == a.name));
+    for (const auto& [name, e] : engines) {
+      const bool fp8 = e->precision() == "fp8";
+      wanted = wanted || (fp8 && (!a.headroom || backend_row(name, "fp8", batch).vs_gemms == a.name));
+    }
     if (!wanted) continue;
     BenchRow r = anchor_row(a, batch);
     std::string algorithms;

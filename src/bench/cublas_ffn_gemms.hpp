@@ -27,9 +27,9 @@ namespace swapffn::cuda {
 
 class CublasFfnGemms {
  public:
-  // rows = B * C. The weights are the model's (e4m3: the codes of its fp8 weights, else of the recipe
-  // applied to its bf16 ones; coarser scales: the largest of the block scales they cover); x is
-  // uniform random in [-1, 1) from `seed` (e4m3: random codes and scales).
+  // rows = B * C. The weights are the model's (e4m3: its fp8 weights when they are in the anchor's
+  // scaling, else its bf16 ones quantised in it; per tensor: the rows scaling's codes under the
+  // largest of its scales); x is uniform random in [-1, 1) from `seed` (e4m3: random codes and scales).
   CublasFfnGemms(const Weights& w, int64_t rows, uint64_t seed, AnchorOperands operands = AnchorOperands::bf16());
   // The same GEMMs on random weights of the model's scale (`tune --gemms-only` times them one by one).
   CublasFfnGemms(int64_t d_model, int64_t d_ff, int64_t ffn_steps, int64_t rows, uint64_t seed,

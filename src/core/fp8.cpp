@@ -116,7 +116,8 @@ void quantize_row(Scaling s, const float* x, int64_t k, uint8_t* q, float* scale
 }
 
 void gemm_reference(const uint8_t* a, const float* sa, const ScaledWeight& w, int64_t m, float* out) {
-  const int64_t n = w.rows, k = w.cols, kb = row_scale_count(w.scaling, k), group = w.scaling == Scaling::rows ? k : kBlock;
+  const int64_t n = w.rows, k = w.cols, kb = row_scale_count(w.scaling, k);
+  const int64_t group = w.scaling == Scaling::rows ? k : kBlock;
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0.0;

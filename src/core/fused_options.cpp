@@ -35,8 +35,11 @@ Fp8UpGemm parse_fp8_up(const std::string& v) {
 }
 
 fp8::Scaling parse_fp8_scales(const std::string& v) {
-  SWAPFFN_REQUIRE(v == "rows" || v == "blocks", "kernel choice scales=" + v + ": must be rows or blocks");
-  return fp8::parse_scaling(v);
+  try {
+    return fp8::parse_scaling(v);
+  } catch (const Error& e) {
+    SWAPFFN_FAIL("kernel choice scales=" + v + ": " + e.what());
+  }
 }
 
 int parse_groups(const std::string& v) {

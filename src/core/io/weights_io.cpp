@@ -61,7 +61,8 @@ fp8::Scaling read_recipe(const st::Reader& r, bool fp8, const std::string& f) {
                                                 "' (the recipe of its scales)");
   const StrictJson got = parse_strict_json(it->second, {4, 16, 16});
   const std::string bad = f + "__metadata__ '" + kQuantizationKey + "' is " + in_quotes(it->second);
-  SWAPFFN_REQUIRE(got.error.empty() && got.value.is_object(), bad + ", not the recipe of a scaling (not a JSON object)");
+  SWAPFFN_REQUIRE(got.error.empty() && got.value.is_object(),
+                  bad + ", not the recipe of a scaling (not a JSON object)");
   if (got.value == nlohmann::json::parse(kLegacyBlocksRecipe)) return fp8::Scaling::blocks;
   const auto name = got.value.find("scaling");
   SWAPFFN_REQUIRE(name != got.value.end() && name->is_string(),

@@ -1,7 +1,7 @@
 // The fp8 recipes' activation groups (swapffn/fp8.hpp) on the device: a 1x128 block per warp, four
 // consecutive values per lane, or a row of such blocks (Scaling::rows: one scale per row);
-// scale = amax / 448 (1 where that is 0: fp8::block_scale), codes e4m3_rne_satfinite(v / scale). Bit-identical to fp8::quantize_row: amax is exact (a maximum), the
-// scale one IEEE fp32 division (__fdiv_rn, whatever the compile flags), every quotient that can
+// scale = amax / 448 (1 where that is 0: fp8::block_scale), codes e4m3_rne_satfinite(v / scale).
+// Bit-identical to fp8::quantize_row: amax is exact (a maximum), the scale one IEEE fp32 division (__fdiv_rn, whatever the compile flags), every quotient that can
 // round to a nonzero code rounded once as IEEE division rounds it (div_by_scale), the conversion
 // one cvt.rn.satfinite.
 #pragma once
