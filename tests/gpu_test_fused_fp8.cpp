@@ -73,7 +73,8 @@ INSTANTIATE_TEST_SUITE_P(
                       CheckCase{"tiny", 17, 2, "scales=rows,groups=4"}, CheckCase{"tiny", 3, 4, "scales=rows,router=cublas"},
                       CheckCase{"default", 1, 2, "scales=rows"}, CheckCase{"default", 2, 2, "scales=rows"},
                       CheckCase{"default", 3, 1, "scales=rows,groups=2"}, CheckCase{"default", 4, 1, "scales=rows"},
-                      CheckCase{"default", 2, 1, "scales=rows,router=cublas"}),
+                      CheckCase{"default", 2, 1, "scales=rows,router=cublas"},
+                      CheckCase{"tiny", 3, 4, "scales=rows,fp8up=cublas"}, CheckCase{"default", 2, 1, "scales=rows,fp8up=cublas"}),
     [](const auto& info) { return std::string(info.param.preset) + "_" + std::to_string(info.index); });
 
 // The e4m3 operands really run: fused-fp8's delta differs from the bf16 fused path's by the order of
@@ -158,7 +159,7 @@ TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
   const State s0 = random_state(w.cfg, B, 21);
   const auto x = decode_inputs(22, T, B, w.cfg.d_model);
   std::vector<Decoded> per_up;
-  for (const char* up : {"fp8up=cublas", "fp8up=sm90", "scales=rows"}) {
+  for (const char* up : {"fp8up=cublas", "fp8up=sm90", "scales=rows", "scales=rows,fp8up=cublas"}) {
     SCOPED_TRACE(up);
     auto g = fused_fp8(w, true, up), n = fused_fp8(w, false, up);
     const Decoded rg = decode(*g, x, T, s0);
@@ -171,6 +172,7 @@ TEST(FusedFp8, GraphAndEagerAreBitwiseIdenticalAndRunsRepeat) {
   // differently: equal bits would mean the choice did not reach the engine.
   EXPECT_NE(0, std::memcmp(per_up[0].delta.data(), per_up[1].delta.data(), per_up[0].delta.size() * sizeof(float)));
   EXPECT_NE(0, std::memcmp(per_up[0].delta.data(), per_up[2].delta.data(), per_up[0].delta.size() * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(per_up[2].delta.data(), per_up[3].delta.data(), per_up[2].delta.size() * sizeof(float)));
 }
 
 // A sequence's bits must not depend on its batch-mates or on B, whether its rows run in groups side
@@ -187,7 +189,8 @@ TEST(FusedFp8, SequenceIsBitwiseIdenticalAloneAndInABatch) {
         {"tiny", 5, "", "scales=rows"},
         {"default", 9, "groups=3", "scales=rows"},
         {"tiny", 400, "", "scales=rows"},
-        {"default", 9, "", "scales=rows,router=cublas"}}) {
+        {"default", 9, "", "scales=rows,router=cublas"},
+        {"default", 9, "", "scales=rows,fp8up=cublas"}}) {
     const std::string choices = both;
     gpu_test::expect_alone_as_in_a_batch("fused-fp8", preset, B, choices + (*batch_kernels ? "," : "") + batch_kernels,
                                          choices);
@@ -225,7 +228,7 @@ TEST(FusedFp8, UsesTheModelsOwnFp8Weights) {
 }
 
 // A rows-scaled model file runs its own scaling: the bits of a bf16 model pinned to scales=rows; a
-// pinned scaling that differs from the model's, or our dual GEMM (blocks only), is refused.
+// pinned scaling that differs from the model's is refused.
 TEST(FusedFp8, RowsScaledModelsRunTheirScaling) {
   const Weights& w = weights_of("tiny");
   const int64_t B = 2, T = 2;
@@ -235,7 +238,7 @@ TEST(FusedFp8, RowsScaledModelsRunTheirScaling) {
   const Decoded pinned = decode(*fused_fp8(w, true, "scales=rows"), x, T, s0);
   expect_bitwise_equal(pinned, decode(*fused_fp8(rows), x, T, s0));
   expect_bitwise_equal(pinned, decode(*fused_fp8(rows, true, "scales=rows"), x, T, s0));
-  for (const char* bad : {"scales=blocks", "fp8up=sm90"}) {
+  for (const char* bad : {"scales=blocks"}) {
     try {
       fused_fp8(rows, true, bad);
       ADD_FAILURE() << bad << " was accepted for a rows-scaled model";
@@ -244,7 +247,6 @@ TEST(FusedFp8, RowsScaledModelsRunTheirScaling) {
       EXPECT_NE(std::string(e.what()).find("rows"), std::string::npos) << e.what();
     }
   }
-  EXPECT_THROW(fused_fp8(w, true, "scales=rows,fp8up=sm90"), Error);
   EngineOptions bf16_with_scales;
   bf16_with_scales.fused.pinned = parse_fused_choice("scales=rows");
   EXPECT_THROW(make_engine("fused", w, bf16_with_scales), Error);

@@ -3,15 +3,15 @@
 // the model's scaling (a bf16 model's: scales=, blocks by default), fp32 scales, fp32 accumulation.
 //   blocks: weights in 128x128 blocks, activations in 1x128 blocks along k;
 //   rows: one scale per output channel of a weight and per activation row.
-// Per FFN step: the normed operand in e4m3 (the folded head and the RMSNorm quantise the bf16 values
-// they compute, ffn_operand; the cuBLAS head's bf16 rows are quantised by fp8_quantize_rows, since
-// they are also its router's operand); the up projection into e4m3 u
-// (fp8up=cublas: cuBLASLt's w1|w3 GEMM into bf16 [rows, 2F], then SwiGLU and quantisation,
-// fp8_swiglu_quantize; fp8up=sm90, blocks only: our kernel with both in its epilogue,
-// sm90_fp8_dual_gemm_swiglu); the w2 GEMM adding into h in place (fp32, beta = 1). The cuBLASLt
-// GEMMs are its scaled fp8 matmul (Hopper), pinned per shape for batch invariance
-// (BatchInvariantGemm). Its up GEMM writes bf16: the output is quantised to e4m3 next, and bf16's
-// rounding (2^-9) is far below e4m3's (2^-4) at half the bytes of fp32.
+// Per FFN step: the normed operand in e4m3 (the folded head and the RMSNorm quantise the bf16
+// values they compute, ffn_operand; the cuBLAS head's bf16 rows are quantised by fp8_quantize_rows,
+// since they are also its router's operand); the up projection into e4m3 u (fp8up=cublas:
+// cuBLASLt's w1|w3 GEMM into bf16 [rows, 2F], then SwiGLU and quantisation, fp8_swiglu_quantize;
+// fp8up=sm90: our kernel, sm90_fp8_dual_gemm_swiglu, with both in its epilogue (blocks), or the
+// SwiGLU with u in bf16 [rows, F], then its per-row quantisation (rows)); the w2 GEMM adding into h
+// in place (fp32, beta = 1). The cuBLASLt GEMMs are its scaled fp8 matmul (Hopper), pinned per
+// shape for batch invariance (BatchInvariantGemm). Its up GEMM writes bf16: the output is quantised
+// to e4m3 next, and bf16's rounding (2^-9) is far below e4m3's (2^-4) at half the bytes of fp32.
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -82,6 +82,7 @@ class FusedFp8Engine final : public FusedEngineBase {
     xq_.resize(size_t(rows * D), "the quantised FFN operand");
     xs_.resize(size_t(rows * fp8::row_scale_count(scaling_, D)), "the FFN operand's scales");
     if (up_gemm_) gu_.resize(size_t(rows * 2 * F), "the gate and up projections");
+    if (!up_gemm_ && scaling_ == fp8::Scaling::rows) ub_.resize(size_t(rows * F), "the SwiGLU output in bf16");
     uq_.resize(size_t(rows * F), "the quantised SwiGLU output");
     us_.resize(size_t(rows * fp8::row_scale_count(scaling_, F)), "the SwiGLU output's scales");
   }
@@ -90,6 +91,7 @@ class FusedFp8Engine final : public FusedEngineBase {
     xq_.release();
     xs_.release();
     gu_.release();
+    ub_.release();
     uq_.release();
     us_.release();
   }
@@ -111,11 +113,20 @@ class FusedFp8Engine final : public FusedEngineBase {
     float* us = us_.get() + g0 * fp8::row_scale_count(scaling_, F);
     if (const FfnOperand in = ffn_operand(g); in.bf16)  // the head's bf16 rows
       launch_quantize_rows_e4m3(scaling_, in.bf16, rows, D, xq, xs, stream, /*pdl=*/true);
-    if (up_ == Fp8UpGemm::sm90) {
+    if (up_ == Fp8UpGemm::sm90 && scaling_ == fp8::Scaling::rows) {
+      bf16* ub = ub_.get() + g0 * F;
+      launch_fp8_dual_gemm_swiglu({.scaling = scaling_, .x = xq, .x_scale = xs, .w13 = w13_.get(),
+                                   .w1_scale = w13_scale_.get(), .w3_scale = w13_scale_.get() + F, .scale_stride = 0,
+                                   .u = nullptr, .u_scale = nullptr, .u_bf16 = as_nv(ub), .m = int(rows), .f = int(F),
+                                   .k = int(D)},
+                                  stream);
+      launch_quantize_rows_e4m3(scaling_, as_nv(ub), rows, F, uq, us, stream, /*pdl=*/true);
+    } else if (up_ == Fp8UpGemm::sm90) {
       const int64_t stride = weight_scale_stride(D);
-      launch_fp8_dual_gemm_swiglu({xq, xs, w13_.get(), w13_scale_.get(),
-                                   w13_scale_.get() + fp8::blocks(F) * stride, int(stride), uq, us, int(rows), int(F),
-                                   int(D)},
+      launch_fp8_dual_gemm_swiglu({.scaling = scaling_, .x = xq, .x_scale = xs, .w13 = w13_.get(),
+                                   .w1_scale = w13_scale_.get(), .w3_scale = w13_scale_.get() + fp8::blocks(F) * stride,
+                                   .scale_stride = int(stride), .u = uq, .u_scale = us, .u_bf16 = nullptr,
+                                   .m = int(rows), .f = int(F), .k = int(D)},
                                   stream);
     } else {
       up_gemm_->run(rows, ScaledOperand{w13_.get(), w13_scale_.get()}, ScaledOperand{xq, xs}, gu, workspace(g),
@@ -135,6 +146,7 @@ class FusedFp8Engine final : public FusedEngineBase {
   DeviceBuffer<uint8_t> xq_, uq_;             // e4m3 [M, D] and [M, F]
   DeviceBuffer<float> xs_, us_;               // their scales
   DeviceBuffer<bf16> gu_;                     // [M, 2F] (fp8up=cublas)
+  DeviceBuffer<bf16> ub_;                     // [M, F] (fp8up=sm90 in the rows scaling)
 };
 
 }  // namespace
@@ -159,12 +171,8 @@ std::unique_ptr<Engine> make_fused_fp8_engine(const Weights& w, const EngineOpti
   SWAPFFN_REQUIRE(!pinned || *pinned == scaling, std::string("kernel choice scales=") + fp8::scaling_name(*pinned) +
                                                      ": the model's FFN is stored in fp8 with scaling '" +
                                                      fp8::scaling_name(scaling) + "'");
-  // Our dual GEMM computes the blocks recipe; rows scaling runs cuBLASLt's up GEMM.
   const FusedKernelConfig k = select_fused_config(w.cfg, 1, opt.fused);  // a choice that cannot run: fail now
-  SWAPFFN_REQUIRE(scaling == fp8::Scaling::blocks || !opt.fused.pinned.fp8_up || k.fp8_up == Fp8UpGemm::cublas,
-                  "kernel choice fp8up=sm90 runs the blocks scaling only (this model's is rows; use fp8up=cublas)");
-  return std::make_unique<FusedFp8Engine>(w, opt, scaling,
-                                          scaling == fp8::Scaling::rows ? Fp8UpGemm::cublas : k.fp8_up);
+  return std::make_unique<FusedFp8Engine>(w, opt, scaling, k.fp8_up);
 }
 
 }  // namespace swapffn::cuda

@@ -1,9 +1,9 @@
 // The fp8 recipes' activation groups (swapffn/fp8.hpp) on the device: a 1x128 block per warp, four
 // consecutive values per lane, or a row of such blocks (Scaling::rows: one scale per row);
 // scale = amax / 448 (1 where that is 0: fp8::block_scale), codes e4m3_rne_satfinite(v / scale).
-// Bit-identical to fp8::quantize_row: amax is exact (a maximum), the scale one IEEE fp32 division (__fdiv_rn, whatever the compile flags), every quotient that can
-// round to a nonzero code rounded once as IEEE division rounds it (div_by_scale), the conversion
-// one cvt.rn.satfinite.
+// Bit-identical to fp8::quantize_row: amax is exact (a maximum), the scale one IEEE fp32 division
+// (__fdiv_rn, whatever the compile flags), every quotient that can round to a nonzero code rounded
+// once as IEEE division rounds it (div_by_scale), the conversion one cvt.rn.satfinite.
 #pragma once
 #include <cstdint>
 
@@ -83,6 +83,55 @@ __device__ __forceinline__ float warp_amax(float amax) {
 __device__ __forceinline__ uint32_t quantize_block_e4m3(const float (&v)[4], float& scale) {
   scale = group_scale_e4m3(warp_amax(amax4(v)));
   return encode_e4m3x4(v, scale);
+}
+
+// A row in the rows scaling, by one CTA of kRowThreads threads: thread t takes the 4-value groups at
+// columns 4 (t + kRowThreads j). Rows of at most kRowValues values stay in registers (every load in
+// flight at once: one pass); longer ones are read twice (the amax, then the codes). load(c, v) gives
+// the values at [c, c + 4) of the row. Writes the row's codes to q_row and lets thread 0 write the
+// scale. Every thread of the CTA must call it (it synchronises the CTA).
+inline constexpr int kRowThreads = 128, kRowGroups = 16;
+inline constexpr int64_t kRowValues = int64_t{4} * kRowThreads * kRowGroups;
+template <class Load>
+__device__ __forceinline__ void quantize_row_e4m3_cta(int64_t k, Load&& load, uint8_t* q_row, float* scale_out) {
+  __shared__ float warp_max[kRowThreads / 32];
+  const int t = threadIdx.x;
+  const bool in_registers = k <= kRowValues;
+  float v[kRowGroups][4];
+  float amax = 0.f;
+  if (in_registers) {
+#pragma unroll
+    for (int j = 0; j < kRowGroups; ++j)
+      if (4 * (t + int64_t{kRowThreads} * j) < k) {
+        load(4 * (t + int64_t{kRowThreads} * j), v[j]);
+        amax = fmaxf(amax, amax4(v[j]));
+      }
+  } else {
+    for (int64_t c = 4 * t; c < k; c += 4 * kRowThreads) {
+      float w[4];
+      load(c, w);
+      amax = fmaxf(amax, amax4(w));
+    }
+  }
+  amax = warp_amax(amax);
+  if (t % 32 == 0) warp_max[t / 32] = amax;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kRowThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  const float scale = group_scale_e4m3(amax);
+  if (in_registers) {
+#pragma unroll
+    for (int j = 0; j < kRowGroups; ++j)
+      if (4 * (t + int64_t{kRowThreads} * j) < k)
+        *reinterpret_cast<uint32_t*>(q_row + 4 * (t + int64_t{kRowThreads} * j)) = encode_e4m3x4(v[j], scale);
+  } else {
+    for (int64_t c = 4 * t; c < k; c += 4 * kRowThreads) {
+      float w[4];
+      load(c, w);
+      *reinterpret_cast<uint32_t*>(q_row + c) = encode_e4m3x4(w, scale);
+    }
+  }
+  if (t == 0) *scale_out = scale;
 }
 
 }  // namespace swapffn::cuda

@@ -7,7 +7,7 @@
 namespace swapffn::cuda {
 namespace {
 
-constexpr int kThreads = 128;  // four warps per CTA: a 1x128 block (blocks) or a row (rows) each
+constexpr int kThreads = 128;  // blocks: four warps per CTA, a 1x128 block each
 
 __global__ void __launch_bounds__(kThreads)
     quantize_rows_e4m3_kernel(const __nv_bfloat16* x, int64_t rows, int64_t k, uint8_t* q, float* scales) {
@@ -25,28 +25,13 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) scales[kb * rows + row] = scale;
 }
 
-// Scaling::rows: one warp per row, two passes over it (the row's amax, then its codes), so a row of
-// any length needs no registers of its own.
-__global__ void __launch_bounds__(kThreads)
-    quantize_rows_per_row_e4m3_kernel(const __nv_bfloat16* x, int64_t rows, int64_t k, uint8_t* q, float* scales) {
+// Scaling::rows: one CTA per row (quantize_row_e4m3_cta).
+__global__ void __launch_bounds__(kRowThreads)
+    quantize_rows_per_row_e4m3_kernel(const __nv_bfloat16* x, int64_t k, uint8_t* q, float* scales) {
   pdl_wait();
-  const int64_t row = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x;
   const __nv_bfloat16* src = x + row * k;
-  float amax = 0.f;
-  for (int64_t c = 4 * lane; c < k; c += kFp8Block) {
-    float v[4];
-    load_bf16x4(src + c, v);
-    amax = fmaxf(amax, amax4(v));
-  }
-  const float scale = group_scale_e4m3(warp_amax(amax));
-  for (int64_t c = 4 * lane; c < k; c += kFp8Block) {
-    float v[4];
-    load_bf16x4(src + c, v);
-    *reinterpret_cast<uint32_t*>(q + row * k + c) = encode_e4m3x4(v, scale);
-  }
-  if (lane == 0) scales[row] = scale;
+  quantize_row_e4m3_cta(k, [&](int64_t c, float (&v)[4]) { load_bf16x4(src + c, v); }, q + row * k, scales + row);
 }
 
 }  // namespace
@@ -57,9 +42,8 @@ void launch_quantize_rows_e4m3(fp8::Scaling scaling, const __nv_bfloat16* x, int
                                                   " is not a positive multiple of 128");
   if (rows == 0) return;
   if (scaling == fp8::Scaling::rows) {
-    const auto grid = static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
-    launch_kernel_ex(quantize_rows_per_row_e4m3_kernel, dim3(grid), dim3(kThreads), dim3(1, 1, 1), 0, stream, pdl, x,
-                     rows, k, q, scales);
+    launch_kernel_ex(quantize_rows_per_row_e4m3_kernel, dim3(static_cast<unsigned>(rows)), dim3(kRowThreads),
+                     dim3(1, 1, 1), 0, stream, pdl, x, k, q, scales);
     return;
   }
   const int64_t warps = rows * (k / kFp8Block);

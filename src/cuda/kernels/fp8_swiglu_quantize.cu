@@ -7,7 +7,7 @@
 namespace swapffn::cuda {
 namespace {
 
-constexpr int kThreads = 128;  // four warps per CTA: a 1x128 block (blocks) or a row (rows) each
+constexpr int kThreads = 128;  // blocks: four warps per CTA, a 1x128 block each
 
 __device__ __forceinline__ float silu_mul(float g, float up) { return g / (1.f + expf(-g)) * up; }
 
@@ -30,35 +30,22 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) scales[kb * rows + row] = scale;
 }
 
-// Scaling::rows: one warp per row, two passes over it (the row's amax, then its codes; u is
-// computed in each, the same fp32 values both times).
-__global__ void __launch_bounds__(kThreads)
-    swiglu_quantize_per_row_e4m3_kernel(const __nv_bfloat16* gu, int64_t rows, int64_t F, uint8_t* q, float* scales) {
+// Scaling::rows: one CTA per row (quantize_row_e4m3_cta), u computed from the loaded gate and up.
+__global__ void __launch_bounds__(kRowThreads)
+    swiglu_quantize_per_row_e4m3_kernel(const __nv_bfloat16* gu, int64_t F, uint8_t* q, float* scales) {
   pdl_wait();
-  const int64_t row = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x;
   const __nv_bfloat16* src = gu + row * 2 * F;
-  const auto u_at = [&](int64_t f, float (&u)[4]) {
-    float g[4], up[4];
-    load_bf16x4(src + f, g);
-    load_bf16x4(src + F + f, up);
+  quantize_row_e4m3_cta(
+      F,
+      [&](int64_t f, float (&u)[4]) {
+        float g[4], up[4];
+        load_bf16x4(src + f, g);
+        load_bf16x4(src + F + f, up);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) u[i] = silu_mul(g[i], up[i]);
-  };
-  float amax = 0.f;
-  for (int64_t f = 4 * lane; f < F; f += kFp8Block) {
-    float u[4];
-    u_at(f, u);
-    amax = fmaxf(amax, amax4(u));
-  }
-  const float scale = group_scale_e4m3(warp_amax(amax));
-  for (int64_t f = 4 * lane; f < F; f += kFp8Block) {
-    float u[4];
-    u_at(f, u);
-    *reinterpret_cast<uint32_t*>(q + row * F + f) = encode_e4m3x4(u, scale);
-  }
-  if (lane == 0) scales[row] = scale;
+        for (int i = 0; i < 4; ++i) u[i] = silu_mul(g[i], up[i]);
+      },
+      q + row * F, scales + row);
 }
 
 }  // namespace
@@ -69,9 +56,8 @@ void launch_swiglu_quantize_e4m3(fp8::Scaling scaling, const __nv_bfloat16* gu, 
                                                         " is not a positive multiple of 128");
   if (rows == 0) return;
   if (scaling == fp8::Scaling::rows) {
-    const auto grid = static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
-    launch_kernel_ex(swiglu_quantize_per_row_e4m3_kernel, dim3(grid), dim3(kThreads), dim3(1, 1, 1), 0, stream, pdl,
-                     gu, rows, d_ff, q, scales);
+    launch_kernel_ex(swiglu_quantize_per_row_e4m3_kernel, dim3(static_cast<unsigned>(rows)), dim3(kRowThreads),
+                     dim3(1, 1, 1), 0, stream, pdl, gu, d_ff, q, scales);
     return;
   }
   const int64_t warps = rows * (d_ff / kFp8Block);

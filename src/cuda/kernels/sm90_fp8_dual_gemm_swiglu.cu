@@ -82,6 +82,7 @@ struct Params {
   int scale_stride;
   uint8_t* u;
   float* u_scale;
+  __nv_bfloat16* u_bf16;  // rows scaling
   int m, f, k_tiles, n_tiles, units;  // a unit: kClusterM m tiles (one per CTA of a cluster) of one n tile
 };
 
@@ -94,6 +95,71 @@ __device__ __forceinline__ void fence(float (&acc)[kAcc]) {
 // negative g, as exactly).
 __device__ __forceinline__ float silu_mul(float g, float up) { return __fdividef(g, 1.f + __expf(-g)) * up; }
 
+// The rows scaling's consumer of one unit: both halves' accumulators run over all of k (no
+// promotion: the scales are one per row and per output channel), then the epilogue scales them,
+// computes u and stores it in bf16 for the per-row quantisation that follows (a row's scale needs
+// all of its n tiles).
+__device__ __forceinline__ void consume_unit_rows(const Params& p, int unit, int j, int cy, int lane, int r0,
+                                                  uint64_t* my_full, uint64_t* empty, uint32_t& phases,
+                                                  uint64_t desc_a, uint64_t desc_b) {
+  using Barrier = cutlass::arch::ClusterTransactionBarrier;
+  using EmptyBarrier = cutlass::arch::ClusterBarrier;
+  const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
+  const auto release = [&](int s) {
+    if (lane == 0)
+      for (int y = 0; y < kClusterM; ++y) EmptyBarrier::arrive(&empty[s], y, 1);
+  };
+  float acc[kHalves][kAcc];
+  for (int it = 0, i = j * p.k_tiles; it < p.k_tiles; ++it, ++i) {
+    const int s = i % kStages;
+    Barrier::wait(&my_full[s], (phases >> s) & 1);
+    phases ^= 1u << s;
+    const uint64_t da = desc_a + uint64_t(s * (kStageBytesA >> 4));
+    sm90::fence_accumulators(acc);
+    cute::warpgroup_arrive();
+#pragma unroll
+    for (int half = 0; half < kHalves; ++half) {
+      const uint64_t db = desc_b + uint64_t((s * kStageBytesB + half * kHalfN * kBK) >> 4);
+#pragma unroll
+      for (int kk = 0; kk < kBK / 32; ++kk)
+        sm90::wgmma_call<Mma>(da + (kk * 32 >> 4), db + (kk * 32 >> 4), acc[half],
+                              (it == 0 && kk == 0) ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One,
+                              std::make_index_sequence<kAcc>{});
+    }
+    cute::warpgroup_commit_batch();
+    // This stage's wgmmas stay in flight while the previous stage goes back to both CTAs.
+    cute::warpgroup_wait<1>();
+    sm90::fence_accumulators(acc);
+    if (it > 0) release((i - 1) % kStages);
+  }
+  cute::warpgroup_wait<0>();
+  sm90::fence_accumulators(acc);
+  release((j * p.k_tiles + p.k_tiles - 1) % kStages);
+
+  // Output group g of a half: gate block 2g and up block 2g + 1 of the accumulators, outputs
+  // f0 = 128 n_tile + 64 half + 8 g + 2 (lane % 4) and f0 + 1 (entries e = 0, 1), rows r0 and r0 + 8
+  // (entries 2 h + e).
+  const int m0 = m_tile * kBM + r0;
+  const float sx[2] = {m0 < p.m ? __ldg(p.x_scale + m0) : 0.f, m0 + 8 < p.m ? __ldg(p.x_scale + m0 + 8) : 0.f};
+#pragma unroll
+  for (int half = 0; half < kHalves; ++half)
+#pragma unroll
+    for (int g = 0; g < kAcc / 8; ++g) {
+      const int f0 = n_tile * kFp8Block + half * (kHalfN / 2) + 8 * g + 2 * (lane % 4);
+      const float2 sg = *reinterpret_cast<const float2*>(p.w1_scale + f0);
+      const float2 su = *reinterpret_cast<const float2*>(p.w3_scale + f0);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + 8 * h;
+        const int gi = 4 * (2 * g) + 2 * h, ui = 4 * (2 * g + 1) + 2 * h;
+        const float u0 = silu_mul(acc[half][gi] * sx[h] * sg.x, acc[half][ui] * sx[h] * su.x);
+        const float u1 = silu_mul(acc[half][gi + 1] * sx[h] * sg.y, acc[half][ui + 1] * sx[h] * su.y);
+        if (m < p.m) *reinterpret_cast<__nv_bfloat162*>(p.u_bf16 + int64_t(m) * p.f + f0) = __floats2bfloat162_rn(u0, u1);
+      }
+    }
+}
+
+template <bool kRows>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_fp8_dual_gemm_swiglu_kernel(const __grid_constant__ CUtensorMap tma_x, const __grid_constant__ CUtensorMap tma_w,
                                      const __grid_constant__ Params p) {
@@ -171,6 +237,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Descriptors of stage 0's x tile and W13 tile; a stage, half or k step adds its byte offset / 16
   // to the start address (the low 14 bits; shared memory ends below 2^18 bytes, so no carry).
   const uint64_t desc_a = sm90::sw128_desc(smem_a), desc_b = sm90::sw128_desc(smem_b);
+  if constexpr (kRows) {
+    for (int j = c, unit = unit0 + c * unit_step; unit < p.units; j += kConsumers, unit += kConsumers * unit_step)
+      consume_unit_rows(p, unit, j, cy, lane, r0, my_full, empty, phases, desc_a, desc_b);
+    cute::cluster_arrive();
+    cute::cluster_wait();
+    return;
+  }
   // The scales of k block it of a unit: the x scales of this thread's two rows (0 past m: a partial
   // last tile reads zeros from TMA) and the W1 and W3 scales of the tile's outputs (one block row).
   // Each block's are loaded a stage ahead, the first of a unit during the previous unit's last stage,
@@ -293,22 +366,26 @@ void launch_fp8_dual_gemm_swiglu(const Fp8DualGemmSwigluArgs& a, cudaStream_t st
   SWAPFFN_REQUIRE(a.m > 0 && a.f > 0 && a.f % kFp8Block == 0 && a.k > 0 && a.k % kBK == 0,
                   "fp8 dual GEMM: m = " + std::to_string(a.m) + ", f = " + std::to_string(a.f) + ", k = " +
                       std::to_string(a.k) + " (f and k must be positive multiples of 128)");
+  const bool rows = a.scaling == fp8::Scaling::rows;
+  SWAPFFN_ASSERT(rows ? a.u_bf16 != nullptr : a.u != nullptr && a.u_scale != nullptr,
+                 "fp8 dual GEMM: the rows scaling writes u_bf16, the blocks scaling u and u_scale");
   const uint64_t k = uint64_t(a.k), m = uint64_t(a.m), n2 = 2 * uint64_t(a.f);
   const CUtensorMap tx = make_tma_3d_u8(a.x, k, m, 1, k, k * m, kBK, kBM, /*swizzle_128b=*/true);
   const CUtensorMap tw = make_tma_3d_u8(a.w13, k, n2, 1, k, k * n2, kBK, kBN / kClusterM, /*swizzle_128b=*/true);
   const int n_tiles = int(n2 / kBN), m_units = ((a.m + kBM - 1) / kBM + kClusterM - 1) / kClusterM;
-  const Params p{a.x_scale, a.w1_scale, a.w3_scale, a.scale_stride, a.u, a.u_scale, a.m, a.f, a.k / kBK, n_tiles,
-                 n_tiles * m_units};
+  const Params p{a.x_scale, a.w1_scale, a.w3_scale, a.scale_stride, a.u,         a.u_scale,
+                 a.u_bf16,    a.m,        a.f,        a.k / kBK,      n_tiles, n_tiles * m_units};
+  const auto kernel = rows ? sm90_fp8_dual_gemm_swiglu_kernel<true> : sm90_fp8_dual_gemm_swiglu_kernel<false>;
   // As many clusters as are resident at once (one CTA per SM: the stages take most of its shared
   // memory), each walking every grid-th unit. The occupancy query is kept per device.
-  static std::atomic<int> resident_on[kMaxDevices] = {};
-  const int resident = once_per_device(resident_on, [] {
-    const int n = max_active_clusters(sm90_fp8_dual_gemm_swiglu_kernel, dim3(kThreads), dim3(1, kClusterM, 1), kSmemBytes);
+  static std::atomic<int> resident_on[2][kMaxDevices] = {};
+  const int resident = once_per_device(resident_on[rows], [kernel] {
+    const int n = max_active_clusters(kernel, dim3(kThreads), dim3(1, kClusterM, 1), kSmemBytes);
     SWAPFFN_REQUIRE(n > 0, "fp8 dual GEMM: no cluster of " + std::to_string(kClusterM) + " CTAs fits the GPU");
     return n;
   });
   const unsigned clusters = static_cast<unsigned>(std::min(p.units, resident));
-  launch_kernel_ex(sm90_fp8_dual_gemm_swiglu_kernel, dim3(1, clusters * kClusterM, 1), dim3(kThreads),
+  launch_kernel_ex(kernel, dim3(1, clusters * kClusterM, 1), dim3(kThreads),
                    dim3(1, kClusterM, 1), kSmemBytes, stream, /*pdl=*/true, tx, tw, p);
 }
 
