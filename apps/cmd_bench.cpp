@@ -64,12 +64,13 @@ std::vector<std::string> backends_to_run(const BenchArgs& a, bool tiny, const Gp
   const bool explicit_list = !a.backends.empty();
   std::vector<std::string> out;
   for (const auto& b : explicit_list ? a.backends : backend_names()) {
-    if (b == "reference" && !tiny) {
-      SWAPFFN_REQUIRE(!explicit_list, "backend 'reference' is benchmarked only with --config tiny");
-      std::printf("skipped: reference (only on --config tiny)\n");
+    const BackendFacts& facts = backend_facts(b);
+    if (!facts.needs_cuda && !tiny) {  // a host backend takes minutes per point on the default config
+      SWAPFFN_REQUIRE(!explicit_list, "backend '" + b + "' is benchmarked only with --config tiny");
+      std::printf("skipped: %s (only on --config tiny)\n", b.c_str());
       continue;
     }
-    if (b != "reference" && !gpu.is_hopper()) {
+    if (facts.needs_cuda && !gpu.is_hopper()) {
       SWAPFFN_REQUIRE(!explicit_list, "backend '" + b + "' needs a Hopper GPU (" + gpu.why_not_hopper() +
                                           "); only '--backends reference --config tiny' runs without one");
       std::printf("skipped: %s (no Hopper GPU)\n", b.c_str());

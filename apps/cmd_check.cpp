@@ -55,9 +55,10 @@ void add_check_command(CLI::App& app) {
     EngineOptions eo;
     eo.threads = a->threads;
     eo.graph = !a->no_graph;
-    eo.fused = a->fused.resolve(w.cfg, a->backend);
-    auto engine = make_engine(a->backend, w, eo);
-    Tolerance tol = Tolerance::preset(!a->tolerance.empty() ? a->tolerance : engine->precision());
+    const std::string backend = chosen_backend(a->backend, w).name;
+    eo.fused = a->fused.resolve(w.cfg, backend);
+    auto engine = make_engine(backend, w, eo);
+    Tolerance tol = Tolerance::preset(!a->tolerance.empty() ? a->tolerance : precision_name(engine->precision()));
     if (a->tau >= 0) {
       tol.tau = a->tau;
       tol.name += " with tau " + std::to_string(a->tau);
@@ -74,18 +75,19 @@ void add_check_command(CLI::App& app) {
     std::printf("final state: relative L2 error %.3g (tolerance %g), stream maps %s\n", r.state_rel_l2,
                 tol.state_rel_l2, r.stream_maps_equal ? "equal" : "differ");
     std::printf("%s\n", r.summary().c_str());
-    if (engine->precision() == "fp8") {
+    if (const char* twin = backend_facts(backend).bf16_twin) {
       // The bf16 engine runs the model's bf16 weights: a bf16 file's own (the user's real trade),
       // an fp8 file's dequantised ones (isolating the rounding of the activations).
       EngineOptions bo;
       bo.threads = a->threads;
       bo.graph = !a->no_graph;
-      auto bf16_engine = make_engine("fused", w.as_bf16(), bo);
+      auto bf16_engine = make_engine(twin, w.as_bf16(), bo);
       const FlipRate f = decision_flip_rate(*engine, *bf16_engine, a->flip_batch, a->flip_tokens, a->seed);
-      std::printf("flip rate vs fused (bf16), per token over %lld tokens at B=%lld: %s\n",
-                  static_cast<long long>(f.tokens), static_cast<long long>(f.batch), f.per_token().c_str());
+      std::printf("flip rate vs %s (bf16), per token over %lld tokens at B=%lld: %s\n",
+                  twin, static_cast<long long>(f.tokens), static_cast<long long>(f.batch),
+                  f.per_token().c_str());
     }
-    SWAPFFN_REQUIRE(r.passed(), "backend '" + a->backend + "' disagrees with the reference: " + r.summary());
+    SWAPFFN_REQUIRE(r.passed(), "backend '" + backend + "' disagrees with the reference: " + r.summary());
   });
 }
 

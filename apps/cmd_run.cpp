@@ -25,7 +25,7 @@ namespace swapffn::cli {
 namespace {
 
 struct RunArgs {
-  std::string model, backend = "reference", state_in, state_out, dump;
+  std::string model, backend = kAutoBackend, state_in, state_out, dump;
   int64_t batch = 1, tokens = 8;
   uint64_t seed = 1;
   int threads = 0;
@@ -83,8 +83,9 @@ void run(const RunArgs& a, bool batch_given) {
   EngineOptions eo;
   eo.threads = a.threads;
   eo.graph = !a.no_graph;
-  eo.fused = a.fused.resolve(cfg, a.backend);
-  auto engine = make_engine(a.backend, w, eo);
+  const ResolvedBackend backend = chosen_backend(a.backend, w);
+  eo.fused = a.fused.resolve(cfg, backend.name);
+  auto engine = make_engine(backend.name, w, eo);
 
   State st = a.state_in.empty() ? State::init(cfg, a.batch) : load_state_in(a, fingerprint);
   const int64_t B = (!a.state_in.empty() && !batch_given) ? st.batch : a.batch;
@@ -126,6 +127,7 @@ void run(const RunArgs& a, bool batch_given) {
   const uint64_t delta_hash = fnv1a(delta.data(), delta.size() * sizeof(float));
   const uint64_t state_hash =
       fnv1a(st.stream_map.data(), st.stream_map.size(), fnv1a(st.ram.data(), st.ram.size() * sizeof(bf16)));
+  if (!backend.why.empty()) std::printf("%s\n", backend.why.c_str());
   std::printf("decoded %" PRId64 " tokens x %" PRId64 " sequences with backend %s in %.3f s: %.2f tok/s "
               "(%.3f ms per step)\n",
               T, B, engine->name().c_str(), secs, static_cast<double>(T * B) / secs, 1e3 * secs / T);
@@ -159,7 +161,8 @@ void add_run_command(CLI::App& app) {
   auto* cmd = add_command(app, "run", "decode tokens of random inputs with a backend, print rate and checksums",
                           "swapffn run --model m.safetensors --backend fused --batch 4 --tokens 64");
   cmd->add_option("--model", a->model, "model file (safetensors)")->required();
-  cmd->add_option("--backend", a->backend, "backend")->capture_default_str();
+  cmd->add_option("--backend", a->backend, "backend (auto: fused on a Hopper GPU, else the reference)")
+      ->capture_default_str();
   auto* batch = cmd->add_option("--batch", a->batch, "sequences per step (default 1, or the --state-in batch)");
   cmd->add_option("--tokens", a->tokens, "tokens to decode")->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the inputs x ~ N(0,1)")->capture_default_str();

@@ -19,6 +19,10 @@ void require_not_input(const std::string& out, const std::string& out_flag, cons
   SWAPFFN_REQUIRE(!same_file(out, in), out_flag + " " + out + " is the " + in_flag + " file; write it to another file");
 }
 
+ResolvedBackend chosen_backend(const std::string& backend, const Weights& w) {
+  return resolve_backend(backend, query_gpu(), w.fp8_ffn.has_value());
+}
+
 void FusedFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--kernels", kernels,
                   "fused backends: pin kernel choices, e.g. 'up=bn256_st4_sk1_mc1_p,router=folded,groups=2' "
@@ -31,7 +35,7 @@ void FusedFlags::add_to(CLI::App* cmd) {
 FusedOptions FusedFlags::resolve(const Config& cfg, const std::string& backend) const {
   FusedOptions o;
   o.pinned = parse_fused_choice(kernels);
-  if (backend != "fused") {  // the registry refuses pinned choices for other backends
+  if (!backend_facts(backend).takes_tuning) {  // the registry refuses pinned choices where not taken
     SWAPFFN_REQUIRE(tune_file.empty(), "--tune applies to the fused backend only, not '" + backend + "'");
     return o;
   }

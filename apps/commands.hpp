@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "swapffn/backends.hpp"
 #include "swapffn/engine.hpp"
 
 namespace swapffn::cli {
@@ -25,6 +26,10 @@ CLI::App* add_command(CLI::App& app, const std::string& name, const std::string&
 // output written over an input would destroy it (a state written over the model, say).
 void require_not_input(const std::string& out, const std::string& out_flag, const std::string& in,
                        const std::string& in_flag);
+
+// The backend a --backend names: itself, or what "auto" picks here (`why` says which; the
+// commands print it on stdout with their results).
+ResolvedBackend chosen_backend(const std::string& backend, const Weights& w);
 
 // --kernels and --tune of the fused backend, parsed once here into typed FusedOptions.
 struct FusedFlags {

@@ -30,7 +30,7 @@ TEST_F(Cli, InitRunCheckRoundTrip) {
   const Weights w = Weights::load(m);
   EXPECT_EQ(w.cfg, Config::preset("tiny"));
 
-  const std::string run_args = "run --model " + m + " --batch 2 --tokens 3 --seed 5";
+  const std::string run_args = "run --model " + m + " --backend reference --batch 2 --tokens 3 --seed 5";
   r = cli(run_args + " --threads 2 --state-out " + path("s.safetensors") + " --dump " + path("d.safetensors"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("tok/s"), std::string::npos) << r.out;
@@ -60,7 +60,8 @@ TEST_F(Cli, InitRunCheckRoundTrip) {
   EXPECT_EQ(State::load(path("s.safetensors")), st);
 
   // Continue from the saved state: batch comes from the state file; the dump records ram0.
-  r = cli("run --model " + m + " --tokens 1 --state-in " + path("s.safetensors") + " --dump " + path("d2.safetensors"));
+  r = cli("run --model " + m + " --backend reference --tokens 1 --state-in " + path("s.safetensors") + " --dump " +
+          path("d2.safetensors"));
   ASSERT_EQ(r.code, 0) << r.err;
   const Dump d2 = read_dump(path("d2.safetensors"));
   EXPECT_EQ(d2.batch, 2);
@@ -75,14 +76,27 @@ TEST_F(Cli, InitRunCheckRoundTrip) {
 
 // Kernel choices (--kernels, --tune) exist only in the fused backend: any other backend refuses
 // them rather than running without them.
+// run's default backend is "auto": what the registry picks here, said on stdout with the results.
+TEST_F(Cli, RunPicksTheAutoBackendAndSaysWhich) {
+  const std::string m = path("tiny.safetensors");
+  ASSERT_EQ(cli("init --config tiny --seed 3 --out " + m).code, 0);
+  const std::string picked = resolve_backend(kAutoBackend, query_gpu()).name;
+  const Result r = cli("run --model " + m + " --tokens 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("backend auto: " + picked), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("with backend " + picked + " "), std::string::npos) << r.out;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  expect_error("run --model " + m + " --backend automatic", "unknown backend 'automatic'");
+}
+
 TEST_F(Cli, KernelChoicesAreRefusedOutsideTheFusedBackend) {
   const std::string m = path("tiny.safetensors");
   ASSERT_EQ(cli("init --config tiny --out " + m).code, 0);
   const std::string cache = path("tune.json");
   std::ofstream(cache) << "{}";
   expect_error("run --model " + m + " --backend reference --kernels up=bn256_st4_sk1_mc1",
-               "kernel choices (up=bn256_st4_sk1_mc1) apply to the fused backend only, not 'reference'");
-  expect_error("run --model " + m + " --backend unfused --kernels groups=3", "apply to the fused backend only");
+               "kernel choices (up=bn256_st4_sk1_mc1) apply to the fused backends only, not 'reference'");
+  expect_error("run --model " + m + " --backend unfused --kernels groups=3", "apply to the fused backends only");
   expect_error("run --model " + m + " --backend reference --kernels up=bn128", "no such dual GEMM tile");
   expect_error("run --model " + m + " --backend reference --tune " + cache,
                "--tune applies to the fused backend only, not 'reference'");

@@ -417,10 +417,9 @@ TEST_F(BadFp8Model, RowsScaledFiles) {
 
 TEST(Fp8Model, BackendsWithoutFp8SupportRefuseItNamingTheRemedy) {
   const Weights q = Weights::random(Config::preset("tiny"), 6).quantized_fp8(fp8::Scaling::blocks);
-  EXPECT_TRUE(backend_takes_fp8_models("reference"));
-  EXPECT_FALSE(backend_takes_fp8_models("fused"));
-  EXPECT_FALSE(backend_takes_fp8_models("unfused"));
-  EXPECT_FALSE(backend_takes_fp8_models("nope"));
+  EXPECT_TRUE(backend_facts("reference").takes_fp8_models);
+  EXPECT_FALSE(backend_facts("fused").takes_fp8_models);
+  EXPECT_FALSE(backend_facts("unfused").takes_fp8_models);
   // In every build, before anything about CUDA or a GPU.
   for (const char* b : {"fused", "unfused"})
     expect_error([&] { make_engine(b, q); },

@@ -125,7 +125,7 @@ TEST(FusedOptions, OtherBackendsRefuseKernelChoices) {
   EngineOptions o;
   o.fused.pinned = parse_fused_choice("groups=2");
   expect_error([&] { make_engine("reference", Weights::random(Config::preset("tiny"), 1), o); },
-               "kernel choices (groups=2) apply to the fused backend only, not 'reference'");
+               "kernel choices (groups=2) apply to the fused backends only, not 'reference'");
 }
 
 }  // namespace

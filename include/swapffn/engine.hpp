@@ -14,6 +14,12 @@
 
 namespace swapffn {
 
+// The precision of a backend's GEMM operands: it names the backend's check tolerance
+// (Tolerance::preset) and the cuBLAS anchor its speed is set against.
+enum class Precision { fp32, bf16, fp8 };
+// "fp32", "bf16", "fp8".
+const char* precision_name(Precision p);
+
 // Hard decisions of one decode step, indexed [event, sequence, core] (E * B * C entries).
 struct Trace {
   int64_t events = 0, batch = 0, cores = 0;
@@ -45,9 +51,8 @@ class Engine {
   virtual ~Engine() = default;
   virtual std::string name() const = 0;
   virtual const Config& config() const = 0;
-  // The precision of its GEMM operands, which names its check tolerance (Tolerance::preset):
-  // "fp32" (the reference), "bf16" or "fp8".
-  virtual std::string precision() const { return "bf16"; }
+  // The precision of its GEMM operands (fp32: the reference).
+  virtual Precision precision() const { return Precision::bf16; }
 
   // One decode step for state.batch sequences. x and delta are host arrays [B, D] fp32.
   // Validation (shapes, x non-finite or out of range, trace sizes) happens before anything changes: on an error the

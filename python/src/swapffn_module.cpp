@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "swapffn/backends.hpp"
@@ -54,6 +55,7 @@ struct PyEngine {
   std::string path;
   uint64_t fingerprint = 0;  // of weights, which the pool's state files record
   std::string backend;
+  std::string backend_why;  // what "auto" picked and why, else empty
   int device;
   std::unique_ptr<Engine> engine;
   std::mutex turn;  // one call at a time on this engine and its pools
@@ -91,13 +93,15 @@ std::shared_ptr<PyEngine> load_engine(const std::string& path, const std::string
   e->weights = Weights::load(path);
   e->path = path;
   e->fingerprint = e->weights.fingerprint();
-  e->backend = backend;
+  const ResolvedBackend r = resolve_backend(backend, query_gpu(), e->weights.fp8_ffn.has_value());
+  e->backend = r.name;
+  e->backend_why = r.why;
   e->device = device;
   EngineOptions opt;
   opt.threads = threads;
   opt.graph = graph;
   opt.fused.pinned = parse_fused_choice(kernels);
-  e->engine = make_engine(backend, e->weights, opt);
+  e->engine = make_engine(e->backend, e->weights, opt);
   return e;
 }
 
@@ -188,7 +192,10 @@ nb::tuple pool_get(PyPool& p, int64_t slot) {
                         Map(map->data(), 1, map_shape, own_map));
 }
 
-void pool_set(PyPool& p, int64_t slot, nb::ndarray<const uint16_t, nb::ndim<3>, nb::c_contig, nb::device::cpu> ram,
+// ram as bf16 bits (uint16), or fp32 values rounded to bf16 as a RAM write rounds them (SPEC
+// section 4: float_to_bf16; a NaN stays one, and the pool's check refuses it).
+template <typename T>
+void pool_set(PyPool& p, int64_t slot, nb::ndarray<const T, nb::ndim<3>, nb::c_contig, nb::device::cpu> ram,
               nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> map) {
   const int32_t s = slot_of(p, slot);
   const Config& cfg = p.owner->weights.cfg;
@@ -200,7 +207,11 @@ void pool_set(PyPool& p, int64_t slot, nb::ndarray<const uint16_t, nb::ndim<3>, 
   SWAPFFN_REQUIRE(map.shape(0) == C, "stream_map: shape (" + std::to_string(map.shape(0)) +
                                          ",), a slot holds [C] = (" + std::to_string(C) + ",)");
   State one = State::init(cfg, 1);
-  std::memcpy(one.ram.data(), ram.data(), one.ram.size() * sizeof(uint16_t));
+  if constexpr (std::is_same_v<T, float>) {
+    for (size_t i = 0; i < one.ram.size(); ++i) one.ram[i] = float_to_bf16(ram.data()[i]);
+  } else {
+    std::memcpy(one.ram.data(), ram.data(), one.ram.size() * sizeof(uint16_t));
+  }
   std::memcpy(one.stream_map.data(), map.data(), one.stream_map.size());
   taking_turns(*p.owner, [&] { p.pool->set(s, one); });
 }
@@ -232,6 +243,9 @@ NB_MODULE(_swapffn, m) {
   nb::exception<FileError>(m, "FileError", nb::make_tuple(error, nb::handle(PyExc_OSError)));
   nb::exception<NoGpuError>(m, "NoGpuError", error);
   m.def("backends", &backend_names);
+  m.def("runnable_backends", [] { return runnable_backends(query_gpu()); });
+  m.def("config_presets", &Config::preset_names);
+  m.def("config_preset", [](const std::string& name) { return Config::preset(name).to_json_string(); });
   m.attr("version") = SWAPFFN_VERSION;
   m.attr("max_value") = double(kMaxValueMagnitude);  // the engines' bound on |x| (limits.hpp)
 #ifdef SWAPFFN_WITH_CUDA
@@ -247,6 +261,7 @@ NB_MODULE(_swapffn, m) {
   nb::class_<PyEngine>(m, "Engine")
       .def_prop_ro("name", [](const PyEngine& e) { return e.engine->name(); })
       .def_prop_ro("device", [](const PyEngine& e) { return e.device; })
+      .def_prop_ro("backend_why", [](const PyEngine& e) { return e.backend_why; })
       .def_prop_ro("config_json", [](const PyEngine& e) { return e.weights.cfg.to_json_string(); })
       .def_prop_ro("on_host", [](const PyEngine& e) {
 #ifdef SWAPFFN_WITH_CUDA
@@ -265,7 +280,8 @@ NB_MODULE(_swapffn, m) {
       .def_prop_ro("slots", [](const PyPool& p) { return p.pool->slots(); })
       .def("reset", [](PyPool& p, const std::vector<int32_t>& ids) { taking_turns(*p.owner, [&] { p.pool->reset(ids); }); })
       .def("get", &pool_get)
-      .def("set", &pool_set)
+      .def("set", &pool_set<uint16_t>)
+      .def("set_f32", &pool_set<float>)
       .def("load", &pool_load)
       .def("save", &pool_save);
   m.def("make_pool", [](std::shared_ptr<PyEngine> e, int64_t slots) {

@@ -2,7 +2,7 @@
 in slots (SPEC section 7).
 
     import swapffn, numpy as np
-    engine = swapffn.Engine.load("m.safetensors", backend="fused")
+    engine = swapffn.Engine.load("m.safetensors")           # backend "auto": fused on a Hopper GPU
     pool = swapffn.StatePool(engine, slots=64)
     pool.reset([3, 7])                                   # two sequences join
     x = np.random.randn(2, engine.config["d_model"]).astype(np.float32)
@@ -23,6 +23,7 @@ stream than the engine's last work waits for it (outside graph captures; docs/PY
 from __future__ import annotations
 
 import json
+import logging
 import operator
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -32,14 +33,17 @@ import numpy as np
 from . import _swapffn
 from ._swapffn import Error, FileError, NoGpuError
 
-__all__ = ["Engine", "StatePool", "Error", "FileError", "NoGpuError", "PADDING", "MAX_VALUE", "backends", "gpu",
-           "init_model", "__version__"]
+__all__ = ["Engine", "StatePool", "Error", "FileError", "NoGpuError", "PADDING", "MAX_VALUE", "AUTO", "backends",
+           "gpu", "init_model", "config_preset", "CONFIG_PRESETS", "__version__"]
 
 __version__ = _swapffn.version  # the engine's, as `swapffn --version` prints it
 
 # An array argument or result: a NumPy array (or anything np.asarray takes) or a torch tensor.
 Array = Any
 PADDING = -1  # a slot id that marks a padding row
+AUTO = "auto"  # the backend that suits the machine: fused on a Hopper GPU, else the reference
+CONFIG_PRESETS = tuple(_swapffn.config_presets())  # the named configs of SPEC section 1 ("default", "tiny")
+_log = logging.getLogger("swapffn")
 MAX_VALUE = _swapffn.max_value  # the largest |x| the engines accept (SPEC section 4: 2^32)
 
 
@@ -96,18 +100,27 @@ def _check_values(a: np.ndarray, what: str) -> None:
 def backends(runnable: bool = True) -> List[str]:
     """The backends that run here: "reference" always, the GPU ones ("unfused", "fused", "fused-fp8")
     where this build has CUDA and the process sees a Hopper GPU. runnable=False: every backend
-    compiled into this build."""
-    names = list(_swapffn.backends())
-    if runnable and not gpu()["hopper"]:
-        names = [b for b in names if b == "reference"]
-    return names
+    compiled into this build. (Engine.load also takes "auto", which picks one of these.)"""
+    return list(_swapffn.runnable_backends() if runnable else _swapffn.backends())
 
 
-def init_model(path: str, config: str = "tiny", seed: int = 1) -> None:
-    """Writes a model with random parameters of a preset config ("default" or "tiny"), as
-    `swapffn init` does."""
+def _preset_name(config, what: str = "config") -> str:
     if not isinstance(config, str):
-        raise Error(f"config: expected a preset name (str), got {type(config).__name__}")
+        raise Error(f"{what}: expected a preset name (str), got {type(config).__name__}")
+    if config not in CONFIG_PRESETS:
+        raise Error(f"{what}: unknown preset '{config}' (known: {', '.join(CONFIG_PRESETS)})")
+    return config
+
+
+def config_preset(name: str) -> Dict[str, Any]:
+    """A named config of SPEC section 1 ("default" or "tiny") as a dict of its fields."""
+    return json.loads(_swapffn.config_preset(_preset_name(name, "name")))
+
+
+def init_model(path: str, config: str = "default", seed: int = 1) -> None:
+    """Writes a model with random parameters of a preset config ("default" or "tiny"), as
+    `swapffn init` does (the same default)."""
+    _preset_name(config)
     seed = _index(seed, "seed")
     if not 0 <= seed < 2**64:
         raise Error(f"seed = {seed} is out of range: must be in [0, 2^64)")
@@ -133,6 +146,15 @@ def _is_torch(a) -> bool:
     return t is not None and isinstance(a, t.Tensor)
 
 
+def _refuse_grad(x, what: str) -> None:
+    """The engine computes no gradients: a tensor that asks for them is refused under grad mode,
+    rather than silently cut from the graph. torch.no_grad() or x.detach() says so deliberately."""
+    if x.requires_grad and _torch().is_grad_enabled():
+        raise Error(f"{what}: the tensor requires grad, and the engine computes no gradients (it is for "
+                    f"inference): call under torch.no_grad() or pass {what}.detach(); to train, use "
+                    "swapffn.torch.SwapFFN")
+
+
 class Engine:
     """One model on one backend ("reference", "unfused", "fused" or "fused-fp8") and device."""
 
@@ -142,9 +164,11 @@ class Engine:
         self.config = json.loads(handle.config_json)
 
     @classmethod
-    def load(cls, path: str, backend: str = "fused", device: int = 0, threads: int = 0, graph: bool = True,
+    def load(cls, path: str, backend: str = AUTO, device: int = 0, threads: int = 0, graph: bool = True,
              kernels: str = "") -> "Engine":
-        """Loads a model file (safetensors, as `swapffn init` writes) onto `backend`.
+        """Loads a model file (safetensors, as `swapffn init` writes) onto `backend`: one of
+        backends(), or "auto" (on a Hopper GPU fused, or fused-fp8 for a model stored in fp8; else
+        the reference; logged on the "swapffn" logger at INFO, and engine.name says which).
 
         threads: CPU threads of the reference (0: all). graph: GPU backends capture a step in a CUDA
         graph. kernels: the fused backends' pinned kernel choices, as `swapffn run --kernels`.
@@ -159,7 +183,10 @@ class Engine:
             if not isinstance(v, str):
                 raise Error(f"{name}: expected a str, got {type(v).__name__}")
         path = _path(path, "path")
-        return cls(_swapffn.load_engine(path, backend, device, threads, bool(graph), kernels), path)
+        handle = _swapffn.load_engine(path, backend, device, threads, bool(graph), kernels)
+        if handle.backend_why:
+            _log.info("%s", handle.backend_why)
+        return cls(handle, path)
 
     @property
     def name(self) -> str:
@@ -287,6 +314,7 @@ class Engine:
         """x as a C-contiguous float32 NumPy array (a copy where it must convert), and whether it
         came as a torch tensor."""
         if _is_torch(x):
+            _refuse_grad(x, what)
             return np.ascontiguousarray(x.detach().float().cpu().numpy()), True
         if not hasattr(x, "__array__") and not isinstance(x, (list, tuple)):
             raise Error(f"{what}: expected an array of float32 or bfloat16 values, got {type(x).__name__}")
@@ -355,7 +383,8 @@ class Engine:
             raise Error(f"{what}: backend '{self.name}' runs on the host; pass a CPU tensor or a NumPy array")
         if x.device != dev:
             raise Error(f"{what}: on {x.device}, the engine runs on {dev}")
-        x = x.detach()  # the engine is for inference: no graph to keep
+        _refuse_grad(x, what)
+        x = x.detach()
         if x.dtype == t.bfloat16:
             x = x.float()
         elif x.dtype != t.float32:
@@ -419,27 +448,42 @@ class StatePool:
         _swapffn.check_slot_ids(ids, self.slots)
         self._h.reset(ids)
 
-    def get(self, slot: int) -> Tuple[np.ndarray, np.ndarray]:
-        """(ram [C, 4, D] as bf16 bits in uint16, stream_map [C] uint8) of one slot, as NumPy arrays."""
-        return self._h.get(_slot(slot, self))
+    def get(self, slot: int, as_torch: bool = False) -> Tuple[Array, Array]:
+        """(ram [C, 4, D], stream_map [C] uint8) of one slot: as NumPy arrays, the RAM as bf16 bits in
+        uint16; with as_torch=True as CPU torch tensors, the RAM in torch.bfloat16 (the values)."""
+        if not isinstance(as_torch, bool):
+            raise Error(f"as_torch: expected a bool, got {type(as_torch).__name__}")
+        ram, stream_map = self._h.get(_slot(slot, self))
+        if not as_torch:
+            return ram, stream_map
+        t = _torch()
+        if t is None:
+            raise Error("as_torch=True needs torch, which does not import here")
+        return t.from_numpy(ram.view(np.int16)).view(t.bfloat16), t.from_numpy(stream_map)
 
     def set(self, slot: int, ram: Array, stream_map: Array) -> None:
-        """Replaces one slot's state: ram [C, 4, D] (bf16 bits as uint16, or a torch bfloat16 tensor),
-        stream_map [C] uint8 (four 2-bit lanes forming a permutation). Validated first (shapes exactly,
-        every RAM value finite and within 2^48, every map a permutation); refused, the slot is
-        unchanged."""
+        """Replaces one slot's state: ram [C, 4, D] as bf16 bits (uint16), or values in a float dtype
+        (NumPy or torch: bfloat16, float16, float32, float64; swapffn.torch.SwapFFN's state.ram[b]
+        included) rounded to bf16 to nearest even as a RAM write rounds (SPEC section 4; float64
+        through float32); stream_map [C] uint8 (four 2-bit lanes forming a permutation). Validated
+        first (shapes exactly, every RAM value finite and within 2^48, every map a permutation);
+        refused, the slot is unchanged."""
         slot = _slot(slot, self)
         if _is_torch(ram):
             t = _torch()
             ram = ram.detach().cpu().contiguous()
-            ram = (ram.view(t.int16) if ram.dtype == t.bfloat16 else ram).numpy()
+            ram = (ram.view(t.int16) if ram.dtype == t.bfloat16 else
+                   ram.float() if ram.is_floating_point() else ram).numpy()
         if _is_torch(stream_map):
             stream_map = stream_map.detach().cpu().numpy()
         ram = np.ascontiguousarray(ram)
         if _is_bfloat16(ram.dtype):
             ram = ram.view(np.uint16)
-        if ram.dtype not in (np.uint16, np.int16):
-            raise Error(f"ram: expected bf16 bits (uint16) or a torch bfloat16 tensor, got dtype {ram.dtype}")
+        elif ram.dtype in (np.float16, np.float32, np.float64):
+            ram = np.ascontiguousarray(ram, dtype=np.float32)
+        if ram.dtype not in (np.uint16, np.int16, np.float32):
+            raise Error(f"ram: expected bf16 bits (uint16) or float values (bfloat16, float16, float32, float64), "
+                        f"got dtype {ram.dtype}")
         c, d = self.engine.config["core_count"], self.engine.config["d_model"]
         if ram.shape != (c, 4, d):
             raise Error(f"ram: expected shape ({c}, 4, {d}) ([C, 4, D]), got {ram.shape}")
@@ -448,7 +492,10 @@ class StatePool:
             raise Error(f"stream_map: expected uint8, got dtype {stream_map.dtype}")
         if stream_map.shape != (c,):
             raise Error(f"stream_map: expected shape ({c},) ([C]), got {stream_map.shape}")
-        self._h.set(slot, ram.view(np.uint16), stream_map)
+        if ram.dtype == np.float32:
+            self._h.set_f32(slot, ram, stream_map)
+        else:
+            self._h.set(slot, ram.view(np.uint16), stream_map)
 
     def load(self, slot: int, path: str) -> None:
         """A state file of one sequence (as `swapffn run --state-out` writes for B = 1) into a slot; refused

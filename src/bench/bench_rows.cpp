@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "swapffn/backends.hpp"
+
 namespace swapffn::cuda {
 
 std::string anchor_operands_name(AnchorOperands o) {
@@ -12,12 +14,6 @@ std::string anchor_operands_name(AnchorOperands o) {
 }  // namespace swapffn::cuda
 
 namespace swapffn::bench {
-namespace {
-
-// Each fp8 backend and the bf16 backend that runs the same step with bf16 GEMMs.
-constexpr std::pair<const char*, const char*> kFp8Twins[] = {{"fused-fp8", "fused"}};
-
-}  // namespace
 
 const char* anchor_of(const std::string& precision) { return precision == "fp8" ? kAnchors[1].name : kAnchors[0].name; }
 
@@ -28,8 +24,8 @@ std::string fp8_row_name(const std::string& backend, fp8::Scaling s) {
 }
 
 std::string bf16_backend_of(const std::string& fp8_row) {
-  for (const auto& [fp8, bf16] : kFp8Twins)
-    if (fp8_row == fp8 || fp8_row == fp8_row_name(fp8, fp8::Scaling::rows)) return bf16;
+  for (const BackendFacts& b : all_backends())
+    if (b.bf16_twin && (fp8_row == b.name || fp8_row == fp8_row_name(b.name, fp8::Scaling::rows))) return b.bf16_twin;
   return "";
 }
 
@@ -54,8 +50,8 @@ BenchRow backend_row(const std::string& name, const std::string& precision, int6
   r.vs_gemms = anchor_of(precision);
   if (precision == "fp8") {
     r.bf16_twin = bf16_backend_of(name);
-    for (const auto& [fp8, bf16] : kFp8Twins)
-      if (name == fp8_row_name(fp8, fp8::Scaling::rows)) r.vs_gemms = kAnchors[2].name;
+    for (const BackendFacts& b : all_backends())
+      if (b.bf16_twin && name == fp8_row_name(b.name, fp8::Scaling::rows)) r.vs_gemms = kAnchors[2].name;
   }
   return r;
 }

@@ -21,7 +21,7 @@ namespace {
 
 using Engines = std::vector<std::pair<std::string, std::unique_ptr<Engine>>>;
 
-bool is_gpu_backend(const std::string& b) { return b != "reference"; }
+bool is_gpu_backend(const std::string& b) { return backend_facts(b).needs_cuda; }
 
 void log(const BenchRow& r) {
   std::fprintf(stderr, "  %s B=%lld: %.4f ms/step\n", r.name.c_str(), static_cast<long long>(r.batch), r.ms);
@@ -32,7 +32,7 @@ void log(const BenchRow& r) {
 std::vector<FlipRate> fp8_flip_rates(const Engines& engines) {
   std::vector<FlipRate> out;
   for (const auto& [name, fp8] : engines) {
-    if (fp8->precision() != "fp8") continue;
+    if (fp8->precision() != Precision::fp8) continue;
     for (const auto& [other, bf16] : engines)
       if (other == bf16_backend_of(name)) {
         out.push_back(decision_flip_rate(*fp8, *bf16, kFlipBatch, kFlipTokens, kSeed));
@@ -48,8 +48,9 @@ Engines make_engines(const BenchOptions& o, const Weights& w, const std::vector<
   Engines engines;
   for (const auto& b : backends) {
     EngineOptions eo;
-    if (b == "fused") eo.fused = o.fused;
-    if (b != "fused-fp8") {
+    const BackendFacts& facts = backend_facts(b);
+    if (facts.takes_tuning) eo.fused = o.fused;
+    if (facts.precision != Precision::fp8) {
       engines.emplace_back(b, make_engine(b, w, eo));
       continue;
     }
@@ -96,7 +97,7 @@ void measure_anchors(GpuPointTimer& gpu, const BenchOptions& o, const Weights& w
   for (const AnchorSpec& a : kAnchors) {
     bool wanted = !a.operands.e4m3 || o.fp8_headroom;
     for (const auto& [name, e] : engines) {
-      const bool fp8 = e->precision() == "fp8";
+      const bool fp8 = e->precision() == Precision::fp8;
       wanted = wanted || (fp8 && (!a.headroom || backend_row(name, "fp8", batch).vs_gemms == a.name));
     }
     if (!wanted) continue;
@@ -154,7 +155,7 @@ BenchResults measure(const BenchOptions& o, const Weights& w, const std::vector<
     if (gpu) measure_anchors(*gpu, o, w, batch, engines, res);
 #endif
     for (auto& [name, engine] : engines) {
-      BenchRow r = backend_row(name, engine->precision(), batch);
+      BenchRow r = backend_row(name, precision_name(engine->precision()), batch);
       if (!is_gpu_backend(name)) r.ms = time_host_decode(*engine, initial, o);
 #ifdef SWAPFFN_WITH_CUDA
       if (is_gpu_backend(name))

@@ -9,6 +9,15 @@
 
 namespace swapffn {
 
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp8: return "fp8";
+  }
+  return "?";
+}
+
 void Trace::resize(int64_t e, int64_t b, int64_t c) {
   const int64_t n = checked_product({e, b, c}, "trace entries E*B*C");
   std::vector<uint8_t> g, s;  // the trace is unchanged when an allocation fails

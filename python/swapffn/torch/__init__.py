@@ -38,7 +38,7 @@ def _step(x: torch.Tensor, slot_ids: torch.Tensor, token: torch.Tensor, pool_han
     pool = _pools.get(pool_handle)
     if pool is None:
         raise swapffn.Error(f"pool handle {pool_handle}: no such pool (it was freed)")
-    out = pool.engine.step(x, pool, slot_ids)
+    out = pool.engine.step(x.detach(), pool, slot_ids)  # step() refused a graph to keep, outside
     token.add_(1)
     return out
 
@@ -51,6 +51,8 @@ def _(x, slot_ids, token, pool_handle):
 def step(x: torch.Tensor, pool: "swapffn.StatePool", slot_ids: torch.Tensor) -> torch.Tensor:
     """The engine's slot step (swapffn.Engine.step) as the custom op swapffn::step: x [B, D]
     (float32 or bfloat16), slot_ids [B] int32 on x's device (-1: padding). Returns delta [B, D]."""
+    if isinstance(x, torch.Tensor):
+        swapffn._refuse_grad(x, "x")
     if not isinstance(slot_ids, torch.Tensor):
         slot_ids = torch.tensor(slot_ids, dtype=torch.int32, device=x.device)
     handle = getattr(pool, "_op_handle", None)

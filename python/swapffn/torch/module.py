@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import _safetensors
+from .. import _safetensors, config_preset
 
 __all__ = ["SwapFFN", "State", "Trace", "Step", "IDENTITY_MAP"]
 
@@ -126,11 +126,14 @@ class SwapFFN(nn.Module):
 
     `step(x, state, follow=(gate, slot))` applies given decisions instead of its own (SPEC section 5:
     following a path's trace) and returns its own decisions and margins beside the result.
+
+    Made from a config (`SwapFFN()` is the default config, `SwapFFN("tiny")`, `SwapFFN.from_config`)
+    or from a model file (`SwapFFN.from_safetensors`, bit for bit what the engine loads).
     """
 
-    def __init__(self, config: Dict, dtype: torch.dtype = torch.float32, device=None):
+    def __init__(self, config: Union[str, Dict] = "default", dtype: torch.dtype = torch.float32, device=None):
         super().__init__()
-        self.config = validate_config(config)
+        self.config = validate_config(config_preset(config) if isinstance(config, str) else config)
         c, kw = self.config, {"dtype": dtype, "device": device}
         D, Fd, R, K, Rc, Ce = (c["d_model"], c["d_ff"], c["d_router"], c["collapse_k"], c["collapse_r"],
                                c["core_embed_dim"])
@@ -151,6 +154,15 @@ class SwapFFN(nn.Module):
         self.collapse_basis = nn.Parameter(torch.empty(K, Rc, D, **kw))
         self.collapse_decoder = nn.Parameter(torch.empty(D, Rc, **kw))
         self.reset_parameters()
+
+    @classmethod
+    def from_config(cls, config: Union[str, Dict] = "default", dtype: torch.dtype = torch.float32,
+                    device=None) -> "SwapFFN":
+        """A layer of a config with fresh parameters (reset_parameters): config is a preset name
+        ("default": SPEC section 1's, 1024 -> 4096 FFN, 512 cores; "tiny": a small one for tests
+        and CPUs) or a dict of SPEC section 1's fields (swapffn.config_preset(name) gives one to
+        edit). Raises swapffn.Error for an unknown preset, ValueError naming a bad field."""
+        return cls(config, dtype=dtype, device=device)
 
     # -- parameters and files ------------------------------------------------------------------
 

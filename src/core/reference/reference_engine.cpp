@@ -31,7 +31,7 @@ class ReferenceEngine final : public Engine {
  public:
   ReferenceEngine(const Weights& w, const EngineOptions& opt);
   std::string name() const override { return "reference"; }
-  std::string precision() const override { return "fp32"; }
+  Precision precision() const override { return Precision::fp32; }
   const Config& config() const override { return cfg_; }
   void step(const float* x, float* delta, State& state, const StepOptions& opt) override;
 

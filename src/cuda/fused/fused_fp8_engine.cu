@@ -65,7 +65,7 @@ class FusedFp8Engine final : public FusedEngineBase {
                    up_gemm_ ? up_gemm_->describe().c_str() : "sm90_fp8_dual_gemm_swiglu", down_gemm_->describe().c_str());
   }
   std::string name() const override { return "fused-fp8"; }
-  std::string precision() const override { return "fp8"; }
+  Precision precision() const override { return Precision::fp8; }
 
  protected:
   void allocate_ffn(int64_t rows) override {
