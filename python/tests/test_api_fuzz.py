@@ -129,10 +129,21 @@ def gen_trace(rng):
             "int": (0, False)}[kind]
 
 
+def _values(bits):
+    """bf16 bits (uint16) as their float32 values."""
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def _bits(ram):
+    """A valid RAM argument as bf16 bits: float32 values on the bf16 grid keep their top half."""
+    ram = np.asarray(ram)
+    return (ram.view(np.uint32) >> 16).astype(np.uint16) if ram.dtype == np.float32 else ram.view(np.uint16)
+
+
 def gen_state(rng, engine):
     """(slot, ram, stream_map, whether valid)."""
     ram, smap = random_state(engine, rng)
-    kind = pick(rng, ["ok", "bf16"], ["slot", "flat", "transposed", "f32", "nan", "huge", "map", "mapshape"])
+    kind = pick(rng, ["ok", "bf16", "f32"], ["slot", "flat", "transposed", "f32nan", "nan", "huge", "map", "mapshape"])
     slot = int(rng.integers(SLOTS))
     c = ram.shape[0]
     if kind == "ok":
@@ -145,8 +156,12 @@ def gen_state(rng, engine):
         return slot, ram.reshape(-1), smap, False
     if kind == "transposed":
         return slot, np.ascontiguousarray(ram.transpose(1, 0, 2)), smap, c == 4
-    if kind == "f32":
-        return slot, ram.astype(np.float32), smap, False
+    if kind == "f32":  # the values, on the bf16 grid
+        return slot, _values(ram), smap, True
+    if kind == "f32nan":
+        bad = _values(ram)
+        bad[tuple(int(rng.integers(n)) for n in bad.shape)] = rng.choice([np.nan, np.inf, 2.0**49])
+        return slot, bad, smap, False
     if kind == "mapshape":
         return slot, ram, smap.reshape(c, 1), False
     bad = ram.copy()
@@ -182,7 +197,7 @@ def test_api_fuzz_corpus(engine):
         if what == "set":
             slot, ram, smap, valid = gen_state(rng, engine)
             call = lambda: pool.set(slot, ram, smap)  # noqa: E731
-            plain = lambda p: p.set(slot, np.asarray(ram).view(np.uint16), smap)  # noqa: E731
+            plain = lambda p: p.set(slot, _bits(ram), smap)  # noqa: E731
         else:
             b = int(rng.integers(0 if what == "step" else 1, 4))
             ids, plain_ids = gen_ids(rng, b)
