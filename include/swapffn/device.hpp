@@ -31,4 +31,22 @@ GpuInfo query_gpu();
 // runs on the host).
 void select_gpu(int device);
 
+// The SM count of a CUDA device; whether a CUDA stream (a cudaStream_t) is capturing a graph.
+// CUDA builds only (others throw).
+int gpu_sm_count(int device);
+bool stream_capturing(void* stream);
+
+// select_gpu(device) for a scope: the thread's previous current device is restored at its end (a
+// caller's, torch's say, may be another). Without a GPU, device 0 is the host and nothing changes.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  // -1: nothing to restore
+};
+
 }  // namespace swapffn

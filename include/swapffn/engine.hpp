@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "swapffn/device_steps.hpp"
 #include "swapffn/fused_options.hpp"
 #include "swapffn/state.hpp"
 #include "swapffn/state_pool.hpp"
@@ -74,6 +75,8 @@ class Engine {
   // left as it was. A sequence's results do not depend on its slot, the other rows or B.
   virtual void step_slots(const float* x, const std::vector<int32_t>& slot_ids, float* delta, StatePool& pool,
                           const StepOptions& opt = {});
+  // Its device face (device arrays, a caller's stream), or nullptr for an engine on the host.
+  virtual DeviceSteps* device_steps() { return nullptr; }
 };
 
 struct EngineOptions {

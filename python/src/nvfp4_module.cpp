@@ -8,7 +8,6 @@
 // needs (0 once launched).
 #include "nvfp4_module.hpp"
 
-#include <cuda_runtime.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/vector.h>
 
@@ -17,8 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/runtime/cuda_check.hpp"
-#include "cuda/runtime/device_guard.hpp"
+#include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/nvfp4/nvfp4.hpp"
 
@@ -35,7 +33,6 @@ using Half = nb::ndarray<nb::device::cuda>;                  // c, fp16 (checked
 
 // The arrays' device made current for each launch (this module's CUDA runtime keeps its own current
 // device, whatever torch's is).
-using cuda::DeviceGuard;
 
 std::string str(int64_t v) { return std::to_string(v); }
 
@@ -91,18 +88,12 @@ void* output(const Half& c, int64_t m, int64_t n, int64_t l) {
   return c.data();
 }
 
-int sm_count(int device) {
-  int n = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return n;
-}
-
 // Validates `p`, then launches `run` with the default config and the caller's workspace, or returns
 // the bytes that config needs when the workspace is smaller (nothing launched).
 template <class Problem, class Choose, class Run>
 int64_t launch(const Problem& p, int device, Choose choose, Run run, uintptr_t ws, int64_t ws_bytes, uintptr_t stream) {
   nv::validate(p);
-  const auto cfg = choose(p, sm_count(device));
+  const auto cfg = choose(p, gpu_sm_count(device));
   const size_t need = nv::workspace_bytes(p, cfg);
   if (ws_bytes < 0 || need > size_t(ws_bytes)) return int64_t(need);
   nb::gil_scoped_release release;
@@ -113,7 +104,7 @@ int64_t launch(const Problem& p, int device, Choose choose, Run run, uintptr_t w
 int64_t gemv(Bytes a, Bytes sfa, bool a_blocked, Bytes b, Bytes sfb, bool b_blocked, Half c, uintptr_t ws,
              int64_t ws_bytes, uintptr_t stream) {
   const int dev = c.device_id();
-  DeviceGuard guard(dev);
+  const DeviceScope on_device(dev);
   const Dims d = dims_of(a, "a");
   nv::GemvProblem p;
   p.m = int64_t(a.shape(0));
@@ -129,7 +120,7 @@ int64_t gemv(Bytes a, Bytes sfa, bool a_blocked, Bytes b, Bytes sfb, bool b_bloc
 int64_t gemm(Bytes a, Bytes sfa, bool a_blocked, Bytes b, Bytes sfb, bool b_blocked, Half c, uintptr_t ws,
              int64_t ws_bytes, uintptr_t stream) {
   const int dev = c.device_id();
-  DeviceGuard guard(dev);
+  const DeviceScope on_device(dev);
   const Dims d = dims_of(a, "a");
   nv::GemmProblem p;
   p.m = int64_t(a.shape(0));
@@ -146,7 +137,7 @@ int64_t gemm(Bytes a, Bytes sfa, bool a_blocked, Bytes b, Bytes sfb, bool b_bloc
 int64_t dual_gemm_swiglu(Bytes a, Bytes sfa, bool a_blocked, Bytes b1, Bytes sfb1, bool b1_blocked, Bytes b2,
                          Bytes sfb2, bool b2_blocked, Half c, uintptr_t ws, int64_t ws_bytes, uintptr_t stream) {
   const int dev = c.device_id();
-  DeviceGuard guard(dev);
+  const DeviceScope on_device(dev);
   const Dims d = dims_of(a, "a");
   nv::DualGemmProblem p;
   p.m = int64_t(a.shape(0));
@@ -171,7 +162,7 @@ int64_t grouped_gemm(const std::vector<Bytes>& a, const std::vector<Bytes>& sfa,
                       b_blocked.size() == g,
                   "grouped_gemm: the lists of a, sfa, b, sfb and c differ in length");
   const int dev = c[0].device_id();
-  DeviceGuard guard(dev);
+  const DeviceScope on_device(dev);
   nv::GroupedGemmProblem p;
   for (size_t i = 0; i < g; ++i) {
     const std::string group = "group " + str(int64_t(i)) + ": ";
@@ -193,11 +184,7 @@ int64_t grouped_gemm(const std::vector<Bytes>& a, const std::vector<Bytes>& sfa,
 }
 
 // Whether `stream` is capturing a CUDA graph (then the caller gives each call its own workspace).
-bool stream_capturing(uintptr_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
+bool capturing(uintptr_t stream) { return stream_capturing(reinterpret_cast<void*>(stream)); }
 
 }  // namespace
 
@@ -206,7 +193,7 @@ void bind_nvfp4(nb::module_& m) {
   s.attr("gemv_k_multiple") = nv::kGemvKMultiple;
   s.attr("gemm_k_multiple") = nv::kGemmKMultiple;
   s.attr("max_groups") = nv::kMaxGroups;
-  s.def("stream_capturing", &stream_capturing);
+  s.def("stream_capturing", &capturing);
   s.def("gemv", &gemv);
   s.def("gemm", &gemm);
   s.def("dual_gemm_swiglu", &dual_gemm_swiglu);

@@ -30,8 +30,6 @@
 #include "swapffn/limits.hpp"
 #include "swapffn/weights.hpp"
 #ifdef SWAPFFN_WITH_CUDA
-#include "cuda/common/gpu_engine.hpp"
-#include "cuda/runtime/device_guard.hpp"
 #include "nvfp4_module.hpp"
 #endif
 
@@ -66,17 +64,13 @@ struct PyPool {
   std::unique_ptr<StatePool> pool;
 };
 
-// Runs f() holding e's mutex with the GIL released (f must not touch Python objects), on e's device
-// (this thread's current device, torch's say, may be another; it is restored after). Releasing the
-// GIL first means a thread waiting for the mutex never holds the GIL that its holder needs.
+// Runs f() holding e's mutex with the GIL released (f must not touch Python objects). Releasing the
+// GIL first means a thread waiting for the mutex never holds the GIL that its holder needs. (The
+// engine and its pools run on their device, whatever device is current: DeviceSteps.)
 template <class F>
 auto taking_turns(PyEngine& e, F&& f) {
   nb::gil_scoped_release release;
   const std::lock_guard<std::mutex> lock(e.turn);
-#ifdef SWAPFFN_WITH_CUDA
-  std::optional<cuda::DeviceGuard> on_device;
-  if (cuda::gpu_engine_of(*e.engine) != nullptr) on_device.emplace(e.device);
-#endif
   return f();
 }
 
@@ -88,7 +82,7 @@ int32_t slot_of(const PyPool& p, int64_t slot) {
 
 std::shared_ptr<PyEngine> load_engine(const std::string& path, const std::string& backend, int device, int threads,
                                       bool graph, const std::string& kernels) {
-  select_gpu(device);
+  const DeviceScope on_device(device);  // the engine is made there and stays there
   auto e = std::make_shared<PyEngine>();
   e->weights = Weights::load(path);
   e->path = path;
@@ -132,33 +126,26 @@ nb::tuple step_host(PyEngine& e, PyPool& p, HostX x, HostIds ids, HostF32 out, b
                         nb::ndarray<nb::numpy, uint8_t, nb::ndim<3>>(slot->data(), 3, shape, own_slot));
 }
 
-#ifndef SWAPFFN_WITH_CUDA
-// What the CUDA-array entry points do in a build without CUDA.
-[[noreturn]] void no_cuda(const PyPool&, uintptr_t) { SWAPFFN_FAIL("this build has no CUDA: pass host arrays"); }
-#else
-// The engine's GPU side, for CUDA arrays that must all be on its device (names: theirs, for the error).
-cuda::GpuEngine& device_engine(PyEngine& e, std::initializer_list<int32_t> devices, const char* names) {
-  for (const int32_t d : devices)
-    SWAPFFN_REQUIRE(d == e.device, std::string(names) + " must be on the engine's device cuda:" + std::to_string(e.device));
-  cuda::GpuEngine* g = cuda::gpu_engine_of(*e.engine);
+// The engine's device face, for CUDA arrays that must all be on its device (names: theirs, for the
+// error).
+DeviceSteps& device_engine(PyEngine& e, std::initializer_list<int32_t> devices, const char* names) {
+  DeviceSteps* g = e.engine->device_steps();
   SWAPFFN_REQUIRE(g != nullptr, "backend '" + e.backend + "' runs on the host: pass host arrays");
+  for (const int32_t d : devices)
+    SWAPFFN_REQUIRE(d == g->device(), std::string(names) + " must be on the engine's device cuda:" +
+                                          std::to_string(g->device()));
   return *g;
 }
-#endif
 
 // CUDA arrays: the slot step enqueued on the caller's stream (capturable once the batch size has run).
 void step_device(PyEngine& e, PyPool& p, CudaF32 x, CudaIds ids, CudaF32 out, uintptr_t stream) {
   check_rows(e, x.shape(0), x.shape(1), ids.shape(0), "x");
   check_rows(e, out.shape(0), out.shape(1), ids.shape(0), "out");
-#ifdef SWAPFFN_WITH_CUDA
-  cuda::GpuEngine& g = device_engine(e, {x.device_id(), ids.device_id(), out.device_id()}, "x, slot_ids and out");
+  DeviceSteps& g = device_engine(e, {x.device_id(), ids.device_id(), out.device_id()}, "x, slot_ids and out");
   taking_turns(e, [&] {
     g.enqueue_step_slots(x.data(), ids.data(), int64_t(ids.shape(0)), out.data(), *p.pool,
-                         reinterpret_cast<cudaStream_t>(stream));
+                         reinterpret_cast<DeviceSteps::Stream>(stream));
   });
-#else
-  no_cuda(p, stream);
-#endif
 }
 
 // CUDA arrays [T, B, D]: T replays of the engine's slot-step graph on its own stream, joined to the
@@ -168,15 +155,11 @@ void decode_device(PyEngine& e, PyPool& p, CudaSteps xs, CudaIds ids, CudaSteps 
   check_rows(e, out.shape(1), out.shape(2), ids.shape(0), "out");
   SWAPFFN_REQUIRE(xs.shape(0) == out.shape(0), "out: " + std::to_string(out.shape(0)) + " steps for " +
                                                    std::to_string(xs.shape(0)) + " steps of xs");
-#ifdef SWAPFFN_WITH_CUDA
-  cuda::GpuEngine& g = device_engine(e, {xs.device_id(), ids.device_id(), out.device_id()}, "xs, slot_ids and out");
+  DeviceSteps& g = device_engine(e, {xs.device_id(), ids.device_id(), out.device_id()}, "xs, slot_ids and out");
   taking_turns(e, [&] {
     g.enqueue_decode_slots(xs.data(), out.data(), int64_t(xs.shape(0)), *p.pool, ids.data(), int64_t(ids.shape(0)),
-                           reinterpret_cast<cudaStream_t>(stream));
+                           reinterpret_cast<DeviceSteps::Stream>(stream));
   });
-#else
-  no_cuda(p, stream);
-#endif
 }
 
 nb::tuple pool_get(PyPool& p, int64_t slot) {
@@ -263,14 +246,7 @@ NB_MODULE(_swapffn, m) {
       .def_prop_ro("device", [](const PyEngine& e) { return e.device; })
       .def_prop_ro("backend_why", [](const PyEngine& e) { return e.backend_why; })
       .def_prop_ro("config_json", [](const PyEngine& e) { return e.weights.cfg.to_json_string(); })
-      .def_prop_ro("on_host", [](const PyEngine& e) {
-#ifdef SWAPFFN_WITH_CUDA
-        return cuda::gpu_engine_of(*e.engine) == nullptr;
-#else
-        (void)e;
-        return true;
-#endif
-      });
+      .def_prop_ro("on_host", [](const PyEngine& e) { return e.engine->device_steps() == nullptr; });
   m.def("init_model", [](const std::string& path, const std::string& preset, uint64_t seed) {
     Weights::random(Config::preset(preset), seed).save(path);
   });

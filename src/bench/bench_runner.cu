@@ -6,7 +6,7 @@
 
 #include <cuda_bf16.h>
 
-#include "cuda/common/captured_graph.hpp"
+#include "cuda/runtime/captured_graph.hpp"
 #include "bench/cublas_ffn_gemms.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/device_buffer.hpp"

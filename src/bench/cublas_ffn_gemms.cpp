@@ -4,7 +4,7 @@
 #include <cmath>
 #include <optional>
 
-#include "cuda/common/cublaslt_handles.hpp"
+#include "cuda/runtime/cublaslt_handles.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/device_buffer.hpp"
 #include "cuda/common/gpu_engine.hpp"

@@ -5,7 +5,7 @@
 
 #include "bench/cublas_ffn_gemms.hpp"
 #include "cuda/common/batch_invariant_gemm.hpp"
-#include "cuda/common/captured_graph.hpp"
+#include "cuda/runtime/captured_graph.hpp"
 #include "cuda/common/gpu_engine.hpp"
 #include "cuda/kernels/random_fill.hpp"
 #include "cuda/kernels/sm90_bf16_dual_gemm_swiglu.hpp"

@@ -27,7 +27,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "cuda/common/cublaslt_handles.hpp"
+#include "cuda/runtime/cublaslt_handles.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/device_buffer.hpp"
 #include "swapffn/fp8.hpp"

@@ -1,5 +1,6 @@
 #include "cuda/common/device_state_pool.hpp"
 
+#include "cuda/runtime/device_guard.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/limits.hpp"
 
@@ -13,8 +14,9 @@ int64_t checked_slots(int64_t slots) {
 
 }  // namespace
 
-DeviceStatePool::DeviceStatePool(const Config& cfg, int64_t slots, const void* owner)
-    : cfg_(cfg), slots_(checked_slots(slots)), owner_(owner), torn_(slots_) {
+DeviceStatePool::DeviceStatePool(const Config& cfg, int64_t slots, const void* owner, int device)
+    : cfg_(cfg), slots_(checked_slots(slots)), owner_(owner), device_(device), torn_(slots_) {
+  const DeviceGuard on_device(device_);
   ram_.resize(size_t(slots * row_ram()));
   map_.resize(size_t(slots * row_map()));
   std::vector<int32_t> all(static_cast<size_t>(slots));
@@ -26,6 +28,7 @@ DeviceStatePool::DeviceStatePool(const Config& cfg, int64_t slots, const void* o
 // every stream of the device, so that they never race a step in flight (they are not the hot path).
 void DeviceStatePool::reset(const std::vector<int32_t>& slot_ids) {
   check_slot_ids(slot_ids, slots_, false);
+  const DeviceGuard on_device(device_);
   CUDA_CHECK(cudaDeviceSynchronize());
   try {
     for (int32_t s : slot_ids) {  // zeros in RAM, identity maps (SPEC section 3)
@@ -42,6 +45,7 @@ void DeviceStatePool::reset(const std::vector<int32_t>& slot_ids) {
 
 State DeviceStatePool::get(int32_t slot) const {
   check_slot_ids({slot}, slots_, false);
+  const DeviceGuard on_device(device_);
   const std::vector<int32_t> one_slot{slot};
   torn_.require_whole(&one_slot);
   State one = State::init(cfg_, 1);
@@ -55,6 +59,7 @@ State DeviceStatePool::get(int32_t slot) const {
 
 void DeviceStatePool::set(int32_t slot, const State& one) {
   check_slot_ids({slot}, slots_, false);
+  const DeviceGuard on_device(device_);
   one.check_matches(cfg_, 1);
   one.check_ram_values();
   CUDA_CHECK(cudaDeviceSynchronize());

@@ -14,8 +14,9 @@ namespace swapffn::cuda {
 
 class DeviceStatePool final : public StatePool {
  public:
-  // `owner` identifies the engine that made the pool (its slot steps refuse other engines' pools).
-  DeviceStatePool(const Config& cfg, int64_t slots, const void* owner);
+  // `owner` identifies the engine that made the pool (its slot steps refuse other engines' pools);
+  // made on `device`, where reset, get and set run (the caller's current device restored after).
+  DeviceStatePool(const Config& cfg, int64_t slots, const void* owner, int device);
   int64_t slots() const override { return slots_; }
   void reset(const std::vector<int32_t>& slot_ids) override;
   State get(int32_t slot) const override;
@@ -34,6 +35,7 @@ class DeviceStatePool final : public StatePool {
   Config cfg_;
   int64_t slots_;
   const void* owner_;
+  int device_;
   DeviceBuffer<bf16> ram_;
   DeviceBuffer<uint8_t> map_;
   TornSlots torn_;

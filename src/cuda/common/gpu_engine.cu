@@ -8,6 +8,7 @@
 
 #include "cuda/kernels/collapse.hpp"
 #include "cuda/kernels/slot_padding_rows.hpp"
+#include "cuda/runtime/device_guard.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/limits.hpp"
@@ -55,7 +56,17 @@ std::vector<float> widen_bf16(const std::vector<bf16>& v) {
   return out;
 }
 
-GpuEngine::GpuEngine(const Weights& w, const EngineOptions& opt) : cfg_(w.cfg), opt_(opt) {
+namespace {
+
+int current_device() {
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+}  // namespace
+
+GpuEngine::GpuEngine(const Weights& w, const EngineOptions& opt) : cfg_(w.cfg), opt_(opt), device_(current_device()) {
   const CoreTables tables = CoreTables::compute(w);  // validates w first
   router_w_.upload(w.router_w);
   basis_.upload(w.collapse_basis);
@@ -72,6 +83,8 @@ GpuEngine::GpuEngine(const Weights& w, const EngineOptions& opt) : cfg_(w.cfg), 
   io_.resize(1);
 }
 
+// The derived engines' buffers are freed before this runs: cudaFree and the stream's destruction
+// find their device from the handle (unified addressing), whatever device is current.
 GpuEngine::~GpuEngine() {
   cudaStreamSynchronize(stream_);
   drop_graph();
@@ -199,6 +212,7 @@ void GpuEngine::run_tokens(int64_t tokens, bool slots) {
 }
 
 void GpuEngine::upload_state(const State& s) {
+  const DeviceGuard on_device(device_);
   require_usable();
   s.check_matches(cfg_, s.batch);
   s.validate();
@@ -218,6 +232,7 @@ void GpuEngine::upload_state(const State& s) {
 }
 
 void GpuEngine::download_state(State& s) {
+  const DeviceGuard on_device(device_);
   require_usable();
   SWAPFFN_REQUIRE(s.batch == batch_, "download_state: the state holds " + std::to_string(s.batch) +
                                          " sequences, the device " + std::to_string(batch_));
@@ -231,6 +246,7 @@ void GpuEngine::download_state(State& s) {
 }
 
 void GpuEngine::enqueue_decode(const float* x, float* delta, int64_t tokens) {
+  const DeviceGuard on_device(device_);
   require_usable();
   SWAPFFN_REQUIRE(batch_ > 0, "enqueue_decode before upload_state");
   SWAPFFN_REQUIRE(tokens >= 0, "negative token count");
@@ -298,7 +314,8 @@ void GpuEngine::host_decode(const float* x, float* delta, int64_t tokens, State&
 }
 
 std::unique_ptr<StatePool> GpuEngine::make_pool(int64_t slots) {
-  return std::make_unique<DeviceStatePool>(cfg_, slots, this);
+  const DeviceGuard on_device(device_);
+  return std::make_unique<DeviceStatePool>(cfg_, slots, this, device_);
 }
 
 DeviceStatePool& GpuEngine::own_pool(StatePool& pool) const {
@@ -310,6 +327,7 @@ DeviceStatePool& GpuEngine::own_pool(StatePool& pool) const {
 
 void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids, float* delta, StatePool& pool,
                            const StepOptions& opt) {
+  const DeviceGuard on_device(device_);
   SWAPFFN_REQUIRE(opt.follow == nullptr, "backend '" + name() + "' does not follow traces");
   require_usable();
   DeviceStatePool& dev = own_pool(pool);
@@ -363,6 +381,7 @@ void GpuEngine::step_slots(const float* x, const std::vector<int32_t>& slot_ids,
 
 void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
                                    cudaStream_t stream) {
+  const DeviceGuard on_device(device_);
   require_usable();
   DeviceStatePool& dev = own_pool(pool);
   require_in_range(batch, 1, kMaxBatch, "rows in one slot step");
@@ -395,6 +414,7 @@ void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int6
 
 void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool,
                                      const int32_t* slot_ids, int64_t batch, std::optional<cudaStream_t> caller) {
+  const DeviceGuard on_device(device_);
   require_usable();
   DeviceStatePool& dev = own_pool(pool);
   require_in_range(batch, 1, kMaxBatch, "enqueue_decode_slots: batch");
@@ -433,6 +453,7 @@ void GpuEngine::enqueue_decode_slots(const float* x, float* delta, int64_t token
 }
 
 void GpuEngine::step(const float* x, float* delta, State& state, const StepOptions& opt) {
+  const DeviceGuard on_device(device_);
   SWAPFFN_REQUIRE(opt.follow == nullptr, "backend '" + name() +
                                              "' does not follow traces: check it by letting the reference follow "
                                              "the trace it records");
@@ -442,6 +463,7 @@ void GpuEngine::step(const float* x, float* delta, State& state, const StepOptio
 }
 
 void GpuEngine::decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record) {
+  const DeviceGuard on_device(device_);
   host_decode(x, delta, tokens, state, record);
 }
 

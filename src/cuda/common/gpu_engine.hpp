@@ -17,64 +17,15 @@
 #include <string>
 #include <vector>
 
-#include "cuda/common/captured_graph.hpp"
+#include "cuda/runtime/captured_graph.hpp"
 #include "cuda/common/device_state_pool.hpp"
 #include "cuda/runtime/cuda_check.hpp"
 #include "cuda/runtime/device_buffer.hpp"
+#include "cuda/runtime/owned_handles.hpp"
 #include "cuda/kernels/step_io.hpp"
 #include "swapffn/engine.hpp"
 
 namespace swapffn::cuda {
-
-struct OwnedStream {
-  cudaStream_t s = nullptr;
-  OwnedStream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~OwnedStream() {
-    cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-  }
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-};
-
-struct OwnedTimingEvents {  // a start and a stop event around a timed stretch of a stream
-  cudaEvent_t start = nullptr, stop = nullptr;
-  OwnedTimingEvents() {
-    CUDA_CHECK(cudaEventCreate(&start));
-    if (const cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
-      cudaEventDestroy(start);  // the destructor does not run when the constructor throws
-      CUDA_CHECK(e);
-    }
-  }
-  ~OwnedTimingEvents() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  OwnedTimingEvents(const OwnedTimingEvents&) = delete;
-  OwnedTimingEvents& operator=(const OwnedTimingEvents&) = delete;
-  float elapsed_ms() const {  // waits for `stop`
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return ms;
-  }
-};
-
-struct OwnedEvent {  // for ordering streams, not timing
-  cudaEvent_t e = nullptr;
-  OwnedEvent() { CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
-  ~OwnedEvent() { cudaEventDestroy(e); }
-  OwnedEvent(const OwnedEvent&) = delete;
-  OwnedEvent& operator=(const OwnedEvent&) = delete;
-};
-
-struct OwnedLtHandle {
-  cublasLtHandle_t h = nullptr;
-  OwnedLtHandle() { CUBLAS_CHECK(cublasLtCreate(&h)); }
-  ~OwnedLtHandle() { cublasLtDestroy(h); }
-  OwnedLtHandle(const OwnedLtHandle&) = delete;
-  OwnedLtHandle& operator=(const OwnedLtHandle&) = delete;
-};
 
 // Throws, naming the backend, with one plain sentence when this process has no Hopper GPU to run on.
 void require_hopper_gpu(const std::string& backend);
@@ -83,11 +34,15 @@ std::vector<float> widen_bf16(const std::vector<bf16>& v);
 inline __nv_bfloat16* as_nv(bf16* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
 inline const __nv_bfloat16* as_nv(const bf16* p) { return reinterpret_cast<const __nv_bfloat16*>(p); }
 
-class GpuEngine : public Engine {
+// Made on the calling thread's current device, which it keeps: every public entry point runs there
+// and restores the caller's current device after (DeviceGuard).
+class GpuEngine : public Engine, public DeviceSteps {
  public:
   GpuEngine(const Weights& w, const EngineOptions& opt);
   ~GpuEngine() override;
 
+  DeviceSteps* device_steps() override { return this; }
+  int device() const override { return device_; }
   const Config& config() const override { return cfg_; }
   void step(const float* x, float* delta, State& state, const StepOptions& opt) override;
   void decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record) override;
@@ -114,6 +69,10 @@ class GpuEngine : public Engine {
   // order it.
   void enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
                           cudaStream_t stream);
+  void enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta, StatePool& pool,
+                          Stream stream) override {
+    enqueue_step_slots(x, slot_ids, batch, delta, pool, static_cast<cudaStream_t>(stream));
+  }
   // `tokens` slot steps of the same `batch` slots on the engine's stream (x, delta [tokens, B, D]),
   // each one replay of the slot step's graph (padding rows' init, step), as a serving loop runs:
   // what `bench` times. With a `caller` stream (not capturing; 0 is the legacy default stream), the
@@ -121,6 +80,10 @@ class GpuEngine : public Engine {
   // host synchronisation.
   void enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool, const int32_t* slot_ids,
                             int64_t batch, std::optional<cudaStream_t> caller = std::nullopt);
+  void enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool, const int32_t* slot_ids,
+                            int64_t batch, Stream stream) override {
+    enqueue_decode_slots(x, delta, tokens, pool, slot_ids, batch, std::optional(static_cast<cudaStream_t>(stream)));
+  }
 
  protected:
   // Sizes the backend's own buffers for M = batch * C rows (the common ones are already sized); an
@@ -135,6 +98,7 @@ class GpuEngine : public Engine {
 
   Config cfg_;
   EngineOptions opt_;
+  int device_;  // the current device at construction
   OwnedStream owned_stream_;
   cudaStream_t stream_ = owned_stream_.s;
 

@@ -15,4 +15,33 @@ void select_gpu(int device) {
   CUDA_CHECK(cudaSetDevice(device));
 }
 
+int gpu_sm_count(int device) {
+  int n = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return n;
+}
+
+bool stream_capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+DeviceScope::DeviceScope(int device) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  if (n == 0 && device == 0) return;  // host backends only
+  int current = 0;
+  CUDA_CHECK(cudaGetDevice(&current));
+  select_gpu(device);
+  if (device != current) previous_ = current;
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0) cudaSetDevice(previous_);  // nothing to report from a destructor
+}
+
 }  // namespace swapffn

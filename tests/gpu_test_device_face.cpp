@@ -1,0 +1,139 @@
+// The engines' device face (swapffn/device_steps.hpp): engines and pools on their own device whatever
+// device is current, the caller's current device restored by every entry point, and two engines
+// with their pools interleaved in one process giving bitwise each one's results alone.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "cuda/runtime/device_buffer.hpp"
+#include "cuda/runtime/owned_handles.hpp"
+#include "gpu_backend_test_util.hpp"
+#include "swapffn/device.hpp"
+#include "swapffn/device_steps.hpp"
+
+namespace swapffn {
+namespace {
+
+int current() {
+  int d = -1;
+  CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+int device_count() {
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  return n;
+}
+
+// T slot steps of rows `ids` through the device face on `stream`, deltas [T, B, D] downloaded.
+std::vector<float> device_steps(DeviceSteps& g, StatePool& pool, const std::vector<int32_t>& ids,
+                                const std::vector<float>& x, int64_t tokens, cudaStream_t stream) {
+  const int64_t B = int64_t(ids.size()), n = int64_t(x.size()) / tokens;
+  cuda::DeviceBuffer<float> xd, dd(x.size());
+  xd.upload(x);
+  cuda::DeviceBuffer<int32_t> idd;
+  idd.upload(ids);
+  CUDA_CHECK(cudaMemsetAsync(dd.get(), 0xFF, x.size() * sizeof(float), stream));
+  for (int64_t t = 0; t < tokens; ++t)
+    g.enqueue_step_slots(xd.get() + t * n, idd.get(), B, dd.get() + t * n, pool, stream);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> out(x.size());
+  CUDA_CHECK(cudaMemcpy(out.data(), dd.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+TEST(DeviceFace, GpuEnginesHaveOneAndTheReferenceNone) {
+  const Weights& w = gpu_test::weights_of("tiny");
+  for (const char* b : {"fused", "unfused", "fused-fp8"}) {
+    auto e = make_engine(b, w);
+    ASSERT_NE(e->device_steps(), nullptr) << b;
+    EXPECT_EQ(e->device_steps()->device(), current()) << b;
+  }
+  EXPECT_EQ(make_engine("reference", w)->device_steps(), nullptr);
+}
+
+// Two engines (two backends) and their pools, their steps interleaved token by token on one
+// stream: each gets bitwise what it gets alone.
+TEST(DeviceFace, TwoEnginesInterleavedEqualEachAlone) {
+  const Weights& w = gpu_test::weights_of("tiny");
+  const int64_t T = 4, D = w.cfg.d_model;
+  const std::vector<int32_t> ids_a = {2, kPaddingSlot, 0}, ids_b = {1, 3};
+  const std::vector<float> xa = decode_inputs(71, T, int64_t(ids_a.size()), D);
+  const std::vector<float> xb = decode_inputs(72, T, int64_t(ids_b.size()), D);
+  cuda::OwnedStream s;
+
+  std::vector<float> alone_a, alone_b;
+  {
+    auto a = make_engine("fused", w), b = make_engine("fused-fp8", w);
+    auto pa = a->make_pool(4), pb = b->make_pool(4);
+    alone_a = device_steps(*a->device_steps(), *pa, ids_a, xa, T, s.s);
+    alone_b = device_steps(*b->device_steps(), *pb, ids_b, xb, T, s.s);
+  }
+  auto a = make_engine("fused", w), b = make_engine("fused-fp8", w);
+  auto pa = a->make_pool(4), pb = b->make_pool(4);
+  const int64_t na = D * int64_t(ids_a.size()), nb = D * int64_t(ids_b.size());
+  std::vector<float> got_a, got_b;
+  for (int64_t t = 0; t < T; ++t) {  // one token each, in turn, with their pools
+    const std::vector<float> ya = device_steps(*a->device_steps(), *pa, ids_a,
+                                               std::vector<float>(xa.begin() + t * na, xa.begin() + (t + 1) * na), 1, s.s);
+    const std::vector<float> yb = device_steps(*b->device_steps(), *pb, ids_b,
+                                               std::vector<float>(xb.begin() + t * nb, xb.begin() + (t + 1) * nb), 1, s.s);
+    got_a.insert(got_a.end(), ya.begin(), ya.end());
+    got_b.insert(got_b.end(), yb.begin(), yb.end());
+  }
+  ASSERT_EQ(got_a.size(), alone_a.size());
+  EXPECT_EQ(0, std::memcmp(got_a.data(), alone_a.data(), got_a.size() * sizeof(float)));
+  ASSERT_EQ(got_b.size(), alone_b.size());
+  EXPECT_EQ(0, std::memcmp(got_b.data(), alone_b.data(), got_b.size() * sizeof(float)));
+}
+
+// Every entry point leaves the caller's current device as it found it; with a second GPU current,
+// an engine made on device 0 still runs there and gives the same bits.
+TEST(DeviceFace, EntryPointsRestoreTheCurrentDevice) {
+  const Weights& w = gpu_test::weights_of("tiny");
+  const int64_t D = w.cfg.d_model;
+  const std::vector<float> x = decode_inputs(73, 2, 2, D);
+  CUDA_CHECK(cudaSetDevice(0));
+  auto e = make_engine("fused", w);
+  auto pool = e->make_pool(2);
+  cuda::OwnedStream s;
+  const std::vector<float> want = device_steps(*e->device_steps(), *pool, {0, 1}, x, 2, s.s);
+  if (device_count() < 2) {
+    EXPECT_EQ(current(), 0);
+    std::vector<float> d(x.size() / 2);
+    e->step_slots(x.data(), {0, 1}, d.data(), *pool);
+    pool->reset({0});
+    EXPECT_EQ(current(), 0);
+    GTEST_SKIP() << "one GPU: another current device cannot be shown";
+  }
+  // Device 0's arrays and stream, made there; the engine is then used with device 1 current.
+  auto fresh = make_engine("fused", w);
+  auto fresh_pool = fresh->make_pool(2);
+  const std::vector<int32_t> ids = {0, 1};
+  cuda::DeviceBuffer<float> xd, dd(x.size());
+  xd.upload(x);
+  cuda::DeviceBuffer<int32_t> idd;
+  idd.upload(ids);
+  CUDA_CHECK(cudaSetDevice(1));
+  const int64_t n = int64_t(x.size()) / 2;
+  for (int64_t t = 0; t < 2; ++t) {
+    fresh->device_steps()->enqueue_step_slots(xd.get() + t * n, idd.get(), 2, dd.get() + t * n, *fresh_pool, s.s);
+    EXPECT_EQ(current(), 1);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(s.s));
+  std::vector<float> got(x.size());
+  CUDA_CHECK(cudaMemcpy(got.data(), dd.get(), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, want);
+  std::vector<float> d(x.size() / 2);
+  fresh->step_slots(x.data(), ids, d.data(), *fresh_pool);
+  fresh_pool->reset({0});
+  (void)fresh_pool->get(1);
+  EXPECT_EQ(current(), 1);
+  CUDA_CHECK(cudaSetDevice(0));
+}
+
+}  // namespace
+}  // namespace swapffn
