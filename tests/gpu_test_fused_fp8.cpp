@@ -47,7 +47,7 @@ TEST_P(FusedFp8Check, AgreesWithReferenceWithinFp8Tolerance) {
   const auto [preset, batch, tokens, kernels] = GetParam();
   const Weights& w = weights_of(preset);
   auto e = fused_fp8(w, true, kernels);
-  EXPECT_EQ(e->precision(), "fp8");
+  EXPECT_EQ(e->precision(), Precision::fp8);
   const CheckReport r = check_backend(w, *e, batch, tokens, 401 + static_cast<uint64_t>(batch), Tolerance::fp8());
   std::printf("[fused-fp8 %s B=%lld T=%lld %s] %s\n", preset, static_cast<long long>(batch),
               static_cast<long long>(tokens), kernels, r.summary().c_str());
