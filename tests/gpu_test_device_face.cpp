@@ -90,6 +90,25 @@ TEST(DeviceFace, TwoEnginesInterleavedEqualEachAlone) {
   EXPECT_EQ(0, std::memcmp(got_b.data(), alone_b.data(), got_b.size() * sizeof(float)));
 }
 
+// The per-row buffers are sized again at another batch size only, and the count says so: what a
+// caller checks before replaying a graph it captured.
+TEST(DeviceFace, BuffersGenerationCountsEachSizing) {
+  const Weights& w = gpu_test::weights_of("tiny");
+  const int64_t D = w.cfg.d_model;
+  auto e = make_engine("fused", w);
+  auto pool = e->make_pool(4);
+  DeviceSteps& g = *e->device_steps();
+  cuda::OwnedStream s;
+  const uint64_t g0 = g.buffers_generation();
+  device_steps(g, *pool, {0, 1}, decode_inputs(74, 2, 2, D), 2, s.s);
+  const uint64_t g2 = g.buffers_generation();
+  EXPECT_EQ(g2, g0 + 1);
+  device_steps(g, *pool, {1, 0}, decode_inputs(75, 3, 2, D), 3, s.s);
+  EXPECT_EQ(g.buffers_generation(), g2);  // the same batch size: the same buffers
+  device_steps(g, *pool, {3}, decode_inputs(76, 1, 1, D), 1, s.s);
+  EXPECT_EQ(g.buffers_generation(), g2 + 1);
+}
+
 // Every entry point leaves the caller's current device as it found it; with a second GPU current,
 // an engine made on device 0 still runs there and gives the same bits.
 TEST(DeviceFace, EntryPointsRestoreTheCurrentDevice) {

@@ -7,6 +7,7 @@
 // released, so threads that share an engine take turns (no step is lost, no buffer shared).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -246,7 +247,11 @@ NB_MODULE(_swapffn, m) {
       .def_prop_ro("device", [](const PyEngine& e) { return e.device; })
       .def_prop_ro("backend_why", [](const PyEngine& e) { return e.backend_why; })
       .def_prop_ro("config_json", [](const PyEngine& e) { return e.weights.cfg.to_json_string(); })
-      .def_prop_ro("on_host", [](const PyEngine& e) { return e.engine->device_steps() == nullptr; });
+      .def_prop_ro("on_host", [](const PyEngine& e) { return e.engine->device_steps() == nullptr; })
+      .def_prop_ro("buffers_generation", [](const PyEngine& e) -> std::optional<uint64_t> {
+        if (const DeviceSteps* g = e.engine->device_steps()) return g->buffers_generation();
+        return std::nullopt;
+      });
   m.def("init_model", [](const std::string& path, const std::string& preset, uint64_t seed) {
     Weights::random(Config::preset(preset), seed).save(path);
   });

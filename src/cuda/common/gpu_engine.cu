@@ -131,6 +131,7 @@ void GpuEngine::ensure_batch(int64_t batch) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   drop_graph();
   batch_ = 0;
+  ++generation_;  // the buffers a caller's graph recorded are about to go
   try {
     h_.resize(size_t(n_h), "h (the fp32 core rows)");
     ram_.resize(size_t(n_ram), "ram (the RAM banks)");

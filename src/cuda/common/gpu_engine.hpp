@@ -43,6 +43,7 @@ class GpuEngine : public Engine, public DeviceSteps {
 
   DeviceSteps* device_steps() override { return this; }
   int device() const override { return device_; }
+  uint64_t buffers_generation() const override { return generation_; }
   const Config& config() const override { return cfg_; }
   void step(const float* x, float* delta, State& state, const StepOptions& opt) override;
   void decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record) override;
@@ -148,6 +149,7 @@ class GpuEngine : public Engine, public DeviceSteps {
   OwnedEvent last_done_;                 // recorded after the last work enqueued (on last_stream_)
   std::optional<cudaStream_t> last_stream_;  // none: nothing enqueued is left unordered
   std::string broken_;  // the fault that broke the GPU context, if one did
+  uint64_t generation_ = 0;  // buffers_generation()
 };
 
 // The engine's device-resident entry points, or nullptr when it runs on the host.
