@@ -34,6 +34,15 @@ if ! python3 -c "import nanobind, scikit_build_core, pytest, numpy, ml_dtypes" >
   echo "== deps: pip install the Python build and test tools" >&2
   pip_install "nanobind==3.1.0" "scikit-build-core==1.1.2" "pytest==9.*" numpy "ml_dtypes==0.5.*"
 fi
+# torch for the tests of swapffn.torch, which CI must run (python/tests/conftest.py fails on a skipped
+# CPU test). PyPI's Linux wheel is a CUDA build and does not import without its nvidia-* libraries,
+# so it comes whole (about 3.5 GB downloaded, 2 minutes); it imports and runs on a machine without a
+# GPU. 2.8 is the first with float4_e2m1fn_x2 (swapffn.nvfp4); 2.15 the newest tested.
+if ! python3 -c "import torch; torch.float4_e2m1fn_x2" >/dev/null 2>&1; then
+  echo "== deps: pip install torch (about 3.5 GB with its CUDA libraries; minutes)" >&2
+  pip_install "torch>=2.8,<2.16"
+fi
+
 cuda=${SWAPFFN_CUDA:-AUTO}
 nvcc_bin="$(command -v nvcc || true)"
 [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc
