@@ -69,7 +69,7 @@ fi
 py=$(python3 -c "import sys; print(sys.executable)")
 echo "== deps: configure $build (cmake --preset $preset, SWAPFFN_CUDA=$cuda)" >&2
 cmake --preset "$preset" -DSWAPFFN_CUDA="$cuda" -DSWAPFFN_PYTHON=ON -DPython_EXECUTABLE="$py" >&2
-echo "== deps: build $build (the first CUDA build takes about 25 minutes on 2 cores)" >&2
+echo "== deps: build $build (a first CUDA build takes about 11 minutes on 2 cores)" >&2
 cmake --build "$build" -j "$(nproc)" >&2
 
 # The package from the same tree: pip's configure step sees the same options (BUILD_TESTING stays

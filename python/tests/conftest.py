@@ -1,4 +1,4 @@
-"""Fixtures shared by the Python tests."""
+"""Fixtures shared by the Python tests, and the rule on skipped tests (CI runs every CPU test)."""
 import os
 import pathlib
 import subprocess
