@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # Main job: install, build, create the default model, decode a few tokens on it.
 # On a GPU: the fused backend (checked against the reference on the way). Without one: the CPU
-# reference on the tiny config, saying so.
+# reference on the tiny config, saying so. SWAPFFN_CUDA=OFF: built without CUDA (build/cpu).
 set -euo pipefail
 cd "$(dirname "$0")"
-bash scripts/deps.sh
-bin=build/release/apps/swapffn
+bin=$(bash scripts/deps.sh)/apps/swapffn
 "$bin" info
 mkdir -p build/models
 if "$bin" info --has-gpu >/dev/null 2>&1; then

@@ -135,7 +135,7 @@ if [ "${SKIP_PYTHON:-0}" != 1 ]; then
       -C cmake.define.SWAPFFN_CUTLASS_DIR=$S/cutlass/include -C cmake.define.SWAPFFN_NVML_INCLUDE_DIR=$S/nvml \
       -C cmake.define.CMAKE_PREFIX_PATH=$S/usr -C cmake.define.CLI11_DIR=$S/usr/share/cmake/CLI11 \
       -C cmake.define.nlohmann_json_DIR=$S/usr/share/cmake/nlohmann_json ."
-  run_step python-tests "${py_env[@]}" python3 -m pytest -q -p no:cacheprovider python/tests
+  run_step python-tests "${py_env[@]}" SWAPFFN_CLI="$bin" python3 -m pytest -q -p no:cacheprovider python/tests
 fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

@@ -24,6 +24,6 @@ cp "$nvml" "$S/nvml/"
 rm -rf .carry/wheels && mkdir -p .carry/wheels
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 -d .carry/wheels nanobind==3.1.0 scikit-build-core==1.1.2 pathspec packaging \
-  "pytest==9.*" iniconfig pluggy
+  "pytest==9.*" iniconfig pluggy "ml_dtypes==0.5.*"
 git rev-parse HEAD > .carry/commit
 du -sh "$S"

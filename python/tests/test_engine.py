@@ -166,7 +166,7 @@ try:
 except ImportError:  # torch is optional (or unusable here): the host tests above need none
     torch = None
 needs_cuda = pytest.mark.skipif(torch is None or not torch.cuda.is_available() or not swapffn.gpu()["hopper"],
-                                reason="needs torch with a Hopper GPU")
+                                reason="needs CUDA: torch with a Hopper GPU")
 
 
 @needs_cuda

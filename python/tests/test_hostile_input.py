@@ -295,7 +295,7 @@ try:
 except ImportError:  # the CUDA cases below need torch with a Hopper GPU
     torch = None
 needs_cuda = pytest.mark.skipif(torch is None or not torch.cuda.is_available() or not swapffn.gpu()["hopper"],
-                                reason="needs torch with a Hopper GPU")
+                                reason="needs CUDA: torch with a Hopper GPU")
 
 
 # 6 on the GPU: steps of one engine enqueued on two streams (by two threads, with no event between

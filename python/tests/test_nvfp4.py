@@ -14,7 +14,7 @@ if not hasattr(torch, "float4_e2m1fn_x2"):
 from swapffn import nvfp4  # noqa: E402  (needs torch)
 
 needs_hopper = pytest.mark.skipif(not torch.cuda.is_available() or not swapffn.gpu()["hopper"],
-                                  reason="needs a Hopper GPU")
+                                  reason="needs CUDA: a Hopper GPU")
 
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 NAN_E4M3 = 0x7F
@@ -172,7 +172,7 @@ def test_permuted_scales_follow_the_blocked_128x4_layout():
 
 def test_k_and_group_limits_match_the_library():
     if not swapffn._swapffn.with_cuda:
-        pytest.skip("a CPU-only build has no NVFP4 kernels")
+        pytest.skip("needs CUDA: the NVFP4 kernels (a CPU-only build has none)")
     native = swapffn._swapffn.nvfp4
     assert (nvfp4.GEMV_K_MULTIPLE, nvfp4.GEMM_K_MULTIPLE, nvfp4.MAX_GROUPS) == \
         (native.gemv_k_multiple, native.gemm_k_multiple, native.max_groups)

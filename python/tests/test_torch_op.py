@@ -10,6 +10,9 @@ import swapffn
 torch = pytest.importorskip("torch", exc_type=ImportError)
 import swapffn.torch as st  # noqa: E402  (needs torch)
 
+needs_hopper = pytest.mark.skipif(not torch.cuda.is_available() or not swapffn.gpu()["hopper"],
+                                  reason="needs CUDA: a Hopper GPU")
+
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
@@ -52,7 +55,7 @@ def test_op_has_a_fake_implementation(model):
     assert out.shape == (2, engine.config["d_model"]) and out.dtype == torch.float32
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or not swapffn.gpu()["hopper"], reason="needs a Hopper GPU")
+@needs_hopper
 def test_op_on_cuda_eagerly_and_under_a_cuda_graph(model):
     engine = swapffn.Engine.load(model, backend="fused")
     dev = torch.device("cuda", 0)
@@ -84,7 +87,7 @@ def same_pool_bits(a, b):
     return all(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(a, b))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or not swapffn.gpu()["hopper"], reason="needs a Hopper GPU")
+@needs_hopper
 @pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("backend", ["fused", "unfused"])
 def test_op_on_cuda_under_torch_compile_gives_the_eager_bits_step_by_step(model, backend, compiler):
