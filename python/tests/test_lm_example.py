@@ -31,7 +31,7 @@ JOIN_AFTER = 5  # B joins after this many decode steps of A
 EIGHT_PROMPTS = ("import ", "def ", "class A:", "    return", "# ", "for i in", "if x:\n", "from . import")
 needs_hopper = pytest.mark.skipif(
     not (torch.cuda.is_available() and swapffn.gpu()["hopper"] and "fused" in swapffn.backends()),
-    reason="needs a Hopper GPU (and swapffn built with CUDA): the fused backends")
+    reason="needs CUDA: a Hopper GPU and swapffn built with CUDA (the fused backends)")
 
 
 @pytest.fixture(scope="module", autouse=True)
