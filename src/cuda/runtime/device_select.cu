@@ -33,7 +33,10 @@ DeviceScope::DeviceScope(int device) {
     cudaGetLastError();
     n = 0;
   }
-  if (n == 0 && device == 0) return;  // host backends only
+  if (n == 0) {  // no usable GPU (or driver): device 0 is the host, another refused (NoGpuError)
+    select_gpu(device);
+    return;
+  }
   int current = 0;
   CUDA_CHECK(cudaGetDevice(&current));
   select_gpu(device);
