@@ -109,61 +109,6 @@ TEST(DeviceFace, BuffersGenerationCountsEachSizing) {
   EXPECT_EQ(g.buffers_generation(), g2 + 1);
 }
 
-// A caller's graph captured at B = 2 stays valid after a step at B = 1 sized new buffers: its
-// replay gives a twin engine's eager B = 2 steps, bit for bit, and the B = 1 steps between
-// replays are unaffected.
-TEST(DeviceFace, CapturedGraphsOutliveASizingForAnotherBatch) {
-  const Weights& w = gpu_test::weights_of("tiny");
-  const int64_t D = w.cfg.d_model, T = 3;
-  const std::vector<int32_t> ids2 = {0, 2}, ids1 = {3};
-  const std::vector<float> x2 = decode_inputs(77, T + 1, 2, D), x1 = decode_inputs(78, T, 1, D);
-
-  auto twin = make_engine("fused", w);
-  auto twin_pool = twin->make_pool(4);
-  cuda::OwnedStream s;
-  const std::vector<float> want2 = device_steps(*twin->device_steps(), *twin_pool, ids2, x2, T + 1, s.s);
-  auto twin1 = make_engine("fused", w);
-  auto twin1_pool = twin1->make_pool(4);
-  const std::vector<float> want1 = device_steps(*twin1->device_steps(), *twin1_pool, ids1, x1, T, s.s);
-
-  auto e = make_engine("fused", w);
-  auto pool = e->make_pool(4);
-  DeviceSteps& g = *e->device_steps();
-  const int64_t n2 = 2 * D;
-  cuda::DeviceBuffer<float> x2d, d2(x2.size()), xin(static_cast<size_t>(n2)), dout(static_cast<size_t>(n2)), x1d,
-      d1(x1.size());
-  x2d.upload(x2);
-  x1d.upload(x1);
-  cuda::DeviceBuffer<int32_t> id2, id1;
-  id2.upload(ids2);
-  id1.upload(ids1);
-  g.enqueue_step_slots(x2d.get(), id2.get(), 2, d2.get(), *pool, s.s);  // eager: sizes for B = 2
-  CUDA_CHECK(cudaMemcpyAsync(xin.get(), x2d.get() + n2, size_t(n2) * sizeof(float), cudaMemcpyDeviceToDevice, s.s));
-  CUDA_CHECK(cudaStreamSynchronize(s.s));
-  cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
-  g.enqueue_step_slots(xin.get(), id2.get(), 2, dout.get(), *pool, s.s);
-  CUDA_CHECK(cudaStreamEndCapture(s.s, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int64_t t = 1; t <= T; ++t) {
-    g.enqueue_step_slots(x1d.get() + (t - 1) * D, id1.get(), 1, d1.get() + (t - 1) * D, *pool, s.s);  // B = 1
-    CUDA_CHECK(cudaMemcpyAsync(xin.get(), x2d.get() + t * n2, size_t(n2) * sizeof(float), cudaMemcpyDeviceToDevice,
-                               s.s));
-    CUDA_CHECK(cudaGraphLaunch(exec, s.s));
-    CUDA_CHECK(cudaMemcpyAsync(d2.get() + t * n2, dout.get(), size_t(n2) * sizeof(float), cudaMemcpyDeviceToDevice,
-                               s.s));
-  }
-  CUDA_CHECK(cudaStreamSynchronize(s.s));
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  std::vector<float> got2(x2.size()), got1(x1.size());
-  CUDA_CHECK(cudaMemcpy(got2.data(), d2.get(), got2.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  CUDA_CHECK(cudaMemcpy(got1.data(), d1.get(), got1.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  EXPECT_EQ(0, std::memcmp(got2.data(), want2.data(), got2.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(got1.data(), want1.data(), got1.size() * sizeof(float)));
-}
-
 // Every entry point leaves the caller's current device as it found it; with a second GPU current,
 // an engine made on device 0 still runs there and gives the same bits.
 TEST(DeviceFace, EntryPointsRestoreTheCurrentDevice) {

@@ -27,10 +27,10 @@ class DeviceSteps {
   // inside a capture.
   virtual void enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool,
                                     const int32_t* slot_ids, int64_t batch, Stream stream) = 0;
-  // The engine sizes its per-row buffers for one batch size at a time; this counts the sizings. A
-  // caller's CUDA graph that recorded enqueue_step_slots replays on the buffers of its capture:
-  // those are kept (not freed) when a step at another size sizes new ones, until the engine is
-  // destroyed, so graphs captured at several batch sizes all stay valid (the memory of each).
+  // The engine keeps its per-row buffers for one batch size: a step at another size frees and
+  // sizes them again, and this count goes up. A caller's CUDA graph that recorded
+  // enqueue_step_slots replays onto the buffers of its capture, so it is valid only while this
+  // count is what it was then (capture again otherwise).
   virtual uint64_t buffers_generation() const = 0;
 };
 

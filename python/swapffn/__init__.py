@@ -10,8 +10,8 @@ in slots (SPEC section 7).
 
 Host arrays (NumPy, CPU torch tensors) run through a host round trip on any backend; CUDA tensors
 (torch) run on the engine's device on torch's current stream, so a step can be captured in the
-caller's CUDA graph once its batch size has run outside capture (graphs of several batch sizes
-each keep their buffers). A slot id of -1 is a padding row:
+caller's CUDA graph once its batch size has run outside capture (valid while
+engine.buffers_generation is unchanged). A slot id of -1 is a padding row:
 its delta is zero and no slot changes.
 
 Bad arguments are refused with swapffn.Error (a ValueError) naming the argument, before anything
@@ -199,9 +199,10 @@ class Engine:
 
     @property
     def buffers_generation(self) -> Optional[int]:
-        """GPU backends: how many times the engine has sized its per-row buffers, one batch size at a
-        time (None on the host). Buffers a CUDA graph captured steps on are kept when a step at
-        another size sizes new ones, so that graph stays valid while the engine lives."""
+        """GPU backends: how many times the engine has sized its per-row buffers (None on the host).
+        It keeps them for one batch size, so a step at another size resizes them; a CUDA graph that
+        captured steps replays onto the buffers of its capture and is valid only while this is
+        unchanged (capture again otherwise)."""
         return self._h.buffers_generation
 
     def info(self) -> Dict[str, Any]:

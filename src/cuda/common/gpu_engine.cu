@@ -5,7 +5,6 @@
 #include <exception>
 #include <initializer_list>
 #include <string>
-#include <utility>
 
 #include "cuda/kernels/collapse.hpp"
 #include "cuda/kernels/slot_padding_rows.hpp"
@@ -132,11 +131,8 @@ void GpuEngine::ensure_batch(int64_t batch) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   drop_graph();
   batch_ = 0;
-  ++generation_;
+  ++generation_;  // the buffers a caller's graph recorded are about to go
   try {
-    // Buffers a caller's graph recorded are kept (the graph may replay after this), others freed.
-    std::optional<RetireFreedInto> keep;
-    if (std::exchange(buffers_recorded_, false)) keep.emplace(&recorded_buffers_);
     h_.resize(size_t(n_h), "h (the fp32 core rows)");
     ram_.resize(size_t(n_ram), "ram (the RAM banks)");
     map_.resize(size_t(M), "the stream maps");
@@ -401,7 +397,6 @@ void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int6
   stream_ = stream;
   try {
     if (!capturing) after_last_stream(stream);
-    buffers_recorded_ = buffers_recorded_ || capturing;
     set_io(StepIO{x, delta, nullptr, nullptr, slot_source(dev, slot_ids)});
     enqueue_slot_step();
     if (!capturing) on_stream_done(stream);

@@ -150,10 +150,6 @@ class GpuEngine : public Engine, public DeviceSteps {
   std::optional<cudaStream_t> last_stream_;  // none: nothing enqueued is left unordered
   std::string broken_;  // the fault that broke the GPU context, if one did
   uint64_t generation_ = 0;  // buffers_generation()
-  // Per-row buffers a caller's capture recorded (enqueue_step_slots inside one), kept when the
-  // batch size changes so that its graph still replays on memory of its own, freed with the engine.
-  bool buffers_recorded_ = false;
-  RetiredAllocations recorded_buffers_;
 };
 
 // The engine's device-resident entry points, or nullptr when it runs on the host.

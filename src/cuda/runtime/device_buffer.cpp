@@ -3,28 +3,8 @@
 #include <cstdio>
 #include <limits>
 #include <string>
-#include <utility>
 
 namespace swapffn::cuda {
-
-namespace {
-thread_local RetiredAllocations* retire_sink = nullptr;
-}  // namespace
-
-RetiredAllocations::~RetiredAllocations() {
-  for (void* p : kept_) cudaFree(p);  // a failing free at teardown has nobody left to report to
-}
-
-RetireFreedInto::RetireFreedInto(RetiredAllocations* sink) : previous_(std::exchange(retire_sink, sink)) {}
-RetireFreedInto::~RetireFreedInto() { retire_sink = previous_; }
-
-void device_free(void* p) {
-  if (retire_sink) {
-    retire_sink->adopt(p);
-  } else {
-    cudaFree(p);  // a failing free at teardown has nobody left to report to
-  }
-}
 
 std::string format_bytes(double b) {
   const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

@@ -25,36 +25,6 @@ void* device_malloc(size_t n, size_t elem_bytes, const char* what);
 // "512 bytes", "8.0 MiB", "1.5 GiB": sizes in messages.
 std::string format_bytes(double bytes);
 
-// Device memory kept instead of freed, and freed with this: what a caller's CUDA graph recorded
-// kernels on stays valid after the owner has sized its buffers again (GpuEngine).
-class RetiredAllocations {
- public:
-  RetiredAllocations() = default;
-  ~RetiredAllocations();
-  RetiredAllocations(const RetiredAllocations&) = delete;
-  RetiredAllocations& operator=(const RetiredAllocations&) = delete;
-  void adopt(void* p) { kept_.push_back(p); }
-  size_t count() const { return kept_.size(); }
-
- private:
-  std::vector<void*> kept_;
-};
-
-// While one is in scope on this thread, DeviceBuffer gives the memory it frees to `sink` instead.
-class RetireFreedInto {
- public:
-  explicit RetireFreedInto(RetiredAllocations* sink);
-  ~RetireFreedInto();
-  RetireFreedInto(const RetireFreedInto&) = delete;
-  RetireFreedInto& operator=(const RetireFreedInto&) = delete;
-
- private:
-  RetiredAllocations* previous_;
-};
-
-// cudaFree(p), or p handed to the RetireFreedInto sink in scope.
-void device_free(void* p);
-
 template <class T>
 class DeviceBuffer {
  public:
@@ -85,7 +55,7 @@ class DeviceBuffer {
     n_ = n;
   }
   void release() {
-    if (p_) device_free(p_);
+    if (p_) cudaFree(p_);  // a failing free at teardown has nobody left to report to
     p_ = nullptr;
     n_ = 0;
   }
