@@ -27,20 +27,17 @@ bool stream_capturing(void* stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
+// One cudaGetDevice when `device` is already current (the NVFP4 functions' per-call path).
 DeviceScope::DeviceScope(int device) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) {  // no usable GPU or driver
     cudaGetLastError();
-    n = 0;
-  }
-  if (n == 0) {  // no usable GPU (or driver): device 0 is the host, another refused (NoGpuError)
-    select_gpu(device);
+    select_gpu(device);  // device 0: the host; another refused (NoGpuError)
     return;
   }
-  int current = 0;
-  CUDA_CHECK(cudaGetDevice(&current));
+  if (device == current) return;
   select_gpu(device);
-  if (device != current) previous_ = current;
+  previous_ = current;
 }
 
 DeviceScope::~DeviceScope() {
