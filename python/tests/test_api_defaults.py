@@ -86,3 +86,24 @@ def test_pool_set_refuses_bad_float_ram_leaving_the_slot(model, bad, match):
         pool.set(0, np.ones((c, 4, d), np.complex64), np.full(c, 0xE4, np.uint8))
     with pytest.raises(swapffn.Error, match="as_torch: expected a bool"):
         pool.get(0, as_torch="yes")
+
+
+def test_buffers_generation_is_none_on_the_host(model):
+    assert swapffn.Engine.load(model, backend="reference", threads=2).buffers_generation is None
+
+
+@pytest.mark.skipif(not swapffn.gpu()["hopper"] or "fused" not in swapffn.backends(runnable=False),
+                    reason="needs CUDA: a Hopper GPU and the CUDA build")
+def test_buffers_generation_counts_each_sizing(model):
+    engine = swapffn.Engine.load(model, backend="fused")
+    pool = swapffn.StatePool(engine, 4)
+    d = engine.config["d_model"]
+    rng = np.random.default_rng(5)
+    g0 = engine.buffers_generation
+    engine.step(rng.standard_normal((2, d)).astype(np.float32), pool, [0, 1])
+    g2 = engine.buffers_generation
+    assert g2 == g0 + 1
+    engine.step(rng.standard_normal((2, d)).astype(np.float32), pool, [1, 0])
+    assert engine.buffers_generation == g2  # the same batch size: the same buffers
+    engine.step(rng.standard_normal((1, d)).astype(np.float32), pool, [3])
+    assert engine.buffers_generation == g2 + 1
