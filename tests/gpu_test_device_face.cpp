@@ -90,9 +90,9 @@ TEST(DeviceFace, TwoEnginesInterleavedEqualEachAlone) {
   EXPECT_EQ(0, std::memcmp(got_b.data(), alone_b.data(), got_b.size() * sizeof(float)));
 }
 
-// The per-row buffers are sized again at another batch size only, and the count says so: what a
-// caller checks before replaying a graph it captured.
-TEST(DeviceFace, BuffersGenerationCountsEachSizing) {
+// The per-row buffers move only when a batch larger than any before needs more room, and the count
+// says so: what a caller checks before replaying a graph it captured.
+TEST(DeviceFace, BuffersGenerationCountsEachMove) {
   const Weights& w = gpu_test::weights_of("tiny");
   const int64_t D = w.cfg.d_model;
   auto e = make_engine("fused", w);
@@ -106,7 +106,68 @@ TEST(DeviceFace, BuffersGenerationCountsEachSizing) {
   device_steps(g, *pool, {1, 0}, decode_inputs(75, 3, 2, D), 3, s.s);
   EXPECT_EQ(g.buffers_generation(), g2);  // the same batch size: the same buffers
   device_steps(g, *pool, {3}, decode_inputs(76, 1, 1, D), 1, s.s);
-  EXPECT_EQ(g.buffers_generation(), g2 + 1);
+  EXPECT_EQ(g.buffers_generation(), g2);  // a smaller batch runs in the same buffers
+  device_steps(g, *pool, {3, 2, 1}, decode_inputs(77, 1, 3, D), 1, s.s);
+  EXPECT_EQ(g.buffers_generation(), g2 + 1);  // a larger one moves them
+}
+
+// A caller's graph of a slot step at B = 2, replayed after eager steps at B = 1 between, gives
+// bitwise the deltas and slots of the same steps run eagerly in the same order.
+TEST(DeviceFace, CapturedStepStaysValidAcrossSmallerBatches) {
+  const Weights& w = gpu_test::weights_of("tiny");
+  const int64_t D = w.cfg.d_model, T = 3;
+  const std::vector<int32_t> pair = {2, 0}, one = {3};
+  const std::vector<float> x2 = decode_inputs(81, T, 2, D), x1 = decode_inputs(82, T, 1, D);
+  const auto token = [D](const std::vector<float>& x, int64_t t, int64_t b) {
+    return std::vector<float>(x.begin() + t * b * D, x.begin() + (t + 1) * b * D);
+  };
+  cuda::OwnedStream s;
+
+  std::vector<float> want2, want1, got2, got1;
+  auto e0 = make_engine("fused", w);
+  auto p0 = e0->make_pool(4);
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<float> y2 = device_steps(*e0->device_steps(), *p0, pair, token(x2, t, 2), 1, s.s);
+    const std::vector<float> y1 = device_steps(*e0->device_steps(), *p0, one, token(x1, t, 1), 1, s.s);
+    want2.insert(want2.end(), y2.begin(), y2.end());
+    want1.insert(want1.end(), y1.begin(), y1.end());
+  }
+
+  auto e = make_engine("fused", w);
+  auto pool = e->make_pool(4);
+  DeviceSteps& g = *e->device_steps();
+  // Token 0 eagerly at both sizes (the first step at a size must run outside a capture).
+  got2 = device_steps(g, *pool, pair, token(x2, 0, 2), 1, s.s);
+  got1 = device_steps(g, *pool, one, token(x1, 0, 1), 1, s.s);
+  const uint64_t generation = g.buffers_generation();
+  cuda::DeviceBuffer<float> xg(size_t(2 * D)), dg(size_t(2 * D));
+  cuda::DeviceBuffer<int32_t> ids;
+  ids.upload(pair);
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
+  g.enqueue_step_slots(xg.get(), ids.get(), 2, dg.get(), *pool, s.s);
+  CUDA_CHECK(cudaStreamEndCapture(s.s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int64_t t = 1; t < T; ++t) {
+    const std::vector<float> xt = token(x2, t, 2);
+    CUDA_CHECK(cudaMemcpy(xg.get(), xt.data(), xt.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(dg.get(), 0xFF, xt.size() * sizeof(float)));
+    CUDA_CHECK(cudaGraphLaunch(exec, s.s));
+    CUDA_CHECK(cudaStreamSynchronize(s.s));
+    const std::vector<float> y2 = dg.download();
+    got2.insert(got2.end(), y2.begin(), y2.end());
+    const std::vector<float> y1 = device_steps(g, *pool, one, token(x1, t, 1), 1, s.s);
+    got1.insert(got1.end(), y1.begin(), y1.end());
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  EXPECT_EQ(g.buffers_generation(), generation);
+  ASSERT_EQ(got2.size(), want2.size());
+  EXPECT_EQ(0, std::memcmp(got2.data(), want2.data(), got2.size() * sizeof(float)));
+  ASSERT_EQ(got1.size(), want1.size());
+  EXPECT_EQ(0, std::memcmp(got1.data(), want1.data(), got1.size() * sizeof(float)));
+  for (int32_t slot = 0; slot < 4; ++slot) EXPECT_TRUE(p0->get(slot) == pool->get(slot)) << "slot " << slot;
 }
 
 // Every entry point leaves the caller's current device as it found it; with a second GPU current,

@@ -27,10 +27,10 @@ class DeviceSteps {
   // inside a capture.
   virtual void enqueue_decode_slots(const float* x, float* delta, int64_t tokens, StatePool& pool,
                                     const int32_t* slot_ids, int64_t batch, Stream stream) = 0;
-  // The engine keeps its per-row buffers for one batch size: a step at another size frees and
-  // sizes them again, and this count goes up. A caller's CUDA graph that recorded
-  // enqueue_step_slots replays onto the buffers of its capture, so it is valid only while this
-  // count is what it was then (capture again otherwise).
+  // The engine's per-row buffers grow only, to the largest batch so far, and serve every smaller
+  // batch in place; this count goes up each time they move (a batch larger than any before). A
+  // caller's CUDA graph that recorded enqueue_step_slots replays onto the buffers of its capture,
+  // so it is valid while this count is what it was then (capture again otherwise).
   virtual uint64_t buffers_generation() const = 0;
 };
 

@@ -11,7 +11,8 @@ in slots (SPEC section 7).
 Host arrays (NumPy, CPU torch tensors) run through a host round trip on any backend; CUDA tensors
 (torch) run on the engine's device on torch's current stream, so a step can be captured in the
 caller's CUDA graph once its batch size has run outside capture (valid while
-engine.buffers_generation is unchanged). A slot id of -1 is a padding row:
+engine.buffers_generation is unchanged: the engine's buffers grow to the largest batch so far and
+serve every smaller one in place). A slot id of -1 is a padding row:
 its delta is zero and no slot changes.
 
 Bad arguments are refused with swapffn.Error (a ValueError) naming the argument, before anything
@@ -199,10 +200,10 @@ class Engine:
 
     @property
     def buffers_generation(self) -> Optional[int]:
-        """GPU backends: how many times the engine has sized its per-row buffers (None on the host).
-        It keeps them for one batch size, so a step at another size resizes them; a CUDA graph that
-        captured steps replays onto the buffers of its capture and is valid only while this is
-        unchanged (capture again otherwise)."""
+        """GPU backends: how many times the engine's per-row buffers have moved (None on the host).
+        They grow only, to the largest batch so far, and serve every smaller batch in place; a CUDA
+        graph that captured steps replays onto the buffers of its capture and is valid while this is
+        unchanged (capture again otherwise). Running the largest batch first keeps every graph valid."""
         return self._h.buffers_generation
 
     def info(self) -> Dict[str, Any]:

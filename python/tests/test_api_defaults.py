@@ -94,7 +94,7 @@ def test_buffers_generation_is_none_on_the_host(model):
 
 @pytest.mark.skipif(not swapffn.gpu()["hopper"] or "fused" not in swapffn.backends(runnable=False),
                     reason="needs CUDA: a Hopper GPU and the CUDA build")
-def test_buffers_generation_counts_each_sizing(model):
+def test_buffers_generation_counts_each_move(model):
     engine = swapffn.Engine.load(model, backend="fused")
     pool = swapffn.StatePool(engine, 4)
     d = engine.config["d_model"]
@@ -106,4 +106,6 @@ def test_buffers_generation_counts_each_sizing(model):
     engine.step(rng.standard_normal((2, d)).astype(np.float32), pool, [1, 0])
     assert engine.buffers_generation == g2  # the same batch size: the same buffers
     engine.step(rng.standard_normal((1, d)).astype(np.float32), pool, [3])
-    assert engine.buffers_generation == g2 + 1
+    assert engine.buffers_generation == g2  # a smaller batch runs in the same buffers
+    engine.step(rng.standard_normal((3, d)).astype(np.float32), pool, [3, 2, 1])
+    assert engine.buffers_generation == g2 + 1  # a larger one moves them

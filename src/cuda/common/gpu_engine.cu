@@ -87,13 +87,10 @@ GpuEngine::GpuEngine(const Weights& w, const EngineOptions& opt) : cfg_(w.cfg), 
 // find their device from the handle (unified addressing), whatever device is current.
 GpuEngine::~GpuEngine() {
   cudaStreamSynchronize(stream_);
-  drop_graph();
+  drop_graphs();
 }
 
-void GpuEngine::drop_graph() {
-  dense_graph_ = {};
-  slot_graph_ = {};
-}
+void GpuEngine::drop_graphs() { graphs_.clear(); }
 
 void GpuEngine::require_usable() const {
   SWAPFFN_REQUIRE(broken_.empty(), name() + ": the GPU failed in an earlier call (" + broken_ +
@@ -106,7 +103,7 @@ void GpuEngine::forget_batch_after_failure() noexcept {
   if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess && broken_.empty())
     broken_ = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
   cudaGetLastError();
-  drop_graph();
+  drop_graphs();
   batch_ = 0;
 }
 
@@ -129,17 +126,16 @@ void GpuEngine::ensure_batch(int64_t batch) {
                                                     format_bytes(double(total)));
 
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  drop_graph();
   batch_ = 0;
-  ++generation_;  // the buffers a caller's graph recorded are about to go
+  bool moved = false;
   try {
-    h_.resize(size_t(n_h), "h (the fp32 core rows)");
-    ram_.resize(size_t(n_ram), "ram (the RAM banks)");
-    map_.resize(size_t(M), "the stream maps");
-    partial_.resize(size_t(n_partial), "the collapse partials");
-    pooled_.resize(size_t(n_pooled), "the collapse pools");
-    zc_.resize(size_t(n_zc), "the collapse codes");
-    allocate_batch(batch);
+    moved |= h_.reserve(size_t(n_h), "h (the fp32 core rows)");
+    moved |= ram_.reserve(size_t(n_ram), "ram (the RAM banks)");
+    moved |= map_.reserve(size_t(M), "the stream maps");
+    moved |= partial_.reserve(size_t(n_partial), "the collapse partials");
+    moved |= pooled_.reserve(size_t(n_pooled), "the collapse pools");
+    moved |= zc_.reserve(size_t(n_zc), "the collapse codes");
+    moved |= allocate_batch(batch);
   } catch (const OutOfDeviceMemory& e) {
     // Memory that a batch which did not fit took is given back, for the next call or the caller.
     h_.release();
@@ -149,11 +145,17 @@ void GpuEngine::ensure_batch(int64_t batch) {
     pooled_.release();
     zc_.release();
     release_batch();
+    ++generation_;
     forget_batch_after_failure();
     throw OutOfDeviceMemory(of_batch + " does not fit in the GPU's memory: " + e.what());
   } catch (...) {
+    ++generation_;  // some buffers may have moved before the failure
     forget_batch_after_failure();
     throw;
+  }
+  if (moved) {  // every graph recorded the old buffers: the engine's are dropped, a caller's counts
+    ++generation_;
+    drop_graphs();
   }
   batch_ = batch;
 }
@@ -194,7 +196,8 @@ void GpuEngine::enqueue_slot_step() {
 }
 
 void GpuEngine::run_tokens(int64_t tokens, bool slots) {
-  StepGraph& g = slots ? slot_graph_ : dense_graph_;
+  StepGraphs& of_batch = graphs_[batch_];
+  StepGraph& g = slots ? of_batch.slots : of_batch.dense;
   const auto enqueue = [this, slots] {
     if (slots)
       enqueue_slot_step();

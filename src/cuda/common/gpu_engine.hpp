@@ -6,12 +6,16 @@
 // device-resident ones (state kept on the device, steps only enqueued) that the bench drives.
 // A backend derives, allocates its own per-batch buffers in allocate_batch() and enqueues one token
 // step in enqueue_step(), ending with enqueue_collapse_and_advance().
+// Per-row buffers only grow: sized for the largest batch so far, they serve every smaller one in
+// place, so a graph captured at one batch size (the engine's own, kept per size, or a caller's)
+// stays valid across steps at other sizes until a larger batch moves them (buffers_generation).
 // Faults: sizes are checked before anything changes; a call that fails after that (an allocation
 // the GPU cannot hold, a failed launch) leaves no batch and no graph, so the next call sizes and
 // uploads afresh or refuses; a fault that broke the GPU context makes every later call refuse. The
 // host State and outputs are written only once a call has succeeded.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,9 +91,10 @@ class GpuEngine : public Engine, public DeviceSteps {
   }
 
  protected:
-  // Sizes the backend's own buffers for M = batch * C rows (the common ones are already sized); an
-  // allocation it cannot make throws (OutOfDeviceMemory), and the next call comes with a new batch.
-  virtual void allocate_batch(int64_t batch) = 0;
+  // Sizes the backend's own buffers for M = batch * C rows (the common ones are already sized),
+  // growing only (DeviceBuffer::reserve); returns whether any buffer moved. An allocation it cannot
+  // make throws (OutOfDeviceMemory), and the next call comes with a new batch.
+  virtual bool allocate_batch(int64_t batch) = 0;
   // Frees those buffers, after an allocation for a batch that did not fit.
   virtual void release_batch() = 0;
   // Enqueues one token step on stream_ (no host synchronisation).
@@ -129,7 +134,7 @@ class GpuEngine : public Engine, public DeviceSteps {
   // then every library handle and kernel module is loaded, so the capture records launches only,
   // and a capture that fails has changed no state).
   void run_tokens(int64_t tokens, bool slots);
-  void drop_graph();
+  void drop_graphs();
   // Work about to be enqueued on s waits for the last work enqueued on another stream; after it is
   // enqueued, on_stream_done(s) makes s the stream later work orders itself after.
   void after_last_stream(cudaStream_t s);
@@ -144,12 +149,15 @@ class GpuEngine : public Engine, public DeviceSteps {
   DeviceBuffer<float> x_dev_, delta_dev_;
   DeviceBuffer<uint8_t> gate_dev_, slot_dev_;
   DeviceBuffer<int32_t> slot_ids_dev_;
-  StepGraph dense_graph_, slot_graph_;
+  struct StepGraphs {
+    StepGraph dense, slots;
+  };
+  std::map<int64_t, StepGraphs> graphs_;  // per batch size, while the buffers stay where they are
   OwnedEvent caller_ready_, steps_done_;
   OwnedEvent last_done_;                 // recorded after the last work enqueued (on last_stream_)
   std::optional<cudaStream_t> last_stream_;  // none: nothing enqueued is left unordered
   std::string broken_;  // the fault that broke the GPU context, if one did
-  uint64_t generation_ = 0;  // buffers_generation()
+  uint64_t generation_ = 0;  // buffers_generation(): how many times the per-row buffers moved
 };
 
 // The engine's device-resident entry points, or nullptr when it runs on the host.

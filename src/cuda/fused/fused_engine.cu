@@ -24,10 +24,10 @@ class FusedEngine final : public FusedEngineBase {
   std::string name() const override { return "fused"; }
 
  protected:
-  void allocate_ffn(int64_t) override {
+  bool allocate_ffn(int64_t) override {
     for (const auto& [r0, rows] : groups_) down_gemm_->set_rows(rows);
     // Per group an intermediate, since the groups run side by side.
-    u_.resize(groups_.size() * size_t(group_rows_ * cfg_.d_ff), "the SwiGLU outputs");
+    return u_.reserve(groups_.size() * size_t(group_rows_ * cfg_.d_ff), "the SwiGLU outputs");
   }
 
   void release_ffn() override { u_.release(); }

@@ -15,30 +15,32 @@ FusedEngineBase::FusedEngineBase(const Weights& w, const EngineOptions& opt) : G
                                     widen_bf16(w.bank_w), cfg_.d_model, cfg_.d_router));
 }
 
-void FusedEngineBase::allocate_batch(int64_t batch) {
+bool FusedEngineBase::allocate_batch(int64_t batch) {
   const int64_t M = batch * cfg_.core_count, D = cfg_.d_model;
   kcfg_ = select_fused_config(cfg_, batch, opt_.fused);
-  nrm_.resize(size_t(M * D), "the normed GEMM operand");
+  bool moved = nrm_.reserve(size_t(M * D), "the normed GEMM operand");
   // The cuBLAS head's GEMM and logits exist only while a batch size runs that head.
   if (kcfg_.router == EventHead::cublas) {
     if (!router_gemm_)
       router_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, cfg_.d_router, cfg_.d_model, CUDA_R_32F, false,
                                                           cfg_.core_count, kGemmWorkspaceBytes);
     router_gemm_->set_rows(M);
-    z_.resize(size_t(M * cfg_.d_router), "the router logits");
+    moved |= z_.reserve(size_t(M * cfg_.d_router), "the router logits");
   } else {
+    moved |= z_.get() != nullptr;
     z_.release();
   }
   groups_ = row_group_ranges(M, kcfg_.row_groups);
   group_rows_ = 0;
   for (const auto& [r0, rows] : groups_) group_rows_ = std::max(group_rows_, rows);
   // Per group a cuBLAS workspace, since the groups run side by side.
-  gemm_workspace_.resize(groups_.size() * kGemmWorkspaceBytes, "the cuBLAS workspaces");
+  moved |= gemm_workspace_.reserve(groups_.size() * kGemmWorkspaceBytes, "the cuBLAS workspaces");
   while (group_streams_.size() + 1 < groups_.size()) {
     group_streams_.push_back(std::make_unique<OwnedStream>());
     group_done_.push_back(std::make_unique<OwnedEvent>());
   }
-  allocate_ffn(M);
+  moved |= allocate_ffn(M);
+  return moved;
 }
 
 void FusedEngineBase::release_batch() {

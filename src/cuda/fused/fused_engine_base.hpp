@@ -23,8 +23,9 @@ class FusedEngineBase : public GpuEngine {
   FusedEngineBase(const Weights& w, const EngineOptions& opt);
 
  protected:
-  // Sizes the FFN's own buffers for `rows` = B * C rows in groups_ (set, as are kcfg_ and group_rows_).
-  virtual void allocate_ffn(int64_t rows) = 0;
+  // Sizes the FFN's own buffers for `rows` = B * C rows in groups_ (set, as are kcfg_ and group_rows_),
+  // growing only; returns whether any moved.
+  virtual bool allocate_ffn(int64_t rows) = 0;
   virtual void release_ffn() = 0;
   // One FFN step of row group g, rows [g0, g0 + rows), on `stream`: reads the group's FFN operand
   // (ffn_operand: the FFN's RMSNorm of h) and updates h_'s rows (h += FFN when ffn_residual, else
@@ -45,7 +46,7 @@ class FusedEngineBase : public GpuEngine {
   std::vector<std::pair<int64_t, int64_t>> groups_;  // first row, rows (row_group_ranges)
 
  private:
-  void allocate_batch(int64_t batch) final;
+  bool allocate_batch(int64_t batch) final;
   void release_batch() final;
   void enqueue_step() final;
   // Whether the first event's head does the core broadcast; with no events the FiLM kernel runs.

@@ -68,7 +68,7 @@ class FusedFp8Engine final : public FusedEngineBase {
   Precision precision() const override { return Precision::fp8; }
 
  protected:
-  void allocate_ffn(int64_t rows) override {
+  bool allocate_ffn(int64_t rows) override {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff;
     for (const auto& [r0, n] : groups_) {
       if (up_gemm_) up_gemm_->set_rows(n);
@@ -79,12 +79,14 @@ class FusedFp8Engine final : public FusedEngineBase {
     }
     // Indexed by row (each group uses its own rows), the scales of a group's rows in its own
     // [scales per row, rows] block at the group's first row times the scales per row.
-    xq_.resize(size_t(rows * D), "the quantised FFN operand");
-    xs_.resize(size_t(rows * fp8::row_scale_count(scaling_, D)), "the FFN operand's scales");
-    if (up_gemm_) gu_.resize(size_t(rows * 2 * F), "the gate and up projections");
-    if (!up_gemm_ && scaling_ == fp8::Scaling::rows) ub_.resize(size_t(rows * F), "the SwiGLU output in bf16");
-    uq_.resize(size_t(rows * F), "the quantised SwiGLU output");
-    us_.resize(size_t(rows * fp8::row_scale_count(scaling_, F)), "the SwiGLU output's scales");
+    bool moved = xq_.reserve(size_t(rows * D), "the quantised FFN operand");
+    moved |= xs_.reserve(size_t(rows * fp8::row_scale_count(scaling_, D)), "the FFN operand's scales");
+    if (up_gemm_) moved |= gu_.reserve(size_t(rows * 2 * F), "the gate and up projections");
+    if (!up_gemm_ && scaling_ == fp8::Scaling::rows)
+      moved |= ub_.reserve(size_t(rows * F), "the SwiGLU output in bf16");
+    moved |= uq_.reserve(size_t(rows * F), "the quantised SwiGLU output");
+    moved |= us_.reserve(size_t(rows * fp8::row_scale_count(scaling_, F)), "the SwiGLU output's scales");
+    return moved;
   }
 
   void release_ffn() override {

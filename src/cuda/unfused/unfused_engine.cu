@@ -31,7 +31,7 @@ class UnfusedEngine final : public GpuEngine {
   std::string name() const override { return "unfused"; }
 
  protected:
-  void allocate_batch(int64_t batch) override;
+  bool allocate_batch(int64_t batch) override;
   void release_batch() override;
   void enqueue_step() override;
 
@@ -60,7 +60,7 @@ UnfusedEngine::UnfusedEngine(const Weights& w, const EngineOptions& opt) : GpuEn
                  router_gemm_->describe().c_str(), up_gemm_->describe().c_str(), down_gemm_->describe().c_str());
 }
 
-void UnfusedEngine::allocate_batch(int64_t batch) {
+bool UnfusedEngine::allocate_batch(int64_t batch) {
   const int64_t D = cfg_.d_model, F = cfg_.d_ff, M = batch * cfg_.core_count;
   router_gemm_->set_rows(M);
   up_gemm_->set_rows(M);
@@ -70,10 +70,11 @@ void UnfusedEngine::allocate_batch(int64_t batch) {
                  static_cast<long long>(M), router_gemm_->describe(M).c_str(), static_cast<long long>(M),
                  up_gemm_->describe(M).c_str(), static_cast<long long>(M), down_gemm_->describe(M).c_str());
   const auto m = static_cast<size_t>(M);
-  z_.resize(m * cfg_.d_router, "the router logits");
-  nrm_.resize(m * D, "the normed GEMM operand");
-  gu_.resize(m * 2 * F, "the gate and up projections");
-  u_.resize(m * F, "the SwiGLU output");
+  bool moved = z_.reserve(m * cfg_.d_router, "the router logits");
+  moved |= nrm_.reserve(m * D, "the normed GEMM operand");
+  moved |= gu_.reserve(m * 2 * F, "the gate and up projections");
+  moved |= u_.reserve(m * F, "the SwiGLU output");
+  return moved;
 }
 
 void UnfusedEngine::release_batch() {
