@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 try:
     import torch
@@ -34,6 +34,8 @@ except ImportError:
 
 import swapffn
 from model import LM, PRESETS, VOCAB, KVCache, ModelError, ffn_file, preset, read_saved
+
+T = TypeVar("T")
 
 MAX_BUCKET = 64  # the largest batch of one CUDA graph; more active requests run in several
 DEFAULT_PROMPTS = ("import os\n", "def main():\n    ", "class ", "for i in range(", "if __name__ == ",
@@ -77,15 +79,65 @@ class Stats:
     graph_captures: int = 0
 
 
-@dataclasses.dataclass
-class _Graph:
-    """The decode step captured at one batch bucket: its static inputs [3, bucket] (tokens, positions, slots)
-    and outputs."""
-    bucket: int
-    graph: "torch.cuda.CUDAGraph"
-    inputs: torch.Tensor
-    logits: torch.Tensor
-    next_tokens: torch.Tensor
+def step_inputs(reqs: Sequence[Request]) -> torch.Tensor:
+    """The next decode step's inputs of requests, on the host: [3, len(reqs)] int64 (each one's last token,
+    its position, its slot)."""
+    return torch.tensor([[r.tokens[-1] for r in reqs], [r.position for r in reqs], [r.slot for r in reqs]],
+                        dtype=torch.int64)
+
+
+FfnStep = Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def decode_step(lm: LM, cache: KVCache, inputs: torch.Tensor, ffn: FfnStep) -> torch.Tensor:
+    """The decode step of the whole model on the device: inputs [3, B] int64 (last tokens, their positions,
+    slots; slot -1 pads) -> logits [B, 256]. ffn(layer, h [B, D], slot ids [B] int32) is block `layer`'s
+    Swap-FFN delta for the rows (an engine step when served; bench.py passes PyTorch's module). Fixed shapes
+    and no host synchronisation inside a capture, so it can be captured in a CUDA graph (the slot ids stay a
+    device int32 tensor)."""
+    tokens, pos, slots = inputs
+    ids = slots.to(torch.int32)
+    rows = torch.where(slots < 0, cache.scratch, slots)  # padding rows write the scratch row
+    x = lm.embed(tokens, pos)
+    for layer, block in enumerate(lm.blocks):
+        x = x + block.attn.step(block.norm1(x), cache.k[layer], cache.v[layer], rows, pos)
+        x = x + ffn(layer, block.norm2(x), ids)
+    return lm.logits(x)
+
+
+def capture(run: Callable[[], T]) -> Tuple["torch.cuda.CUDAGraph", T, T]:
+    """Runs run() once eagerly on a side stream (the warm-up torch.cuda.graph asks for; it also sizes the
+    engines' per-batch buffers, which must precede a capture), then captures it on torch's current device.
+    Returns the graph, the eager run's result and the captured one's (the graph's static outputs)."""
+    current = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        eager = run()
+    current.wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    return graph, eager, captured
+
+
+class StepGraph:
+    """A decode step captured as a CUDA graph at one batch size: its static inputs [3, bucket] (tokens,
+    positions, slots) and the logits and greedy next tokens each replay writes. Capturing runs the step once
+    (capture's warm-up): a real step, whose logits are first_logits."""
+
+    def __init__(self, step: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor) -> None:
+        self.bucket = inputs.shape[1]
+        self.inputs = inputs
+
+        def run() -> Tuple[torch.Tensor, torch.Tensor]:
+            logits = step(inputs)
+            return logits, logits.argmax(-1)
+
+        self.graph, (self.first_logits, _), (self.logits, self.next_tokens) = capture(run)
+
+    def replay(self) -> None:
+        self.graph.replay()
 
 
 def prompt_tokens(prompt: Union[str, bytes, Sequence[int]]) -> List[int]:
@@ -132,7 +184,7 @@ class Server:
         self.stats = Stats()
         self._free = list(range(self.slots))
         self._ids = 0
-        self._graph: Optional[_Graph] = None
+        self._graph: Optional[StepGraph] = None
         # The batch size the engines' per-batch buffers are sized for now. An engine reallocates them whenever
         # it runs another batch size (a prefill runs 1), so a graph captured at another size would replay
         # onto freed buffers: a graph is replayed only while this is still its bucket, else captured again.
@@ -202,8 +254,7 @@ class Server:
         with self._on_device(), torch.no_grad():
             for i in range(0, len(reqs), per_run):
                 part = reqs[i:i + per_run]
-                inputs = torch.tensor([[r.tokens[-1] for r in part], [r.position for r in part],
-                                       [r.slot for r in part]], dtype=torch.int64)
+                inputs = step_inputs(part)
                 try:
                     tokens, logits = self._decode_graph(inputs) if self.cuda_graphs else self._decode_eager(inputs)
                 except BaseException:
@@ -246,21 +297,25 @@ class Server:
             x = x + self.engines[layer].decode(xs, self.pools[layer], [req.slot])[:, 0]
         return self.lm.logits(x[-1])
 
-    def _model_step(self, inputs: torch.Tensor) -> torch.Tensor:
-        """The decode step of the whole model on the device: inputs [3, B] int64 (last tokens, their
-        positions, slots; slot -1 pads) -> logits [B, 256]. Fixed shapes and no host synchronisation inside a
-        capture, so it can be captured in a CUDA graph (the slot ids stay a CUDA int32 tensor)."""
-        tokens, pos, slots = inputs
-        ids = slots.to(torch.int32)
-        rows = torch.where(slots < 0, self.cache.scratch, slots)  # padding rows write the scratch row
-        x = self.lm.embed(tokens, pos)
-        for layer, block in enumerate(self.lm.blocks):
-            x = x + block.attn.step(block.norm1(x), self.cache.k[layer], self.cache.v[layer], rows, pos)
-            x = x + self.engines[layer].step(block.norm2(x), self.pools[layer], ids)
-        return self.lm.logits(x)
+    def model_step(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The served decode step (decode_step with the engines): inputs [3, B] int64 on the server's device
+        (last tokens, their positions, slots; slot -1 pads) -> logits [B, 256]."""
+        return decode_step(self.lm, self.cache, inputs, self.ffn_step)
+
+    def ffn_step(self, layer: int, h: torch.Tensor, slot_ids: torch.Tensor) -> torch.Tensor:
+        """Block `layer`'s Swap-FFN: its engine's step of the rows' slots."""
+        return self.engines[layer].step(h, self.pools[layer], slot_ids)
+
+    @property
+    def graph(self) -> Optional[StepGraph]:
+        """The captured decode step that the next step at its bucket replays; None when there is none, or the
+        engines have run another batch size since its capture (its buffers are gone: the next step at that
+        bucket captures again)."""
+        g = self._graph
+        return g if g is not None and self._engine_batch == g.bucket else None
 
     def _decode_eager(self, inputs: torch.Tensor) -> Tuple[List[int], torch.Tensor]:
-        logits = self._model_step(inputs.to(self.device))
+        logits = self.model_step(inputs.to(self.device))
         self._engine_batch = inputs.shape[1]
         return logits.argmax(-1).tolist(), logits
 
@@ -273,10 +328,10 @@ class Server:
         padded = torch.zeros((3, bucket), dtype=torch.int64)
         padded[2] = swapffn.PADDING
         padded[:, :n] = inputs
-        g = self._graph
-        if g is not None and g.bucket == bucket and self._engine_batch == bucket:
+        g = self.graph
+        if g is not None and g.bucket == bucket:
             g.inputs.copy_(padded)
-            g.graph.replay()
+            g.replay()
             logits, tokens = g.logits, g.next_tokens
         else:
             logits = self._capture(padded.to(self.device))
@@ -287,20 +342,10 @@ class Server:
         """Runs the step on `inputs` eagerly, then captures it with `inputs` as the graph's static input.
         Returns the eager step's logits."""
         self._graph = None  # its buffers are about to be freed, and its memory with it
-        current = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)  # warm-up off the capture's stream, as torch.cuda.graph asks
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            logits = self._model_step(inputs)
-        current.wait_stream(side)
         self._engine_batch = inputs.shape[1]
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = self._model_step(inputs)
-            next_tokens = out.argmax(-1)
-        self._graph = _Graph(inputs.shape[1], graph, inputs, out, next_tokens)
+        self._graph = StepGraph(self.model_step, inputs)
         self.stats.graph_captures += 1
-        return logits
+        return self._graph.first_logits
 
 
 def run_requests(server: Server, prompts: Sequence[Union[str, bytes]], max_new_tokens: int,

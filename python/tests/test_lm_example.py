@@ -159,7 +159,7 @@ def test_bad_requests_and_models_are_refused_and_the_others_unaffected(trained, 
 
 
 def test_padding_rows_of_a_bucket_touch_no_sequence(trained):
-    """The step that the CUDA graphs capture (Server._model_step), here on the CPU: padding rows (slot -1)
+    """The step that the CUDA graphs capture (Server.model_step), here on the CPU: padding rows (slot -1)
     that fill a bucket leave the real rows' logits as they are without them, and write no slot's state and
     no KV cache row but the scratch one."""
     def two_requests():
@@ -170,8 +170,8 @@ def test_padding_rows_of_a_bucket_touch_no_sequence(trained):
     rows = torch.tensor([[r.tokens[-1] for r in reqs], [r.position for r in reqs], [r.slot for r in reqs]])
     idle = [p.get(2) for p in padded.pools]
     with torch.no_grad():
-        want = plain._model_step(rows)
-        got = padded._model_step(torch.cat([rows, torch.tensor([[0, 0], [0, 0], [swapffn.PADDING] * 2])], dim=1))
+        want = plain.model_step(rows)
+        got = padded.model_step(torch.cat([rows, torch.tensor([[0, 0], [0, 0], [swapffn.PADDING] * 2])], dim=1))
     assert got.shape == (4, lm_model.VOCAB)
     assert rel_l2(got[:2], want) <= 1e-6  # not bitwise: torch's CPU GEMMs block by batch size
     assert torch.allclose(padded.cache.k[:, :2], plain.cache.k[:, :2], rtol=1e-5, atol=1e-6)

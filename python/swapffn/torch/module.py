@@ -124,6 +124,9 @@ class SwapFFN(nn.Module):
     the bf16 grid), so gradients flow through the RAM across the tokens of an unrolled sequence;
     detach the state to truncate. A bf16 RAM is accepted too, and returned in bf16.
 
+    Under torch.compile and inside a CUDA graph capture, the stream maps are not checked (the check
+    waits for the device), so a step can be compiled and captured.
+
     `step(x, state, follow=(gate, slot))` applies given decisions instead of its own (SPEC section 5:
     following a path's trace) and returns its own decisions and margins beside the result.
 
@@ -346,6 +349,8 @@ class SwapFFN(nn.Module):
             raise ValueError(f"state.stream_map must be a uint8 tensor [{B}, {C}], got "
                              f"{(tuple(sm.shape), sm.dtype) if isinstance(sm, torch.Tensor) else type(sm)}")
         lanes = _decode_map(sm)
+        if torch.compiler.is_compiling() or (sm.is_cuda and torch.cuda.is_current_stream_capturing()):
+            return ram.to(self.router_w.dtype), lanes  # the check below reads its result on the host
         bad = (lanes.sort(dim=-1).values != torch.arange(4, device=sm.device)).any(dim=-1).flatten().nonzero()
         if bad.numel():
             i = int(bad[0])
