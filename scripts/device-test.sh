@@ -4,17 +4,20 @@
 # (memcheck, racecheck, synccheck) over the GPU tests of the engines on the tiny config and of the
 # NVFP4 kernels, the Python package and its tests, `swapffn check` of the GPU backends (fused on the
 # tiny and default models, unfused on default), and `swapffn bench` against cuBLAS's FFN GEMMs alone
-# (with the Python package, its python[slots] row too). With BEFORE_BIN (another build's CLI,
-# carried), the same `run` checksums from both binaries for both bf16 GPU backends on both models.
+# (with the Python package, its python[slots] row too), and the whole LM's decode step served with
+# the engines against PyTorch's SwapFFN modules (examples/lm/bench.py). With BEFORE_BIN (another
+# build's CLI, carried), the same `run` checksums from both binaries for both bf16 GPU backends on
+# both models.
 # Logs go to $OUT (the device tool's return folder; default build/device-out):
 #   device-test.log (everything, in order), gpu-tests.xml, sanitizer-<tool>-<group>.log, checks.log,
-#   bench.json, bench.log
+#   bench.json, bench.log, lm-bench.json, lm-bench.log
 # Usage: scripts/device-test.sh [build-dir]   (default build/device)
 # Env: GTEST_FILTER (default: every test), BENCH_BATCHES (default 1,16,64), BENCH_BACKENDS (default
 #      unfused,fused,fused-fp8), SKIP_TESTS=1, SKIP_SANITIZER=1, SKIP_CHECKS=1, SKIP_PYTHON=1,
-#      SKIP_BENCH=1, QUICK=1 (fewer tokens and repeats), SANITIZER_ENGINE_FILTER and
-#      SANITIZER_NVFP4_FILTER (defaults below), SANITIZER_TIMEOUT (s per tool and group, 300). All of
-#      it takes more than one device call (10 minutes): split it with the SKIP_ variables.
+#      SKIP_BENCH=1, SKIP_LM=1, LM_BATCHES (default 1,8,64), LM_BACKENDS (default auto), QUICK=1
+#      (fewer tokens and repeats), SANITIZER_ENGINE_FILTER and SANITIZER_NVFP4_FILTER (defaults
+#      below), SANITIZER_TIMEOUT (s per tool and group, 300). All of it takes more than one device
+#      call (10 minutes): split it with the SKIP_ variables.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/device}
@@ -143,6 +146,15 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   [ "${SKIP_PYTHON:-0}" != 1 ] && tok+=(--python)  # the package built above times the python[slots] row
   run_step bench "${py_env[@]}" "$bin" bench --config default --batches "${BENCH_BATCHES:-1,4,16,64}" \
     --backends "${BENCH_BACKENDS:-unfused,fused,fused-fp8}" --fp8-headroom "${tok[@]}" --json "$out/bench.json" > >(tee "$out/bench.log")
+fi
+
+if [ "${SKIP_LM:-0}" != 1 ]; then
+  # The untrained LM of the default Swap-FFN shape, with the Python package installed above (or by an
+  # earlier call on this machine): served against PyTorch's SwapFFN modules, in a CUDA graph and
+  # compiled. SWAPFFN_COMMIT names the commit in its JSON where the tree has no .git.
+  if [ "${QUICK:-0}" = 1 ]; then lm_steps=(--steps 5 --repeats 3 --warmup 2); else lm_steps=(); fi
+  run_step lm-bench "${py_env[@]}" python3 examples/lm/bench.py --random default --backend "${LM_BACKENDS:-auto}" \
+    --batches "${LM_BATCHES:-1,8,64}" "${lm_steps[@]}" --json "$out/lm-bench.json" > >(tee "$out/lm-bench.log")
 fi
 
 echo

@@ -3,10 +3,11 @@
 On the CPU: a tiny LM trained a few steps, saved, and served with the reference backend for two overlapping
 requests (one joins while the other is mid-generation), whose logits agree with the PyTorch model's; bad
 requests and bad model directories refused, the other requests unaffected (bitwise); the padding rows of the
-step that the CUDA graphs capture; the scripts' command lines. With a Hopper GPU: the fused and fused-fp8
-backends against the PyTorch model, the decode step's CUDA graphs against eager steps, and a request's tokens
-whatever else is scheduled with it.
+step that the CUDA graphs capture; the scripts' command lines; bench.py's rows and refusals. With a Hopper GPU:
+the fused and fused-fp8 backends against the PyTorch model, the decode step's CUDA graphs against eager steps,
+a request's tokens whatever else is scheduled with it, and bench.py's graphs.
 """
+import json
 import pathlib
 import shutil
 import subprocess
@@ -20,7 +21,8 @@ torch = pytest.importorskip("torch", exc_type=ImportError)
 
 LM_DIR = pathlib.Path(__file__).resolve().parents[2] / "examples" / "lm"
 sys.path.insert(0, str(LM_DIR))
-import model as lm_model  # noqa: E402  (examples/lm, on the path above)
+import bench  # noqa: E402  (examples/lm, on the path above)
+import model as lm_model  # noqa: E402
 import serve  # noqa: E402
 import train  # noqa: E402
 from swapffn.torch import SwapFFN  # noqa: E402
@@ -207,7 +209,64 @@ def test_command_lines_train_then_serve(tmp_path, monkeypatch, capsys):
         assert e.value.code == 0 and "usage:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["train.py", "serve.py"])
+def bench_json(trained, tmp_path, monkeypatch, *args):
+    """Runs bench.py on the trained tiny LM at B = 1 and 2, a few steps; returns its JSON."""
+    out = tmp_path / "bench.json"
+    main(bench, monkeypatch, "--model", trained, "--batches", "1,2", "--steps", "2", "--repeats", "2", "--warmup",
+         "1", "--json", out, *args)
+    return json.loads(out.read_text())
+
+
+def check_bench_rows(result, served_mode, pytorch_paths):
+    """Each batch size has a served row (its step, its Server.step loop, its engines alone) and a timed row
+    of each PyTorch path, and a speed-up of the one over the other."""
+    assert result["settings"]["batches"] == [1, 2] and result["lm"]["n_layers"] == 2
+    assert result["ffn"] == swapffn.config_preset("tiny") and result["commit"] and result["device"]
+    for b in (1, 2):
+        rows = {r["path"]: r for r in result["rows"] if r["batch"] == b}
+        assert set(rows) == {"served", *pytorch_paths}, rows
+        s = rows["served"]
+        assert s["mode"] == served_mode and s["bucket"] == b and len(s["runs_ms"]) == 2
+        for key in ("ms_per_step", "ffn_ms_per_step", "loop_ms_per_step"):
+            assert s[key] > 0, key
+        assert s["tok_per_s"] == pytest.approx(b * 1e3 / s["ms_per_step"]) and 0 < s["ffn_share"] < 2
+        for path in pytorch_paths:
+            assert "error" not in rows[path] and rows[path]["ms_per_step"] > 0, rows[path]
+            speedup = [r for r in result["speedups"] if r["batch"] == b and r["vs"] == path]
+            assert len(speedup) == 1
+            assert speedup[0]["speedup"] == pytest.approx(rows[path]["ms_per_step"] / s["ms_per_step"])
+
+
+def test_bench_on_the_cpu_checks_its_paths_and_says_it_measures_nothing(trained, tmp_path, monkeypatch, capsys):
+    result = bench_json(trained, tmp_path, monkeypatch, "--backend", "reference")
+    out = capsys.readouterr().out
+    assert "not a performance measurement" in out and bench.TABLE_HEAD in out and "| 2 | pytorch-eager |" in out
+    assert result["performance_measurement"] is False and result["device"].startswith("cpu")
+    assert result["settings"]["compile"] is False and result["targets"] == []
+    check_bench_rows(result, "eager", ["pytorch-eager"])
+    assert {r["backend"] for r in result["speedups"]} == {"reference"}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--batches", "0"], "batch size 0: must be in"), (["--batches", "65"], "batch size 65"),
+    (["--batches", "1,x"], "comma-separated integers"), (["--batches", "2,2"], "repeated"),
+    (["--steps", "0"], "--steps must be at least 1"), (["--warmup", "-1"], "--warmup must be at least 0"),
+    (["--backend", "reference,reference"], "distinct backend names"),
+])
+def test_bench_refuses_bad_arguments(trained, monkeypatch, capsys, args, message):
+    with pytest.raises(SystemExit) as e:
+        main(bench, monkeypatch, "--model", trained, *args)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bench_refuses_more_steps_than_the_kv_cache_holds_and_an_unknown_backend(trained, monkeypatch):
+    for args, message in ((["--steps", "100"], "exceed the KV cache's 256"), (["--backend", "nope"], "nope")):
+        with pytest.raises(SystemExit) as e:
+            main(bench, monkeypatch, "--model", trained, "--backend", "reference", *args)
+        assert str(e.value.code).startswith("bench.py: ") and message in str(e.value.code)
+
+
+@pytest.mark.parametrize("name", ["train.py", "serve.py", "bench.py"])
 def test_scripts_say_in_one_line_that_they_need_torch(name):
     block_torch = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = [sys.argv[1], '--help']; "
                    "runpy.run_path(sys.argv[0], run_name='__main__')")
@@ -245,3 +304,12 @@ def test_gpu_graph_steps_equal_eager_steps_and_a_requests_tokens_ignore_its_neig
     # The same request among others that join and leave around it (buckets 1 to 8, padding rows).
     crowded, _ = run(EIGHT_PROMPTS, graphs=True)
     assert crowded.tokens == alone.tokens
+
+
+@needs_hopper
+def test_gpu_bench_times_the_served_graph_against_the_pytorch_model_in_a_graph(trained, tmp_path, monkeypatch):
+    result = bench_json(trained, tmp_path, monkeypatch, "--no-compile", "--torch-dtype", "fp32")
+    assert result["performance_measurement"] is True and result["settings"]["compile"] is False
+    check_bench_rows(result, "graph", ["pytorch-graph"])
+    assert {r["backend"] for r in result["speedups"]} == {"fused"}
+    assert [t["target"] for t in result["targets"]] == [3.0, 0.85, 0.85]  # B = 1's speed-up, each B's share
