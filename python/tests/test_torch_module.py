@@ -186,3 +186,18 @@ def test_a_fresh_module_saves_a_file_the_engine_loads(model_file, cli, tmp_path)
     path = tmp_path / "fresh.safetensors"
     model.save_safetensors(path)
     assert_agrees(model, cli, path, tmp_path, batch=1, tokens=2)
+
+
+def test_compiles_whole_to_the_same_step():
+    """torch.compile traces a step without a graph break (fullgraph; the stream-map check, which waits for
+    the device, is skipped there and in a CUDA graph capture): what examples/lm/bench.py compiles and
+    captures. Dynamo's eager backend: the trace, without a C++ or Triton build."""
+    model = SwapFFN("tiny").to(torch.bfloat16)
+    state = model.init_state(3, dtype=torch.bfloat16)
+    x = torch.randn(3, model.config["d_model"], generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(x, state)
+        torch.compiler.reset()
+        got = torch.compile(model, dynamic=False, fullgraph=True, backend="eager")(x, state)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1].ram, want[1].ram)
+    assert torch.equal(got[1].stream_map, want[1].stream_map)
