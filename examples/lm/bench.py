@@ -13,7 +13,8 @@ greedily on the device, each step feeding back the tokens the last one chose:
 - served: serve.py's Server (an engine and a StatePool per block; the prompts through Server.add, then
   Server.step); its decode step's CUDA graph (serve.StepGraph: embedding, attention, engine steps, head, argmax)
   replayed. Also timed: Server.step itself, host work and the wait for the tokens included (the "loop" row),
-  and a graph of the engine steps of every block alone at the same B and slots (the Swap-FFN share).
+  and a graph of the engine steps of every block alone at the same B and slots (the Swap-FFN share; its
+  input is random rows of unit scale, as the normed residual is).
 - PyTorch: the same weights and the same decode step (serve.decode_step) with swapffn.torch.SwapFFN, the
   training path's module, as every block's Swap-FFN (--torch-dtype, bf16 by default as the engine's weights),
   the whole step captured as a CUDA graph; then the same with the modules under torch.compile (a failure is
@@ -198,11 +199,13 @@ def pytorch_path(compiled: bool, cuda: bool) -> str:
 
 
 def failed(batch: int, path: str, e: BaseException) -> Dict:
+    """The row of a path that could not run: the exception's first line."""
     lines = str(e).strip().splitlines()
     return {"batch": batch, "path": path, "error": f"n/a: {type(e).__name__}: {lines[0] if lines else ''}"[:300]}
 
 
 def commit() -> str:
+    """$SWAPFFN_COMMIT, else the checkout's (a device machine's copy of the tree may have no .git)."""
     if os.environ.get("SWAPFFN_COMMIT"):
         return os.environ["SWAPFFN_COMMIT"]
     try:
