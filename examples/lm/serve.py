@@ -184,11 +184,14 @@ class Server:
         self.stats = Stats()
         self._free = list(range(self.slots))
         self._ids = 0
-        self._graph: Optional[StepGraph] = None
-        # The batch size the engines' per-batch buffers are sized for now. An engine reallocates them whenever
-        # it runs another batch size (a prefill runs 1), so a graph captured at another size would replay
-        # onto freed buffers: a graph is replayed only while this is still its bucket, else captured again.
-        self._engine_batch: Optional[int] = None
+        # The captured decode step of each bucket, with the engines' buffers_generation at its capture: a
+        # graph replays onto the engines' per-row buffers of its capture, valid while they have not moved.
+        # They grow only, to the largest batch so far, so the engines are sized at the largest bucket first
+        # and a prefill (batch 1) between replays leaves every graph valid.
+        self._graphs: Dict[int, Tuple[StepGraph, Tuple[Optional[int], ...]]] = {}
+        self._last_bucket: Optional[int] = None
+        if self.cuda_graphs:
+            self._size_engines(min(MAX_BUCKET, 1 << (self.slots - 1).bit_length()))
 
     @property
     def backend(self) -> str:
@@ -237,7 +240,7 @@ class Server:
             self.stats.prefill_s += time.perf_counter() - t0
         except BaseException:
             self._release(req.slot)
-            self._engine_batch = self._graph = None  # the engines may have failed part-way
+            self._graphs.clear()  # the engines may have failed part-way
             raise
         self._emit(req, token, logits)
         return req
@@ -258,7 +261,7 @@ class Server:
                 try:
                     tokens, logits = self._decode_graph(inputs) if self.cuda_graphs else self._decode_eager(inputs)
                 except BaseException:
-                    self._engine_batch = self._graph = None
+                    self._graphs.clear()
                     raise
                 for j, r in enumerate(part):
                     if self._emit(r, tokens[j], logits[j] if logits is not None else None):
@@ -292,7 +295,6 @@ class Server:
         x = self.lm.embed(torch.tensor(req.prompt, device=self.device), torch.arange(n, device=self.device))
         for layer, block in enumerate(self.lm.blocks):
             x = x + block.attn.prefill(block.norm1(x), self.cache.k[layer], self.cache.v[layer], req.slot)
-            self._engine_batch = 1
             xs = block.norm2(x)[:, None].contiguous()  # [T, 1, D]
             x = x + self.engines[layer].decode(xs, self.pools[layer], [req.slot])[:, 0]
         return self.lm.logits(x[-1])
@@ -308,28 +310,43 @@ class Server:
 
     @property
     def graph(self) -> Optional[StepGraph]:
-        """The captured decode step that the next step at its bucket replays; None when there is none, or the
-        engines have run another batch size since its capture (its buffers are gone: the next step at that
-        bucket captures again)."""
-        g = self._graph
-        return g if g is not None and self._engine_batch == g.bucket else None
+        """The captured decode step of the last graph step's bucket, which the next step at that bucket
+        replays; None when there is none or it is stale (the next step at that bucket captures again)."""
+        return self._valid_graph(self._last_bucket)
+
+    def _generations(self) -> Tuple[Optional[int], ...]:
+        return tuple(e.buffers_generation for e in self.engines)
+
+    def _valid_graph(self, bucket: Optional[int]) -> Optional[StepGraph]:
+        """Bucket's graph while the engines' buffers are where its capture found them."""
+        g, generations = self._graphs.get(bucket, (None, None))
+        return g if g is not None and generations == self._generations() else None
+
+    def _size_engines(self, batch: int) -> None:
+        """One all-padding step (slot -1: zero delta, no slot changes) of each engine at `batch`, so that
+        their buffers are sized for it before any capture."""
+        with self._on_device(), torch.no_grad():
+            x = torch.zeros((batch, self.lm.cfg.d_model), device=self.device)
+            ids = torch.full((batch,), swapffn.PADDING, dtype=torch.int32, device=self.device)
+            for engine, pool in zip(self.engines, self.pools):
+                engine.step(x, pool, ids)
 
     def _decode_eager(self, inputs: torch.Tensor) -> Tuple[List[int], torch.Tensor]:
         logits = self.model_step(inputs.to(self.device))
-        self._engine_batch = inputs.shape[1]
         return logits.argmax(-1).tolist(), logits
 
     def _decode_graph(self, inputs: torch.Tensor) -> Tuple[List[int], Optional[torch.Tensor]]:
         """The step at the smallest bucket that holds the rows, padded with slot -1. The first step at a
-        bucket since the engines last ran another batch size runs eagerly (that sizes the engines' buffers,
-        which must precede a capture) and captures the graph that the next steps replay."""
+        bucket (or the first since the engines' buffers moved) runs eagerly and captures the graph that the
+        next steps at that bucket replay."""
         n = inputs.shape[1]
         bucket = 1 << (n - 1).bit_length()
         padded = torch.zeros((3, bucket), dtype=torch.int64)
         padded[2] = swapffn.PADDING
         padded[:, :n] = inputs
-        g = self.graph
-        if g is not None and g.bucket == bucket:
+        self._last_bucket = bucket
+        g = self._valid_graph(bucket)
+        if g is not None:
             g.inputs.copy_(padded)
             g.replay()
             logits, tokens = g.logits, g.next_tokens
@@ -341,11 +358,12 @@ class Server:
     def _capture(self, inputs: torch.Tensor) -> torch.Tensor:
         """Runs the step on `inputs` eagerly, then captures it with `inputs` as the graph's static input.
         Returns the eager step's logits."""
-        self._graph = None  # its buffers are about to be freed, and its memory with it
-        self._engine_batch = inputs.shape[1]
-        self._graph = StepGraph(self.model_step, inputs)
+        bucket = inputs.shape[1]
+        self._graphs.pop(bucket, None)  # a stale graph's memory goes before the new one's
+        g = StepGraph(self.model_step, inputs)
+        self._graphs[bucket] = (g, self._generations())
         self.stats.graph_captures += 1
-        return self._graph.first_logits
+        return g.first_logits
 
 
 def run_requests(server: Server, prompts: Sequence[Union[str, bytes]], max_new_tokens: int,
