@@ -3,7 +3,9 @@
 // with their pools interleaved in one process giving bitwise each one's results alone.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -168,6 +170,25 @@ TEST(DeviceFace, CapturedStepStaysValidAcrossSmallerBatches) {
   ASSERT_EQ(got1.size(), want1.size());
   EXPECT_EQ(0, std::memcmp(got1.data(), want1.data(), got1.size() * sizeof(float)));
   for (int32_t slot = 0; slot < 4; ++slot) EXPECT_TRUE(p0->get(slot) == pool->get(slot)) << "slot " << slot;
+
+  // A capture at a batch larger than any run so far is refused (its buffers must grow), recording
+  // nothing; the same batch then runs outside the capture.
+  const std::vector<int32_t> three = {0, 1, 2};
+  ids.upload(three);
+  cuda::DeviceBuffer<float> x3(size_t(3 * D)), d3(size_t(3 * D));
+  CUDA_CHECK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
+  try {
+    g.enqueue_step_slots(x3.get(), ids.get(), 3, d3.get(), *pool, s.s);
+    ADD_FAILURE() << "a capture at a batch larger than any run so far was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("outside the CUDA graph capture first"), std::string::npos) << err.what();
+  }
+  CUDA_CHECK(cudaStreamEndCapture(s.s, &graph));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  EXPECT_EQ(g.buffers_generation(), generation);
+  const std::vector<float> y3 = device_steps(g, *pool, three, decode_inputs(83, 1, 3, D), 1, s.s);
+  for (float v : y3) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(g.buffers_generation(), generation + 1);
 }
 
 // Every entry point leaves the caller's current device as it found it; with a second GPU current,

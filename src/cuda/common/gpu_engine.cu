@@ -97,17 +97,18 @@ void GpuEngine::require_usable() const {
                                        "), and this process cannot use it again: start a new one");
 }
 
-void GpuEngine::forget_batch_after_failure() noexcept {
+void GpuEngine::forget_batch_after_failure(bool capturing) noexcept {
   // A fault that breaks the context (an illegal address, a trap) shows at the next synchronisation
   // and stays; a failed allocation or launch configuration does not, and only its error is cleared.
-  if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess && broken_.empty())
-    broken_ = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  if (!capturing)
+    if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess && broken_.empty())
+      broken_ = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
   cudaGetLastError();
   drop_graphs();
   batch_ = 0;
 }
 
-void GpuEngine::ensure_batch(int64_t batch) {
+void GpuEngine::ensure_batch(int64_t batch, bool capturing) {
   if (batch == batch_) return;
   // Every size first: a batch refused here leaves the engine as it was.
   const int64_t D = cfg_.d_model, C = cfg_.core_count, K = cfg_.collapse_k;
@@ -118,17 +119,25 @@ void GpuEngine::ensure_batch(int64_t batch) {
                 n_partial = checked_product({batch, collapse_chunks(C), K, D}, of_batch + " collapse partials"),
                 n_pooled = checked_product({batch, K, D}, of_batch + " collapse pools"),
                 n_zc = checked_product({batch, cfg_.collapse_r}, of_batch + " collapse codes");
-  const double state_bytes = 4.0 * n_h + 2.0 * n_ram + M + 4.0 * n_partial + 4.0 * n_pooled + 4.0 * n_zc;
-  size_t free_bytes = 0, total = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-  SWAPFFN_REQUIRE(state_bytes <= double(total), of_batch + " needs " + format_bytes(state_bytes) +
-                                                    " of GPU memory for its state alone, more than the GPU's " +
-                                                    format_bytes(double(total)));
-
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const bool grows = batch > sized_batch_;
+  if (grows) {
+    SWAPFFN_REQUIRE(!capturing, of_batch + " is larger than any this engine has run (" +
+                                    std::to_string(sized_batch_) + "): run one step at this batch size outside "
+                                    "the CUDA graph capture first (its buffers must grow, which a capture cannot record)");
+    const double state_bytes = 4.0 * n_h + 2.0 * n_ram + M + 4.0 * n_partial + 4.0 * n_pooled + 4.0 * n_zc;
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    SWAPFFN_REQUIRE(state_bytes <= double(total), of_batch + " needs " + format_bytes(state_bytes) +
+                                                      " of GPU memory for its state alone, more than the GPU's " +
+                                                      format_bytes(double(total)));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the buffers about to move may be in use
+  }
   batch_ = 0;
   bool moved = false;
   try {
+    // A smaller batch fits the buffers as they are, except with unusual tuned row groups; inside a
+    // capture such a reallocation is refused rather than recorded.
+    const NoDeviceAllocation in_capture(capturing);
     moved |= h_.reserve(size_t(n_h), "h (the fp32 core rows)");
     moved |= ram_.reserve(size_t(n_ram), "ram (the RAM banks)");
     moved |= map_.reserve(size_t(M), "the stream maps");
@@ -145,18 +154,20 @@ void GpuEngine::ensure_batch(int64_t batch) {
     pooled_.release();
     zc_.release();
     release_batch();
+    sized_batch_ = 0;
     ++generation_;
     forget_batch_after_failure();
     throw OutOfDeviceMemory(of_batch + " does not fit in the GPU's memory: " + e.what());
   } catch (...) {
-    ++generation_;  // some buffers may have moved before the failure
-    forget_batch_after_failure();
+    if (!capturing) ++generation_;  // some buffers may have moved (in a capture none can)
+    forget_batch_after_failure(capturing);
     throw;
   }
   if (moved) {  // every graph recorded the old buffers: the engine's are dropped, a caller's counts
     ++generation_;
     drop_graphs();
   }
+  sized_batch_ = std::max(sized_batch_, batch);
   batch_ = batch;
 }
 
@@ -390,12 +401,12 @@ void GpuEngine::enqueue_step_slots(const float* x, const int32_t* slot_ids, int6
   DeviceStatePool& dev = own_pool(pool);
   require_in_range(batch, 1, kMaxBatch, "rows in one slot step");
   dev.torn().require_whole(nullptr);  // the ids are on the device
-  ensure_batch(batch);
   // On the caller's stream the step is enqueued kernel by kernel, so that the caller's own CUDA
   // graph capture records it (the engine's graphs belong to its own stream).
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   const bool capturing = capture != cudaStreamCaptureStatusNone;
+  ensure_batch(batch, capturing);
   const cudaStream_t own = stream_;
   stream_ = stream;
   try {

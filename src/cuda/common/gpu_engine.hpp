@@ -112,6 +112,7 @@ class GpuEngine : public Engine, public DeviceSteps {
   DeviceBuffer<float> router_norm_, norm_w_, swap_w_, swap_b_, bank_w_, bank_b_, scale_, shift_, alpha_;
 
   int64_t batch_ = 0;
+  int64_t sized_batch_ = 0;  // the largest batch the per-row buffers have room for
   DeviceBuffer<float> h_, partial_, pooled_, zc_;
   DeviceBuffer<bf16> ram_;
   DeviceBuffer<uint8_t> map_;
@@ -120,9 +121,13 @@ class GpuEngine : public Engine, public DeviceSteps {
  private:
   void host_decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record);
   DeviceStatePool& own_pool(StatePool& pool) const;
-  void ensure_batch(int64_t batch);
-  // After a call failed past its checks: no batch, no graph; a broken context is remembered.
-  void forget_batch_after_failure() noexcept;
+  // Makes `batch` the current batch size. A batch no larger than the largest so far reuses the
+  // buffers (no synchronisation); a larger one grows them, which a caller's stream capture
+  // (`capturing`) cannot record: refused there.
+  void ensure_batch(int64_t batch, bool capturing = false);
+  // After a call failed past its checks: no batch, no graph; a broken context is remembered (not
+  // looked for inside a capture, where no synchronisation is allowed).
+  void forget_batch_after_failure(bool capturing = false) noexcept;
   void require_usable() const;
   void set_io(const StepIO& io);
   // A slot step after set_io (on stream_): the padding rows' initial state in the batch buffers,

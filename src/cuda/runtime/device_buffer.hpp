@@ -25,6 +25,21 @@ void* device_malloc(size_t n, size_t elem_bytes, const char* what);
 // "512 bytes", "8.0 MiB", "1.5 GiB": sizes in messages.
 std::string format_bytes(double bytes);
 
+// While one lives on this thread, a DeviceBuffer that would (re)allocate throws instead, before
+// it frees anything: inside a stream capture an allocation or a free would invalidate the capture.
+class NoDeviceAllocation {
+ public:
+  explicit NoDeviceAllocation(bool on) : prev_(active_) { active_ = prev_ || on; }
+  ~NoDeviceAllocation() { active_ = prev_; }
+  NoDeviceAllocation(const NoDeviceAllocation&) = delete;
+  NoDeviceAllocation& operator=(const NoDeviceAllocation&) = delete;
+  static bool active() { return active_; }
+
+ private:
+  bool prev_;
+  static inline thread_local bool active_ = false;
+};
+
 template <class T>
 class DeviceBuffer {
  public:
@@ -50,6 +65,8 @@ class DeviceBuffer {
     return true;
   }
   void resize(size_t n, const char* what = "a device buffer") {
+    SWAPFFN_REQUIRE(!NoDeviceAllocation::active(), std::string(what) + " would be allocated inside a CUDA graph "
+                                                   "capture: run the step at this size outside the capture first");
     release();
     p_ = static_cast<T*>(device_malloc(n, sizeof(T), what));
     n_ = n;
