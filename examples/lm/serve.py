@@ -162,16 +162,18 @@ class Server:
 
     backend: as swapffn.Engine.load ("auto": fused on a Hopper GPU, else the reference on the CPU); the
     attention, embeddings and head run in PyTorch (fp32) where the engines run. cuda_graphs: on a GPU, run
-    each decode step as a CUDA graph of its batch bucket. record_logits: keep each generated token's logits
-    (on the CPU) in its Request. Raises ModelError for a model directory that does not fit (the Swap-FFN
+    each decode step as a CUDA graph of its batch bucket. kernels: the fused backends' kernel choices, as
+    `swapffn run --kernels` ("scales=rows": fused-fp8 in SPEC 5's rows scaling). record_logits: keep each
+    generated token's logits (on the CPU) in its Request. Raises ModelError for a model directory that does not fit (the Swap-FFN
     configs differ between blocks, or from the LM's d_model), swapffn.Error for what the engines refuse.
     """
 
     def __init__(self, model_dir: Union[str, os.PathLike], backend: str = swapffn.AUTO, slots: int = 8,
-                 device: int = 0, threads: int = 0, cuda_graphs: bool = True, record_logits: bool = False) -> None:
+                 device: int = 0, threads: int = 0, cuda_graphs: bool = True, record_logits: bool = False,
+                 kernels: str = "") -> None:
         shape, _ = read_saved(model_dir)
         self.engines = [swapffn.Engine.load(os.path.join(model_dir, ffn_file(i)), backend=backend, device=device,
-                                            threads=threads) for i in range(shape["n_layers"])]
+                                            threads=threads, kernels=kernels) for i in range(shape["n_layers"])]
         on_host = self.engines[0].info()["on_host"]
         self.device = torch.device("cpu") if on_host else torch.device("cuda", self.engines[0].device)
         self.lm = LM.load(model_dir, ffn_configs=[e.config for e in self.engines], device=self.device).eval()
@@ -404,6 +406,8 @@ def main() -> None:
     ap.add_argument("--device", type=int, default=0, help="CUDA device of the GPU backends")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads of the reference backend (0: all)")
     ap.add_argument("--no-graphs", action="store_true", help="run the GPU decode steps eagerly")
+    ap.add_argument("--kernels", default="", help="the fused backends' kernel choices, as swapffn run --kernels "
+                                                  "(e.g. scales=rows for fused-fp8)")
     ap.add_argument("--show", type=int, default=3, help="requests whose text is printed")
     a = ap.parse_args()
     for name in ("slots", "requests", "new_tokens", "arrive_every"):
@@ -413,7 +417,7 @@ def main() -> None:
     try:
         path = a.model or random_model(a.random, a.seed)
         server = Server(path, backend=a.backend, slots=a.slots, device=a.device, threads=a.threads,
-                        cuda_graphs=not a.no_graphs)
+                        cuda_graphs=not a.no_graphs, kernels=a.kernels)
         t0 = time.perf_counter()
         reqs = run_requests(server, [prompts[i % len(prompts)] for i in range(a.requests)], a.new_tokens,
                             a.arrive_every)
