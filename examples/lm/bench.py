@@ -130,13 +130,10 @@ def prompts(batch: int) -> List[bytes]:
     return [serve.DEFAULT_PROMPTS[i % len(serve.DEFAULT_PROMPTS)].encode()[:PROMPT_LEN] for i in range(batch)]
 
 
-def served(path: str, backend: str, batch: int, glue: str, a: argparse.Namespace) -> Dict:
+def served(path: str, backend: str, batch: int, a: argparse.Namespace) -> Dict:
     """The served model's rows at one batch size: its decode step (graph replays), Server.step, the engines
-    alone. glue: "eager", or "compiled" (Server's compile_glue)."""
-    if glue == "compiled":
-        torch.compiler.reset()  # each batch size compiles afresh: no cache size limit reached
-    server = serve.Server(path, backend=backend, slots=batch, device=a.device, threads=a.threads,
-                          compile_glue=glue == "compiled")
+    alone."""
+    server = serve.Server(path, backend=backend, slots=batch, device=a.device, threads=a.threads)
     cuda = server.cuda_graphs
     new_tokens = server.lm.cfg.max_seq - PROMPT_LEN + 1  # as many as fit: no request leaves during the bench
     reqs = [server.add(p, new_tokens) for p in prompts(batch)]
@@ -162,8 +159,7 @@ def served(path: str, backend: str, batch: int, glue: str, a: argparse.Namespace
         run = serve.capture(engines)[0].replay if cuda else engines
         ffn_ms = timed(run, cuda, a.warmup, a.steps, a.repeats)
     ms, ffn = statistics.median(step_ms), statistics.median(ffn_ms)
-    return {"batch": batch, "path": "served", "backend": server.backend, "glue": glue,
-            "mode": "graph" if cuda else "eager",
+    return {"batch": batch, "path": "served", "backend": server.backend, "mode": "graph" if cuda else "eager",
             "bucket": dec.inputs.shape[1],
             "ms_per_step": ms, "tok_per_s": batch * 1e3 / ms, "runs_ms": step_ms, "ffn_ms_per_step": ffn,
             "ffn_share": ffn / ms, "loop_ms_per_step": loop_ms, "loop_tok_per_s": batch * 1e3 / loop_ms}
@@ -223,17 +219,12 @@ def commit() -> str:
         return "unknown (no git; set SWAPFFN_COMMIT)"
 
 
-def served_name(row: Dict) -> str:
-    """A served row's backend, with its glue when compiled."""
-    return row["backend"] + (" (glue compiled)" if row.get("glue") == "compiled" else "")
-
-
 def ratios(rows: List[Dict]) -> List[Dict]:
     """Each served backend's tok/s over each PyTorch path's that ran, at each batch size."""
     out = []
     for s in (r for r in rows if r["path"] == "served"):
         for p in (r for r in rows if r["path"].startswith("pytorch") and r["batch"] == s["batch"] and "error" not in r):
-            out.append({"batch": s["batch"], "backend": served_name(s), "vs": p["path"],
+            out.append({"batch": s["batch"], "backend": s["backend"], "vs": p["path"],
                         "speedup": p["ms_per_step"] / s["ms_per_step"]})
     return out
 
@@ -244,14 +235,14 @@ def targets(rows: List[Dict], speedups: List[Dict]) -> List[Dict]:
     out = []
     for batch, want in TARGETS:
         for s in (r for r in rows if r["path"] == "served" and r["batch"] == batch):
-            got = [r["speedup"] for r in speedups if r["batch"] == batch and r["backend"] == served_name(s)]
-            what = f"{served_name(s)} tok/s over the best PyTorch path's, B = {batch}"
+            got = [r["speedup"] for r in speedups if r["batch"] == batch and r["backend"] == s["backend"]]
+            what = f"{s['backend']} tok/s over the best PyTorch path's, B = {batch}"
             if got:
                 out.append({"what": what, "value": min(got), "target": want, "met": min(got) >= want})
             else:
                 out.append({"what": what + " (no PyTorch path ran)", "value": None, "target": want, "met": False})
     for s in (r for r in rows if r["path"] == "served"):
-        out.append({"what": f"Swap-FFN share of the {served_name(s)} step, B = {s['batch']}", "value": s["ffn_share"],
+        out.append({"what": f"Swap-FFN share of the {s['backend']} step, B = {s['batch']}", "value": s["ffn_share"],
                     "target": SHARE_TARGET, "met": s["ffn_share"] >= SHARE_TARGET})
     return out
 
@@ -268,9 +259,9 @@ def table_rows(rows: List[Dict], speedups: List[Dict]) -> List[str]:
         if "error" in r:
             lines.append(f"| {b} | {r['path']} | {r['error']} | | | |")
         elif r["path"] == "served":
-            lines.append(f"| {b} | served {served_name(r)}, {r['mode']} | {r['ms_per_step']:.4g} | "
+            lines.append(f"| {b} | served {r['backend']}, {r['mode']} | {r['ms_per_step']:.4g} | "
                          f"{r['tok_per_s']:,.1f} | | {100 * r['ffn_share']:.1f}% ({r['ffn_ms_per_step']:.4g} ms) |")
-            lines.append(f"| {b} | served {served_name(r)}, Server.step loop | {r['loop_ms_per_step']:.4g} | "
+            lines.append(f"| {b} | served {r['backend']}, Server.step loop | {r['loop_ms_per_step']:.4g} | "
                          f"{r['loop_tok_per_s']:,.1f} | | |")
         else:
             vs = ", ".join(f"{s['backend']} {s['speedup']:.2f}x" for s in speedups
@@ -367,15 +358,10 @@ def main() -> None:
             if cuda:
                 torch.cuda.empty_cache()
         for backend in backends:
-            for glue in ["eager"] + ["compiled"] * compiles:
-                try:
-                    new.append(served(path, backend, batch, glue, a))
-                except (ModelError, serve.ServeError, swapffn.Error) as e:
-                    sys.exit(f"bench.py: {e}")
-                except Exception as e:  # the compiled glue may not run here; the eager row stands
-                    if glue == "eager":
-                        raise
-                    new.append(failed(batch, f"served {backend} (glue compiled)", e))
+            try:
+                new.append(served(path, backend, batch, a))
+            except (ModelError, serve.ServeError, swapffn.Error) as e:
+                sys.exit(f"bench.py: {e}")
         rows += new
         print("\n".join(table_rows(new, ratios(new))), flush=True)
     speedups = ratios(rows)

@@ -164,15 +164,13 @@ class Server:
     attention, embeddings and head run in PyTorch (fp32) where the engines run. cuda_graphs: on a GPU, run
     each decode step as a CUDA graph of its batch bucket. kernels: the fused backends' kernel choices, as
     `swapffn run --kernels` ("scales=rows": fused-fp8 in SPEC 5's rows scaling). record_logits: keep each
-    generated token's logits (on the CPU) in its Request. compile_glue: run the decode step through
-    torch.compile, the engine steps as the custom op swapffn::step (fusing the attention, norms and
-    embeddings around them; each bucket compiles once, at its first step). Raises ModelError for a model directory that does not fit (the Swap-FFN
+    generated token's logits (on the CPU) in its Request. Raises ModelError for a model directory that does not fit (the Swap-FFN
     configs differ between blocks, or from the LM's d_model), swapffn.Error for what the engines refuse.
     """
 
     def __init__(self, model_dir: Union[str, os.PathLike], backend: str = swapffn.AUTO, slots: int = 8,
                  device: int = 0, threads: int = 0, cuda_graphs: bool = True, record_logits: bool = False,
-                 kernels: str = "", compile_glue: bool = False) -> None:
+                 kernels: str = "") -> None:
         shape, _ = read_saved(model_dir)
         self.engines = [swapffn.Engine.load(os.path.join(model_dir, ffn_file(i)), backend=backend, device=device,
                                             threads=threads, kernels=kernels) for i in range(shape["n_layers"])]
@@ -184,17 +182,6 @@ class Server:
         self.cache = KVCache(self.lm.cfg, self.slots, self.device)
         self.cuda_graphs = cuda_graphs and not on_host
         self.record_logits = record_logits
-        self._compiled: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-        if compile_glue:
-            import swapffn.torch as swapffn_torch
-            for pool in self.pools:
-                swapffn_torch.register(pool)  # outside the compiled code: the op names pools by handle
-
-            def op_ffn(layer: int, h: torch.Tensor, slot_ids: torch.Tensor) -> torch.Tensor:
-                return swapffn_torch.step(h, self.pools[layer], slot_ids)
-
-            self._compiled = torch.compile(lambda inputs: decode_step(self.lm, self.cache, inputs, op_ffn),
-                                           dynamic=False)
         self.active: Dict[int, Request] = {}  # by slot
         self.stats = Stats()
         self._free = list(range(self.slots))
@@ -317,8 +304,6 @@ class Server:
     def model_step(self, inputs: torch.Tensor) -> torch.Tensor:
         """The served decode step (decode_step with the engines): inputs [3, B] int64 on the server's device
         (last tokens, their positions, slots; slot -1 pads) -> logits [B, 256]."""
-        if self._compiled is not None:
-            return self._compiled(inputs)
         return decode_step(self.lm, self.cache, inputs, self.ffn_step)
 
     def ffn_step(self, layer: int, h: torch.Tensor, slot_ids: torch.Tensor) -> torch.Tensor:
@@ -421,8 +406,6 @@ def main() -> None:
     ap.add_argument("--device", type=int, default=0, help="CUDA device of the GPU backends")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads of the reference backend (0: all)")
     ap.add_argument("--no-graphs", action="store_true", help="run the GPU decode steps eagerly")
-    ap.add_argument("--compile", action="store_true", help="run the decode step's attention, norms and "
-                                                           "embeddings through torch.compile")
     ap.add_argument("--kernels", default="", help="the fused backends' kernel choices, as swapffn run --kernels "
                                                   "(e.g. scales=rows for fused-fp8)")
     ap.add_argument("--show", type=int, default=3, help="requests whose text is printed")
@@ -434,7 +417,7 @@ def main() -> None:
     try:
         path = a.model or random_model(a.random, a.seed)
         server = Server(path, backend=a.backend, slots=a.slots, device=a.device, threads=a.threads,
-                        cuda_graphs=not a.no_graphs, kernels=a.kernels, compile_glue=a.compile)
+                        cuda_graphs=not a.no_graphs, kernels=a.kernels)
         t0 = time.perf_counter()
         reqs = run_requests(server, [prompts[i % len(prompts)] for i in range(a.requests)], a.new_tokens,
                             a.arrive_every)
