@@ -21,8 +21,8 @@
 
 #include <cstdint>
 
-#include "nvfp4/nvfp4_dequant.cuh"
-#include "nvfp4/nvfp4_wgmma.cuh"
+#include "nvfp4_dequant.cuh"
+#include "nvfp4_wgmma.cuh"
 
 namespace swapffn::cuda::nvfp4 {
 

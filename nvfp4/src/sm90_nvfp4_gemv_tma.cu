@@ -27,8 +27,8 @@
 #include <cutlass/arch/barrier.h>
 
 #include "cuda/runtime/cuda_check.hpp"
-#include "nvfp4/nvfp4_gemv_int8.cuh"
-#include "nvfp4/nvfp4_launch.hpp"
+#include "nvfp4_gemv_int8.cuh"
+#include "nvfp4_launch.hpp"
 #include "cuda/runtime/tma.hpp"
 #include "swapffn/error.hpp"
 

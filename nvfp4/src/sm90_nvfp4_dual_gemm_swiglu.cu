@@ -9,8 +9,8 @@
 #include <cuda_fp16.h>
 
 #include "cuda/runtime/cuda_check.hpp"
-#include "nvfp4/nvfp4_launch.hpp"
-#include "nvfp4/nvfp4_tiles.cuh"
+#include "nvfp4_launch.hpp"
+#include "nvfp4_tiles.cuh"
 #include "cuda/runtime/launch.hpp"
 
 namespace swapffn::cuda::nvfp4 {

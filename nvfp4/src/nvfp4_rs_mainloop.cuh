@@ -36,11 +36,11 @@
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
 
-#include "nvfp4/nvfp4_dequant.cuh"
-#include "nvfp4/nvfp4_launch.hpp"
-#include "nvfp4/nvfp4_stream_k.cuh"
-#include "nvfp4/nvfp4_tile_mainloop.cuh"
-#include "nvfp4/nvfp4_wgmma.cuh"
+#include "nvfp4_dequant.cuh"
+#include "nvfp4_launch.hpp"
+#include "nvfp4_stream_k.cuh"
+#include "nvfp4_tile_mainloop.cuh"
+#include "nvfp4_wgmma.cuh"
 #include "cuda/runtime/launch.hpp"
 
 namespace swapffn::cuda::nvfp4 {

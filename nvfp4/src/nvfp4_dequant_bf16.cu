@@ -6,7 +6,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/runtime/cuda_check.hpp"
-#include "nvfp4/nvfp4_launch.hpp"
+#include "nvfp4_launch.hpp"
 #include "swapffn/nvfp4/device.hpp"
 
 namespace swapffn::cuda::nvfp4 {

@@ -146,14 +146,16 @@ std::vector<TileConfig> grouped_candidates(const GroupedGemmProblem& p, int sm_c
 // Split-K needs a workspace for fp32 partials and per-tile arrival counters (a fixed 64 KiB
 // counter header, then the partials; at most 16384 output tiles per split-K launch), and the
 // rs tiles need room after them for an fp16 copy of A (L x M x K x 2 bytes; grouped: every
-// group's, each rounded up to 256). It must be
-// zeroed (cudaMemset) once when allocated; the kernels leave the counters at zero again, so one
-// workspace of the largest size needed serves any number of launches, of any problems and configs,
-// on one stream. Size 0 means none is needed.
+// group's, each rounded up to 256). Its first kWorkspaceZeroedBytes (the counters; all of a smaller
+// one) must be zeroed (cudaMemset) once when allocated, the rest is scratch the kernels write before
+// they read it; the kernels leave the counters at zero again, so one workspace of the largest size
+// needed serves any number of launches, of any problems and configs, on one stream. Size 0 means
+// none is needed.
 struct Workspace {
   void* ptr = nullptr;
   size_t bytes = 0;
 };
+inline constexpr size_t kWorkspaceZeroedBytes = 65536;
 
 size_t workspace_bytes(const GemvProblem& p, const GemvConfig& c);
 size_t workspace_bytes(const GemmProblem& p, const TileConfig& c);

@@ -1,4 +1,4 @@
-// swapffn nvfp4 bench: the NVFP4 kernels on the GPU MODE competition's 14 shapes (or given GEMM / dual shapes).
+// swapffn-nvfp4 bench: the NVFP4 kernels on the GPU MODE competition's 14 shapes (or given GEMM / dual shapes).
 // Per shape: the best time of the candidate configs (median over L2-flushed runs), % of Hopper
 // speed-of-light measured in the same run, the B200 competition best, and cuBLAS bf16 on the
 // dequantized operands, against which each result is also checked (bit-exact for GEMV, GEMM and
@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "commands.hpp"
+#include "nvfp4_bench.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/file_output.hpp"
@@ -33,9 +33,9 @@
 #include "swapffn/nvfp4/reference.hpp"
 #endif
 
-namespace swapffn::cli {
+namespace swapffn::nvfp4::tool {
 
-struct Nvfp4BenchOptions {
+struct BenchOptions {
   std::string op = "all", json, flush = "write", scales = "plain";
   int reps = 30;
   std::vector<std::string> shapes;
@@ -44,8 +44,6 @@ struct Nvfp4BenchOptions {
 
 #ifdef SWAPFFN_WITH_CUDA
 namespace {
-
-using namespace swapffn::nvfp4;
 
 // Median microseconds over `reps` runs after two warm-ups; before each timed run the L2 is flushed
 // by a memset of 2x its size (the competition's method) unless flushing is off (warm L2: what the kernel
@@ -311,13 +309,13 @@ Result bench_grouped(Bench& bn, int64_t n, int64_t k, const std::vector<int64_t>
 std::vector<Result> bench_shapes(Bench& bn, const std::string& op, const std::vector<std::string>& shapes) {
   std::vector<Result> rows;
   if (!shapes.empty()) {
-    SWAPFFN_REQUIRE(op == "gemm" || op == "dual", "nvfp4 bench --shape needs --op gemm or --op dual");
+    SWAPFFN_REQUIRE(op == "gemm" || op == "dual", "bench --shape needs --op gemm or --op dual");
     for (const std::string& sh : shapes) {
       int64_t m = 0, n = 0, k = 0;
       char x1 = 0, x2 = 0;
       std::istringstream in(sh);
       SWAPFFN_REQUIRE(in >> m >> x1 >> n >> x2 >> k && x1 == 'x' && x2 == 'x' && in.peek() == EOF,
-                      "nvfp4 bench --shape '" + sh + "' is not MxNxK");
+                      "bench --shape '" + sh + "' is not MxNxK");
       rows.push_back(op == "gemm" ? bench_gemm(bn, m, n, k, 0.0) : bench_dual(bn, m, n, k, 0.0));
     }
     return rows;
@@ -357,7 +355,7 @@ void print_table(const std::vector<Result>& rows) {
                 r.mismatches ? (std::to_string(r.mismatches) + " MISMATCHES").c_str() : (r.exact ? "bit-exact" : "within tol"));
 }
 
-void write_json(const std::string& path, const GpuInfo& g, const Ceilings& ceil, const Nvfp4BenchOptions& o, int reps,
+void write_json(const std::string& path, const GpuInfo& g, const Ceilings& ceil, const BenchOptions& o, int reps,
                 const std::vector<Result>& rows) {
   nlohmann::json j;
   char date[32];
@@ -383,9 +381,9 @@ void write_json(const std::string& path, const GpuInfo& g, const Ceilings& ceil,
   std::printf("wrote %s\n", path.c_str());
 }
 
-void run_bench(const Nvfp4BenchOptions& o) {
+void run_bench(const BenchOptions& o) {
   const GpuInfo g = query_gpu();
-  SWAPFFN_REQUIRE(g.is_hopper(), "swapffn nvfp4 needs a Hopper GPU: " + g.why_not_hopper());
+  SWAPFFN_REQUIRE(g.is_hopper(), "swapffn-nvfp4 needs a Hopper GPU: " + g.why_not_hopper());
   if (!o.json.empty()) check_writable(o.json);
   Timer timer(o.reps, g.l2_bytes, o.flush != "none");
   Cublas blas;
@@ -398,19 +396,17 @@ void run_bench(const Nvfp4BenchOptions& o) {
   print_table(rows);
   if (!o.json.empty()) write_json(o.json, g, bn.ceil, o, timer.reps, rows);
   for (const auto& r : rows)
-    SWAPFFN_REQUIRE(r.mismatches == 0, "nvfp4 bench: some results disagree with cuBLAS on the dequantized operands (see table)");
+    SWAPFFN_REQUIRE(r.mismatches == 0, "bench: some results disagree with cuBLAS on the dequantized operands (see table)");
 }
 
 }  // namespace
 #endif
 
-void add_nvfp4_command(CLI::App& app) {
-  auto* cmd = add_command(app, "nvfp4", "NVFP4 block-scaled kernels (GEMV, GEMM, dual GEMM, grouped GEMM)",
-                          "swapffn nvfp4 bench --op all --json nvfp4.json");
-  cmd->require_subcommand(1);
-  auto o = std::make_shared<Nvfp4BenchOptions>();
-  auto* bench = add_command(*cmd, "bench", "time the NVFP4 kernels on the competition's shapes against speed-of-light, B200 and cuBLAS",
-                            "swapffn nvfp4 bench --op gemm --json nvfp4.json");
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  auto* bench = app.add_subcommand("bench", "time the NVFP4 kernels on the competition's shapes against speed-of-light, "
+                                   "B200 and cuBLAS");
+  bench->footer("Example:\n  swapffn-nvfp4 bench --op gemm --json nvfp4.json");
   bench->add_option("--op", o->op, "gemv, gemm, dual, grouped or all")->check(CLI::IsMember({"gemv", "gemm", "dual", "grouped", "all"}));
   bench->add_option("--json", o->json, "write the results as JSON to this file");
   bench->add_option("--reps", o->reps, "timed runs per measurement (median)")->check(CLI::Range(3, 64));
@@ -425,9 +421,9 @@ void add_nvfp4_command(CLI::App& app) {
     run_bench(*o);
 #else
     (void)o;
-    SWAPFFN_FAIL("swapffn nvfp4 needs a CUDA build");
+    SWAPFFN_FAIL("swapffn-nvfp4 bench needs a CUDA build");
 #endif
   });
 }
 
-}  // namespace swapffn::cli
+}  // namespace swapffn::nvfp4::tool

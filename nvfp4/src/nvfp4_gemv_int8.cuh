@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "nvfp4/nvfp4_launch.hpp"
+#include "nvfp4_launch.hpp"
 
 namespace swapffn::cuda::nvfp4::gemv {
 

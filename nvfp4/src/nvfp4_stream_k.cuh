@@ -11,8 +11,8 @@
 #pragma once
 #include <cstdint>
 
-#include "nvfp4/nvfp4_launch.hpp"
-#include "nvfp4/nvfp4_tile_mainloop.cuh"
+#include "nvfp4_launch.hpp"
+#include "nvfp4_tile_mainloop.cuh"
 
 namespace swapffn::cuda::nvfp4 {
 

@@ -16,8 +16,8 @@
 #include <cuda_fp16.h>
 
 #include "cuda/runtime/cuda_check.hpp"
-#include "nvfp4/nvfp4_gemv_int8.cuh"
-#include "nvfp4/nvfp4_launch.hpp"
+#include "nvfp4_gemv_int8.cuh"
+#include "nvfp4_launch.hpp"
 #include "swapffn/error.hpp"
 
 namespace swapffn::cuda::nvfp4 {

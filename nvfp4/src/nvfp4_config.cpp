@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "nvfp4/nvfp4_launch.hpp"
+#include "nvfp4_launch.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/nvfp4/nvfp4.hpp"
 

@@ -19,8 +19,8 @@
 #include <type_traits>
 
 #include "cuda/runtime/cuda_check.hpp"
-#include "nvfp4/nvfp4_launch.hpp"
-#include "nvfp4/nvfp4_tiles.cuh"
+#include "nvfp4_launch.hpp"
+#include "nvfp4_tiles.cuh"
 #include "cuda/runtime/launch.hpp"
 #include "cuda/runtime/tma.hpp"
 

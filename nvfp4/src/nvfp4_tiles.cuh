@@ -5,8 +5,8 @@
 #include <type_traits>
 
 #include "cuda/runtime/cuda_check.hpp"
-#include "nvfp4/nvfp4_rs_mainloop.cuh"
-#include "nvfp4/nvfp4_tile_mainloop.cuh"
+#include "nvfp4_rs_mainloop.cuh"
+#include "nvfp4_tile_mainloop.cuh"
 #include "cuda/runtime/launch.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/nvfp4/nvfp4.hpp"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cuda/runtime/cuda_check.hpp"
-#include "nvfp4/nvfp4_launch.hpp"
+#include "nvfp4_launch.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/nvfp4/nvfp4.hpp"
 
@@ -70,6 +70,7 @@ void check_output(const std::string& op, const void* c) {
 // partials are arbitrary floats). A counter-sized-per-config layout did exactly that in the
 // bench's config search: a later config found a previous config's partials as its counters.
 constexpr int64_t kMaxSplitTiles = 16384;
+static_assert(kMaxSplitTiles * sizeof(int) == kWorkspaceZeroedBytes, "the counter header is what must be zeroed");
 
 cu::SplitWorkspace split_workspace(const std::string& op, int64_t tiles, int split, int64_t floats_per_cta) {
   cu::SplitWorkspace w;

@@ -18,8 +18,8 @@
 #include <string>
 
 #include "cuda/runtime/cuda_check.hpp"
-#include "nvfp4/nvfp4_dequant.cuh"
-#include "nvfp4/nvfp4_launch.hpp"
+#include "nvfp4_dequant.cuh"
+#include "nvfp4_launch.hpp"
 #include "cuda/runtime/launch.hpp"
 #include "cuda/runtime/tma.hpp"
 #include "swapffn/error.hpp"
