@@ -152,7 +152,7 @@ NB_MODULE(_nvfp4, m) {
   using namespace swapffn::nvfp4;
   using namespace swapffn::nvfp4::python;
   m.doc() = "NVFP4 kernels on torch tensors (use swapffn.nvfp4, not this module)";
-  error_class = nb::module_::import_("swapffn._swapffn").attr("Error").release().ptr();
+  error_class = nb::object(nb::module_::import_("swapffn._swapffn").attr("Error")).release().ptr();
   m.attr("with_cuda") = kWithCuda;
   m.attr("gemv_k_multiple") = kGemvKMultiple;
   m.attr("gemm_k_multiple") = kGemmKMultiple;

@@ -11,7 +11,7 @@ import swapffn
 torch = pytest.importorskip("torch", exc_type=ImportError)
 if not hasattr(torch, "float4_e2m1fn_x2"):
     pytest.skip("this torch has no float4_e2m1fn_x2", allow_module_level=True)
-from swapffn import nvfp4  # noqa: E402  (needs torch)
+from swapffn import _nvfp4, nvfp4  # noqa: E402  (needs torch)
 
 needs_hopper = pytest.mark.skipif(not torch.cuda.is_available() or not swapffn.gpu()["hopper"],
                                   reason="needs CUDA: a Hopper GPU")
@@ -170,12 +170,8 @@ def test_permuted_scales_follow_the_blocked_128x4_layout():
     assert stored[offset(200, 0, 0)] == NAN_E4M3 and stored[offset(255, 95, 1)] == NAN_E4M3  # padding rows
 
 
-def test_k_and_group_limits_match_the_library():
-    if not swapffn._swapffn.with_cuda:
-        pytest.skip("needs CUDA: the NVFP4 kernels (a CPU-only build has none)")
-    native = swapffn._swapffn.nvfp4
-    assert (nvfp4.GEMV_K_MULTIPLE, nvfp4.GEMM_K_MULTIPLE, nvfp4.MAX_GROUPS) == \
-        (native.gemv_k_multiple, native.gemm_k_multiple, native.max_groups)
+def test_k_and_group_limits_are_the_documented_ones():
+    assert (nvfp4.GEMV_K_MULTIPLE, nvfp4.GEMM_K_MULTIPLE, nvfp4.MAX_GROUPS) == (64, 256, 64)
 
 
 def expect_refusal(fn, args, kind, fragment):
@@ -187,8 +183,8 @@ def expect_refusal(fn, args, kind, fragment):
 def expect_device_refusal(fn, args, first):
     """Arguments that pass every check but the device: CPU tensors are refused naming `first`, or, in a
     CPU-only build, the build is."""
-    if swapffn._swapffn.with_cuda:
-        expect_refusal(fn, args, ValueError, f"{first}: expected a CUDA tensor, got one on cpu")
+    if _nvfp4.with_cuda:
+        expect_refusal(fn, args, swapffn.Error, f"{first}: expected a CUDA tensor, got one on cpu")
     else:
         expect_refusal(fn, args, RuntimeError, "built without CUDA")
 
