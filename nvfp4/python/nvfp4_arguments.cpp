@@ -49,7 +49,7 @@ const TensorView& Call::tensor(Name name, PyObject* t, std::initializer_list<dl:
   if (used_.empty() || used_.back().view.object != t) {
     if (!is_torch_tensor(t))
       fail(name.str(), std::string("expected a torch.Tensor (") + what + "), got " + type_name(t), Refusal::Kind::type);
-    used_.push_back({name, view_of(t)});
+    view_of(t, used_.emplace_back(name).view);
   }
   const TensorView& v = used_.back().view;
   if (std::find(dtypes.begin(), dtypes.end(), v.dtype) == dtypes.end())

@@ -31,7 +31,8 @@ struct Name {
 // One call's checks: the function's name for messages and the tensors the kernel will touch.
 class Call {
  public:
-  explicit Call(const char* op) : op_(op) {}
+  // `tensors`: how many the call reads at most (its views stay in place).
+  Call(const char* op, size_t tensors) : op_(op) { used_.reserve(tensors); }
   const char* op() const { return op_; }
   [[noreturn]] void fail(const std::string& name, const std::string& msg,
                          Refusal::Kind kind = Refusal::Kind::value) const;
@@ -53,6 +54,7 @@ class Call {
 
  private:
   struct Used {
+    explicit Used(Name n) : name(n) {}  // the view is filled in place (view_of)
     Name name;
     TensorView view;
   };

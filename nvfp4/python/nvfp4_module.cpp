@@ -102,7 +102,7 @@ void launch(const Call& call, const Problem& p, Choose choose, Run run) {
 nb::object gemv_call(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle sfa_permuted,
                      nb::handle sfb_permuted, nb::handle c) {
   return translating([&] {
-    Call call("gemv");
+    Call call("gemv", 5);
     const GemvProblem p = gemv_problem(call, a.ptr(), b.ptr(), sfa.ptr(), sfb.ptr(), sfa_permuted.ptr(),
                                        sfb_permuted.ptr(), c.ptr());
     launch(call, p, choose_gemv_config, [](const auto&... x) { gemv(x...); });
@@ -113,7 +113,7 @@ nb::object gemv_call(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb,
 nb::object gemm_call(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle sfa_permuted,
                      nb::handle sfb_permuted, nb::handle c) {
   return translating([&] {
-    Call call("gemm");
+    Call call("gemm", 5);
     const GemmProblem p = gemm_problem(call, a.ptr(), b.ptr(), sfa.ptr(), sfb.ptr(), sfa_permuted.ptr(),
                                        sfb_permuted.ptr(), c.ptr());
     launch(call, p, choose_gemm_config, [](const auto&... x) { gemm(x...); });
@@ -124,7 +124,7 @@ nb::object gemm_call(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb,
 nb::object dual_call(nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa, nb::handle sfb1, nb::handle sfb2,
                      nb::handle sfa_permuted, nb::handle sfb1_permuted, nb::handle sfb2_permuted, nb::handle c) {
   return translating([&] {
-    Call call("dual_gemm_swiglu");
+    Call call("dual_gemm_swiglu", 7);
     const DualGemmProblem p =
         dual_problem(call, a.ptr(), b1.ptr(), b2.ptr(), sfa.ptr(), sfb1.ptr(), sfb2.ptr(), sfa_permuted.ptr(),
                      sfb1_permuted.ptr(), sfb2_permuted.ptr(), c.ptr());
@@ -136,7 +136,7 @@ nb::object dual_call(nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa,
 nb::object grouped_call(nb::handle abc_tensors, nb::handle sfasfb_tensors, nb::handle sfasfb_reordered_tensors,
                         nb::handle problem_sizes) {
   return translating([&] {
-    Call call("grouped_gemm");
+    Call call("grouped_gemm", 5 * size_t(kMaxGroups));
     nb::list cs;
     const GroupedGemmProblem p = grouped_problem(call, abc_tensors.ptr(), sfasfb_tensors.ptr(),
                                                  sfasfb_reordered_tensors.ptr(), problem_sizes.ptr(), cs);

@@ -1,6 +1,5 @@
 #include "torch_tensors.hpp"
 
-#include <cstring>
 #include <stdexcept>
 
 namespace nb = nanobind;
@@ -100,8 +99,7 @@ dl::dtype dtype_of(const Torch& t, PyObject* dtype) {
   return {};  // another dtype: refused, and named from Python
 }
 
-TensorView view_by_attributes(const Torch& t, PyObject* o) {
-  TensorView v;
+void view_by_attributes(const Torch& t, PyObject* o, TensorView& v) {
   v.object = o;
   v.data = uintptr_t(as_int(call_method(o, t.data_ptr)));
   v.ndim = ints(attribute(o, t.shape), v.shape);
@@ -111,7 +109,6 @@ TensorView view_by_attributes(const Torch& t, PyObject* o) {
   if (!cuda.is_valid()) throw nb::python_error();
   v.device = cuda.ptr() == Py_True ? dl::device{int32_t(nb::device::cuda::value), int32_t(as_int(call_method(o, t.get_device)))}
                                    : dl::device{int32_t(nb::device::cpu::value), 0};  // or another: not CUDA
-  return v;
 }
 
 std::string text(nb::handle o) { return nb::str(o).c_str(); }
@@ -120,25 +117,23 @@ std::string text(nb::handle o) { return nb::str(o).c_str(); }
 
 bool is_torch_tensor(PyObject* o) { return PyObject_TypeCheck(o, torch().tensor_type); }
 
-TensorView view_of(PyObject* o) {
+void view_of(PyObject* o, TensorView& v) {
   const Torch& t = torch();
-  if (t.api == nullptr) return view_by_attributes(t, o);
+  if (t.api == nullptr) return view_by_attributes(t, o, v);
   dl::dltensor d;
   if (t.api->dltensor_from_py_object_no_sync(o, &d) != 0) throw nb::python_error();
-  TensorView v;
   v.object = o;
   v.data = reinterpret_cast<uintptr_t>(d.data) + d.byte_offset;
   v.ndim = d.ndim;
   const int n = d.ndim < kMaxDims ? d.ndim : kMaxDims;
-  std::memcpy(v.shape, d.shape, n * sizeof(int64_t));
+  for (int i = 0; i < n; ++i) v.shape[i] = d.shape[i];
   if (d.strides != nullptr) {
-    std::memcpy(v.strides, d.strides, n * sizeof(int64_t));
+    for (int i = 0; i < n; ++i) v.strides[i] = d.strides[i];
   } else {  // DLPack allows none for a compact row-major tensor
     for (int64_t i = n - 1, s = 1; i >= 0; s *= v.shape[i--]) v.strides[i] = s;
   }
   v.dtype = d.dtype;
   v.device = d.device;
-  return v;
 }
 
 void* current_stream(int device) {

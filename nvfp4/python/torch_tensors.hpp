@@ -15,13 +15,14 @@ namespace swapffn::nvfp4::python {
 
 namespace dl = nanobind::dlpack;
 
-inline constexpr int kMaxDims = 8;  // more than any argument has (a permuted scale tensor: 6)
+inline constexpr int kMaxDims = 6;  // what any argument has at most (a permuted scale tensor); more: refused
 
+// Left uninitialised where it is filled (view_of): a call reads up to 40 of them.
 struct TensorView {
-  PyObject* object = nullptr;  // borrowed: the caller's argument, alive for the call
-  uintptr_t data = 0;
-  int ndim = 0;
-  int64_t shape[kMaxDims] = {}, strides[kMaxDims] = {};  // in elements; the first min(ndim, kMaxDims)
+  PyObject* object;  // borrowed: the caller's argument, alive for the call
+  uintptr_t data;
+  int ndim;
+  int64_t shape[kMaxDims], strides[kMaxDims];  // in elements; the first min(ndim, kMaxDims)
   dl::dtype dtype;
   dl::device device;
   bool on_cuda() const { return device.device_type == int32_t(nanobind::device::cuda::value); }
@@ -36,8 +37,8 @@ inline constexpr dl::dtype kFp16{uint8_t(dl::dtype_code::Float), 16, 1};
 // Whether `o` is a torch.Tensor (torch is imported on first use).
 bool is_torch_tensor(PyObject* o);
 
-// The view of torch tensor `o` (is_torch_tensor(o) must hold).
-TensorView view_of(PyObject* o);
+// Fills `v` with the view of torch tensor `o` (is_torch_tensor(o) must hold).
+void view_of(PyObject* o, TensorView& v);
 
 // torch's current CUDA stream of `device` (a cudaStream_t).
 void* current_stream(int device);
