@@ -158,12 +158,13 @@ NB_MODULE(_nvfp4, m) {
   m.attr("gemm_k_multiple") = kGemmKMultiple;
   m.attr("max_groups") = kMaxGroups;
   m.def("exchange", &exchange, "How tensors are read: 'dlpack_c_exchange_api' (torch 2.10+) or 'attributes'.");
-  m.def("gemv", &gemv_call, "a"_a, "b"_a, "sfa"_a.none(), "sfb"_a.none(), "sfa_permuted"_a.none(),
-        "sfb_permuted"_a.none(), "c"_a);
-  m.def("gemm", &gemm_call, "a"_a, "b"_a, "sfa"_a.none(), "sfb"_a.none(), "sfa_permuted"_a.none(),
-        "sfb_permuted"_a.none(), "c"_a);
-  m.def("dual_gemm_swiglu", &dual_call, "a"_a, "b1"_a, "b2"_a, "sfa"_a.none(), "sfb1"_a.none(), "sfb2"_a.none(),
-        "sfa_permuted"_a.none(), "sfb1_permuted"_a.none(), "sfb2_permuted"_a.none(), "c"_a);
-  m.def("grouped_gemm", &grouped_call, "abc_tensors"_a, "sfasfb_tensors"_a.none(), "sfasfb_reordered_tensors"_a.none(),
-        "problem_sizes"_a.none() = nb::none());
+  // Every argument may be None (nanobind would refuse None unnamed): the checks name it.
+  m.def("gemv", &gemv_call, "a"_a.none(), "b"_a.none(), "sfa"_a.none(), "sfb"_a.none(), "sfa_permuted"_a.none(),
+        "sfb_permuted"_a.none(), "c"_a.none());
+  m.def("gemm", &gemm_call, "a"_a.none(), "b"_a.none(), "sfa"_a.none(), "sfb"_a.none(), "sfa_permuted"_a.none(),
+        "sfb_permuted"_a.none(), "c"_a.none());
+  m.def("dual_gemm_swiglu", &dual_call, "a"_a.none(), "b1"_a.none(), "b2"_a.none(), "sfa"_a.none(), "sfb1"_a.none(),
+        "sfb2"_a.none(), "sfa_permuted"_a.none(), "sfb1_permuted"_a.none(), "sfb2_permuted"_a.none(), "c"_a.none());
+  m.def("grouped_gemm", &grouped_call, "abc_tensors"_a.none(), "sfasfb_tensors"_a.none(),
+        "sfasfb_reordered_tensors"_a.none(), "problem_sizes"_a.none() = nb::none());
 }

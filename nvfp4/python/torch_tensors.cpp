@@ -150,7 +150,9 @@ void* current_stream(int device) {
 const char* exchange() { return torch().api != nullptr ? "dlpack_c_exchange_api" : "attributes"; }
 
 std::string type_name(PyObject* o) { return text(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(o))).attr("__name__")); }
-std::string shape_text(PyObject* o) { return text(nb::repr(nb::tuple(nb::handle(o).attr("shape")))); }
+std::string shape_text(PyObject* o) {
+  return text(nb::repr(nb::steal(PySequence_Tuple(nb::handle(o).attr("shape").ptr()))));  // not torch.Size([...])
+}
 std::string strides_text(PyObject* o) { return text(nb::repr(nb::handle(o).attr("stride")())); }
 std::string dtype_text(PyObject* o) {
   std::string s = text(nb::handle(o).attr("dtype"));

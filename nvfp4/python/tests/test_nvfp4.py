@@ -313,6 +313,85 @@ def test_grouped_gemm_takes_the_competition_tensors_up_to_the_device_check():
     expect_device_refusal(nvfp4.grouped_gemm, GROUPED, "abc_tensors[0].a")
 
 
+# The checks are the extension's (C++, nvfp4/python/nvfp4_arguments.cpp): more of the arguments each names.
+@pytest.mark.parametrize("fn,args,kind,fragment", [
+    (nvfp4.gemv, put(GEMV, 1, None), TypeError, "nvfp4.gemv: b: expected a torch.Tensor (packed e2m1 data"),
+    (nvfp4.gemv, put(GEMV, 0, GEMV[0][:, :, 0]), ValueError,
+     "nvfp4.gemv: a: expected 3 dimensions (rows, K/2, L), got shape (160, 96)"),
+    (nvfp4.gemv, put(GEMV, 0, GEMV[0][:0]), ValueError, "nvfp4.gemv: a: every size must be >= 1, got shape (0, 96, 3)"),
+    (nvfp4.gemv, put(GEMV, 1, GEMV[1][:0]), ValueError, "nvfp4.gemv: b: expected shape (rows >= 1, 96, 3)"),
+    (nvfp4.gemv, put(GEMV, 5, GEMV[5].contiguous()), ValueError, "nvfp4.gemv: sfb_permuted: expected strides"),
+    (nvfp4.gemv, put(GEMV, 6, torch.zeros(3 * 160 + 1, dtype=torch.float16)[1:].view(3, 160, 1).permute(1, 2, 0)),
+     ValueError, "nvfp4.gemv: c: must start 4-byte aligned"),
+    (nvfp4.gemm, put(put(GEMM, 5, None), 3, GEMM[1]), TypeError, "nvfp4.gemm: sfb: expected dtype float8_e4m3fn, got "
+     "float4_e2m1fn_x2"),
+    (nvfp4.gemm, put(GEMM, 5, GEMM[1]), TypeError, "nvfp4.gemm: sfb_permuted: expected dtype float8_e4m3fn"),
+    (nvfp4.gemm, put(GEMM, 6, GEMM[6].to(torch.bfloat16)), TypeError, "nvfp4.gemm: c: expected dtype float16, got "
+     "bfloat16"),
+    (nvfp4.dual_gemm_swiglu, put(DUAL, 1, DUAL[1][:, :64]), ValueError,
+     "nvfp4.dual_gemm_swiglu: b1: expected shape (70, 128, 2)"),
+    (nvfp4.dual_gemm_swiglu, put(put(DUAL, 7, None), 4, None), ValueError,
+     "nvfp4.dual_gemm_swiglu: sfb1, sfb1_permuted: both are None"),
+    (nvfp4.grouped_gemm, (GROUPED[0], "scales", *GROUPED[2:]), TypeError,
+     "nvfp4.grouped_gemm: sfasfb_tensors: expected a list with one entry per group, got str"),
+    (nvfp4.grouped_gemm, (GROUPED[0], GROUPED[1], [GROUPED[2][0], 7], GROUPED[3]), TypeError,
+     "nvfp4.grouped_gemm: sfasfb_reordered_tensors[1]: expected (sfa, sfb), got int"),
+    (nvfp4.grouped_gemm, (tuple(GROUPED[0]), None, None, None), ValueError,
+     "nvfp4.grouped_gemm: sfasfb_tensors[0].sfa, sfasfb_reordered_tensors[0].sfa: both are None"),
+    (nvfp4.grouped_gemm, (GROUPED[0][0][0], None, None, None), TypeError,
+     "nvfp4.grouped_gemm: abc_tensors: expected a list of (a, b, c) per group, got Tensor"),
+    (nvfp4.grouped_gemm, (*GROUPED[:3], [(80, 128, 256, 1), "sizes"]), ValueError,
+     "nvfp4.grouped_gemm: problem_sizes[1]: 'sizes', the tensors give (m, n, k, l) = (40, 256, 512, 1)"),
+], ids=["gemv-b-none", "gemv-a-2d", "gemv-a-empty", "gemv-b-no-rows", "gemv-sfb_permuted-contiguous",
+        "gemv-c-misaligned", "gemm-data-as-scales", "gemm-data-as-permuted-scales", "gemm-c-bf16", "dual-b1-k",
+        "dual-sfb1-none", "grouped-scales-not-a-list", "grouped-scale-entry", "grouped-no-scales",
+        "grouped-not-a-list", "grouped-problem-sizes-entry"])
+def test_the_extension_refuses_each_bad_argument_naming_it(fn, args, kind, fragment):
+    expect_refusal(fn, args, kind, fragment)
+
+
+def test_problem_sizes_compare_as_python_compares():
+    abc, plain, reordered, sizes = GROUPED
+    expect_device_refusal(nvfp4.grouped_gemm, (abc, plain, reordered, [list(s) for s in sizes]), "abc_tensors[0].a")
+    as_tensors = [tuple(torch.tensor(v) for v in s) for s in sizes]
+    expect_device_refusal(nvfp4.grouped_gemm, (abc, plain, reordered, as_tensors), "abc_tensors[0].a")
+
+
+def test_tensors_are_read_through_torchs_dlpack_exchange_api_where_torch_has_it():
+    has_api = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    assert _nvfp4.exchange() == ("dlpack_c_exchange_api" if has_api else "attributes")
+
+
+_ATTRIBUTES_CHECK = """
+import torch
+if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+    del torch.Tensor.__dlpack_c_exchange_api__
+import sys
+sys.path.insert(0, {here!r})
+import test_nvfp4 as t
+from swapffn import _nvfp4
+assert _nvfp4.exchange() == "attributes", _nvfp4.exchange()
+for fn, args, kind, fragment in [
+        (t.nvfp4.gemm, t.put(t.GEMM, 0, t.GEMM[0].contiguous()), ValueError, "a: expected strides (128, 1, 16640)"),
+        (t.nvfp4.gemm, t.put(t.GEMM, 6, t.GEMM[6].float()), TypeError, "c: expected dtype float16, got float32"),
+        (t.nvfp4.gemm, t.put(t.GEMM, 0, t.misaligned_fp4(t.GEMM[0])), ValueError, "a: must start 16-byte aligned")]:
+    t.expect_refusal(fn, args, kind, fragment)
+t.expect_device_refusal(t.nvfp4.gemm, t.GEMM, "a")
+t.expect_device_refusal(t.nvfp4.grouped_gemm, t.GROUPED, "abc_tensors[0].a")
+print("ok")
+"""
+
+
+def test_older_torch_without_the_exchange_api_gets_the_same_checks():
+    """torch before 2.10 has no __dlpack_c_exchange_api__: the extension reads the tensors' attributes."""
+    import pathlib
+    import subprocess
+    import sys
+    here = str(pathlib.Path(__file__).resolve().parent)
+    run = subprocess.run([sys.executable, "-c", _ATTRIBUTES_CHECK.format(here=here)], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
+
+
 # ---------------- on the GPU ----------------
 
 def run_and_check(fn, args, want, exact):
