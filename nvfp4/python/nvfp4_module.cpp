@@ -35,7 +35,11 @@ constexpr bool kWithCuda = true;
 constexpr bool kWithCuda = false;
 #endif
 
-PyObject* error_class = nullptr;  // swapffn.Error, set when the module loads
+// swapffn.Error, imported on the first refusal (so that the module loads alone, for its stubs).
+PyObject* error_class() {
+  static PyObject* e = nb::object(nb::module_::import_("swapffn._swapffn").attr("Error")).release().ptr();
+  return e;
+}
 
 // Runs `body`, raising what it throws as the Python exception of the refusal.
 template <class F>
@@ -44,11 +48,11 @@ nb::object translating(F&& body) {
     return body();
   } catch (const Refusal& r) {
     PyErr_SetString(r.kind == Refusal::Kind::type    ? PyExc_TypeError
-                    : r.kind == Refusal::Kind::value ? error_class
+                    : r.kind == Refusal::Kind::value ? error_class()
                                                      : PyExc_RuntimeError,
                     r.message.c_str());
   } catch (const Error& e) {  // the library's own checks, which the ones above leave nothing to refuse
-    PyErr_SetString(error_class, e.what());
+    PyErr_SetString(error_class(), e.what());
   }
   throw nb::python_error();
 }
@@ -152,7 +156,6 @@ NB_MODULE(_nvfp4, m) {
   using namespace swapffn::nvfp4;
   using namespace swapffn::nvfp4::python;
   m.doc() = "NVFP4 kernels on torch tensors (use swapffn.nvfp4, not this module)";
-  error_class = nb::object(nb::module_::import_("swapffn._swapffn").attr("Error")).release().ptr();
   m.attr("with_cuda") = kWithCuda;
   m.attr("gemv_k_multiple") = kGemvKMultiple;
   m.attr("gemm_k_multiple") = kGemmKMultiple;
