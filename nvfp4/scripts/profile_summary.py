@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Per-shape summary of an Nsight Compute CSV (--csv --page raw) of `swapffn nvfp4 bench --op all
---no-search` (scripts/nvfp4_profile_shapes.sh): the medians over each shape's launches of its main
+"""Per-shape summary of an Nsight Compute CSV (--csv --page raw) of `swapffn-nvfp4 bench --op all
+--no-search` (nvfp4/scripts/profile_shapes.sh): the medians over each shape's launches of its main
 kernel and its pre-pass, as a markdown table, then each main kernel's top warp stalls."""
 import csv
 import statistics

@@ -1,5 +1,5 @@
 // Kernel-configuration choice for the NVFP4 kernels: the one place that decides tiles and split-K
-// from the problem and the SM count. The bench (`swapffn nvfp4 bench`) grid-searches around these
+// from the problem and the SM count. The bench (`swapffn-nvfp4 bench`) grid-searches around these
 // choices and docs/NVFP4.md records what won; callers may pass any other valid config.
 #include <algorithm>
 #include <cmath>

@@ -695,7 +695,7 @@ TEST_F(Nvfp4Gpu, RefusesBadProblemsWithClearErrors) {
 
 // ---------------- every search candidate ----------------
 
-// Every config that `swapffn nvfp4 bench` may pick (the *_candidates lists: the default first), on
+// Every config that `swapffn-nvfp4 bench` may pick (the *_candidates lists: the default first), on
 // odd shapes in both scale layouts, against the CPU reference: b of the GEMV padded to 128 rows
 // per batch, GEMM M and N not tile multiples, dual M and N not tile multiples, grouped m_i below,
 // at and above 128.

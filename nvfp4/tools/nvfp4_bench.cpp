@@ -3,7 +3,7 @@
 // speed-of-light measured in the same run, the B200 competition best, and cuBLAS bf16 on the
 // dequantized operands, against which each result is also checked (bit-exact for GEMV, GEMM and
 // grouped; within tolerance for the dual GEMM). Correctness against the CPU reference lives in
-// tests/gpu_test_nvfp4.cu.
+// nvfp4/tests/gpu_test_nvfp4.cu.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -3,7 +3,7 @@ check names the argument (wrong dtype, shape, strides, alignment, device, group 
 helpers themselves (the e2m1 decode, the blocked scale layout). With a Hopper GPU: the four kernels
 against a torch reference (values dequantized exactly, sums in float64, so exact where fp32 sums are):
 GEMV, GEMM and grouped GEMM bit-exact (the inputs make every fp32 sum exact), the dual GEMM within
-1e-3 + 1e-3 |ref|, as tests/gpu_test_nvfp4.cu; outputs are NaN-poisoned before each run."""
+1e-3 + 1e-3 |ref|, as nvfp4/tests/gpu_test_nvfp4.cu; outputs are NaN-poisoned before each run."""
 import pytest
 
 import swapffn
@@ -24,7 +24,7 @@ NAN_E4M3 = 0x7F
 
 def fp4_data(rows, k, l, kind, gen, device):
     """Packed e2m1 (rows, K/2, L): a contiguous (L, rows, K/2) byte tensor permuted by (1, 2, 0), bytes
-    drawn as issue 5's distributions (include/swapffn/nvfp4/reference.hpp, InputKind)."""
+    drawn as issue 5's distributions (nvfp4/include/swapffn/nvfp4/reference.hpp, InputKind)."""
     shape = (l, rows, k // 2)
     if kind == "gemv":
         raw = torch.randint(0, 4, shape, generator=gen, dtype=torch.uint8)
@@ -161,7 +161,7 @@ def test_permuted_scales_follow_the_blocked_128x4_layout():
     assert p.shape == (32, 4, rm, 4, rk, l) and p.stride() == (16, 4, rk * 512, 1, 512, rm * rk * 512)
     stored = p.permute(5, 2, 4, 0, 1, 3).contiguous().view(torch.uint8).flatten()  # in memory order
 
-    def offset(i, j, b):  # scale_offset() of include/swapffn/nvfp4/nvfp4.hpp
+    def offset(i, j, b):  # scale_offset() of nvfp4/include/swapffn/nvfp4/nvfp4.hpp
         return b * rm * rk * 512 + (i // 128) * rk * 512 + (j // 4) * 512 + (i % 32) * 16 + (i % 128) // 32 * 4 + j % 4
 
     src = plain.view(torch.uint8)

@@ -136,7 +136,7 @@ TileConfig choose_gemm_config(const GemmProblem& p, int sm_count);
 TileConfig choose_dual_config(const DualGemmProblem& p, int sm_count);
 TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count);
 
-// The configs `swapffn nvfp4 bench` searches and the GPU tests run: the chosen one first, then the
+// The configs `swapffn-nvfp4 bench` searches and the GPU tests run: the chosen one first, then the
 // other built configs that apply to `p` (every tile at a few splits).
 std::vector<GemvConfig> gemv_candidates(const GemvProblem& p, int sm_count);
 std::vector<TileConfig> gemm_candidates(const GemmProblem& p, int sm_count);
