@@ -29,12 +29,6 @@ using namespace nb::literals;
 namespace swapffn::nvfp4::python {
 namespace {
 
-#ifdef SWAPFFN_WITH_CUDA
-constexpr bool kWithCuda = true;
-#else
-constexpr bool kWithCuda = false;
-#endif
-
 // swapffn.Error, imported on the first refusal (so that the module loads alone, for its stubs).
 PyObject* error_class() {
   static PyObject* e = nb::object(nb::module_::import_("swapffn._swapffn").attr("Error")).release().ptr();
@@ -51,7 +45,7 @@ nb::object translating(F&& body) {
                     : r.kind == Refusal::Kind::value ? error_class()
                                                      : PyExc_RuntimeError,
                     r.message.c_str());
-  } catch (const Error& e) {  // the library's own checks, which the ones above leave nothing to refuse
+  } catch (const Error& e) {  // the library's checks and CUDA failures, as swapffn.Error as in the rest of the package
     PyErr_SetString(error_class(), e.what());
   }
   throw nb::python_error();
@@ -78,17 +72,11 @@ const DeviceFacts& device_facts(int device) {
   }
   return f;
 }
-#endif
 
-// After the arguments: this build, the tensors' device and whether it runs the kernels; then `run`
-// with the default config and the workspace of torch's current stream there.
+// After the arguments: the tensors' device and whether it runs the kernels; then `run` with the
+// default config and the workspace of torch's current stream there.
 template <class Problem, class Choose, class Run>
 void launch(const Call& call, const Problem& p, Choose choose, Run run) {
-  if (!kWithCuda)
-    throw Refusal{Refusal::Kind::runtime, std::string("nvfp4.") + call.op() +
-                                              ": this build of swapffn has no CUDA (built without CUDA); the NVFP4 "
-                                              "kernels need a CUDA build and a Hopper GPU"};
-#ifdef SWAPFFN_WITH_CUDA
   const int device = call.device();
   const DeviceFacts& facts = device_facts(device);
   if (!facts.why_not.empty())
@@ -98,10 +86,15 @@ void launch(const Call& call, const Problem& p, Choose choose, Run run) {
   const auto stream = static_cast<cudaStream_t>(current_stream(device));
   const WorkspaceLease ws(device, stream, workspace_bytes(p, config));
   run(p, config, ws.get(), stream);
-#else
-  (void)p, (void)choose, (void)run;
-#endif
 }
+#else
+template <class Problem, class Choose, class Run>
+void launch(const Call& call, const Problem&, Choose, Run) {
+  throw Refusal{Refusal::Kind::runtime, std::string("nvfp4.") + call.op() +
+                                            ": this build of swapffn has no CUDA (built without CUDA); the NVFP4 "
+                                            "kernels need a CUDA build and a Hopper GPU"};
+}
+#endif
 
 nb::object gemv_call(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle sfa_permuted,
                      nb::handle sfb_permuted, nb::handle c) {
@@ -156,7 +149,11 @@ NB_MODULE(_nvfp4, m) {
   using namespace swapffn::nvfp4;
   using namespace swapffn::nvfp4::python;
   m.doc() = "NVFP4 kernels on torch tensors (use swapffn.nvfp4, not this module)";
-  m.attr("with_cuda") = kWithCuda;
+#ifdef SWAPFFN_WITH_CUDA
+  m.attr("with_cuda") = true;
+#else
+  m.attr("with_cuda") = false;
+#endif
   m.attr("gemv_k_multiple") = kGemvKMultiple;
   m.attr("gemm_k_multiple") = kGemmKMultiple;
   m.attr("max_groups") = kMaxGroups;

@@ -504,6 +504,71 @@ def test_gemm_runs_on_the_current_stream_and_in_a_cuda_graph():
 
 
 @needs_hopper
+def test_a_graph_of_calls_with_workspaces_replays_beside_eager_calls_that_grow_theirs():
+    """A captured call's workspace is the graph's (memory nodes): replays stay right while eager calls on
+    the same stream grow that stream's workspace (a bigger split-K GEMM, then a dual GEMM's fp16 A)."""
+    g = gemm_inputs(128, 4096, 7168, 1, device="cuda")  # split-K
+    d = dual_inputs(256, 3072, 4096, 1, device="cuda")  # the fp16 copy of A
+    gr = grouped_inputs([(80, 256, 256), (200, 128, 512)], device="cuda")
+    want = (ref_gemm(*g[:4]), ref_dual(*d[:6]), [ref_gemm(a, b, sa, sb) for (a, b, _), (sa, sb) in zip(gr[0], gr[1])])
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        calls = ((nvfp4.gemm, g), (nvfp4.dual_gemm_swiglu, d), (nvfp4.grouped_gemm, gr))
+        for fn, args in calls:  # warm-up before the capture, as torch advises (the kernels' first launch)
+            fn(*args)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            for fn, args in calls:
+                fn(*args)
+        big = gemm_inputs(128, 7168, 16384, 1, device="cuda")
+        for _ in range(3):
+            for c in (g[-1], d[-1], *(t[2] for t in gr[0])):
+                c.fill_(float("nan"))
+            graph.replay()
+            nvfp4.gemm(*big)  # eager, on the same stream as the replays
+            nvfp4.dual_gemm_swiglu(*dual_inputs(512, 4096, 7168, 1, seed=7, device="cuda"))
+            side.synchronize()
+            assert not mismatches(g[-1], want[0], exact=True)
+            assert not mismatches(d[-1], want[1], exact=False)
+            for (_, _, c), w in zip(gr[0], want[2]):
+                assert not mismatches(c, w, exact=True)
+        assert not mismatches(big[-1], ref_gemm(*big[:4]), exact=True)
+
+
+_ATTRIBUTES_ON_THE_GPU = """
+import torch
+del torch.Tensor.__dlpack_c_exchange_api__
+import sys
+sys.path.insert(0, {here!r})
+import test_nvfp4 as t
+from swapffn import _nvfp4
+assert _nvfp4.exchange() == "attributes"
+x = t.gemm_inputs(128, 4096, 7168, 1, device="cuda")
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    t.nvfp4.gemm(*x)
+side.synchronize()
+assert not t.mismatches(x[-1], t.ref_gemm(*x[:4]), exact=True)
+print("ok")
+"""
+
+
+@needs_hopper
+def test_older_torch_without_the_exchange_api_runs_the_kernels_on_its_current_stream():
+    import pathlib
+    import subprocess
+    import sys
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("needs CUDA: a torch with __dlpack_c_exchange_api__ to take away (this one reads attributes)")
+    here = str(pathlib.Path(__file__).resolve().parent)
+    run = subprocess.run([sys.executable, "-c", _ATTRIBUTES_ON_THE_GPU.format(here=here)], capture_output=True,
+                         text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
+
+
+@needs_hopper
 def test_cuda_tensors_on_the_host_or_mixed_are_refused_naming_them():
     x = gemm_inputs(128, 256, 256, 1, device="cuda")
     expect_refusal(nvfp4.gemm, put(x, 6, x[6].cpu()), ValueError,
