@@ -10,12 +10,13 @@
 namespace swapffn::nvfp4 {
 namespace {
 
-using swapffn::testing::Cli;
+// The engine tests' CLI fixture, named for this tool's tests.
+using Nvfp4Cli = swapffn::testing::Cli;
 using swapffn::testing::Result;
 
 // `swapffn-nvfp4 bench --no-search` times each shape's default config alone: one candidate line per shape
 // on stderr, the best config reported is the default, and the result still matches cuBLAS.
-TEST_F(Cli, Nvfp4BenchWithoutSearchTimesTheDefaultAlone) {
+TEST_F(Nvfp4Cli, BenchWithoutSearchTimesTheDefaultAlone) {
   const std::string json = path("bench.json");
   const Result r = cli("bench --op dual --shape 256x512x512 --shape 128x384x768 --no-search --reps 3 --json " + json);
   ASSERT_EQ(r.code, 0) << r.err;

@@ -11,10 +11,11 @@
 namespace swapffn::nvfp4 {
 namespace {
 
-using swapffn::testing::Cli;
+// The engine tests' CLI fixture, named for this tool's tests.
+using Nvfp4Cli = swapffn::testing::Cli;
 using swapffn::testing::Result;
 
-TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
+TEST_F(Nvfp4Cli, UsageErrorsExitTwoWithOneLine) {
   const struct {
     std::string args, what, help;
   } cases[] = {
