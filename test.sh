@@ -8,5 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")"
 build=$(bash scripts/deps.sh)
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
-SWAPFFN_CLI="$build/apps/swapffn" python3 -m pytest -q python/tests
+SWAPFFN_CLI="$build/apps/swapffn" python3 -m pytest -q python/tests nvfp4/python/tests
 bash scripts/spec-oracle-check.sh "$build/apps/swapffn"

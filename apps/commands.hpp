@@ -16,7 +16,6 @@ void add_check_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tune_command(CLI::App& app);
-void add_nvfp4_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 
 // A sub-command whose --help says what it does in one line and shows one example.

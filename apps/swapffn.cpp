@@ -1,4 +1,5 @@
-// The `swapffn` command line: init, quantize, run, check, info, bench, tune, nvfp4.
+// The `swapffn` command line: init, quantize, run, check, info, bench, tune. (The NVFP4 kernels have
+// their own tool, `swapffn-nvfp4`: nvfp4/tools.)
 // Exit codes: 0 on success (--help and --version included); 2 for a usage error, which is what the
 // command-line parser refuses (an unknown sub-command or option, a missing or malformed value, a
 // value outside its allowed set); 1 for every other error. An error is one line on stderr, never a
@@ -33,7 +34,6 @@ int main(int argc, char** argv) {
   swapffn::cli::add_info_command(app);
   swapffn::cli::add_bench_command(app);
   swapffn::cli::add_tune_command(app);
-  swapffn::cli::add_nvfp4_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Everything a GPU change must show on a device machine, in one call: a build there from the tree
-# (scripts/device-build.sh, so the binaries match the commit), both test binaries, compute-sanitizer
-# (memcheck, racecheck, synccheck) over the GPU tests of the engines on the tiny config and of the
-# NVFP4 kernels, the Python package and its tests, `swapffn check` of the GPU backends (fused on the
+# (scripts/device-build.sh, so the binaries match the commit), the test binaries (the engine's and
+# NVFP4's), compute-sanitizer (memcheck, racecheck, synccheck) over the GPU tests of the engines on
+# the tiny config and of the NVFP4 kernels, the Python package and its tests (and NVFP4's eager vs
+# CUDA-graph overhead: nvfp4/scripts/nvfp4_overhead.py), `swapffn check` of the GPU backends (fused on the
 # tiny and default models, unfused on default), and `swapffn bench` against cuBLAS's FFN GEMMs alone
 # (with the Python package, its python[slots] row too), and the whole LM's decode step served with
 # the engines against PyTorch's SwapFFN modules (examples/lm/bench.py). With BEFORE_BIN (another
 # build's CLI, carried), the same `run` checksums from both binaries for both bf16 GPU backends on
 # both models.
 # Logs go to $OUT (the device tool's return folder; default build/device-out):
-#   device-test.log (everything, in order), gpu-tests.xml, sanitizer-<tool>-<group>.log, checks.log,
-#   bench.json, bench.log, lm-bench.json, lm-bench.log
+#   device-test.log (everything, in order), gpu-tests.xml, nvfp4-gpu-tests.xml,
+#   sanitizer-<tool>-<group>.log, checks.log, bench.json, bench.log, lm-bench.json, lm-bench.log,
+#   nvfp4-overhead.json
 # Usage: scripts/device-test.sh [build-dir]   (default build/device)
 # Env: GTEST_FILTER (default: every test), BENCH_BATCHES (default 1,16,64), BENCH_BACKENDS (default
 #      unfused,fused,fused-fp8), SKIP_TESTS=1, SKIP_SANITIZER=1, SKIP_CHECKS=1, SKIP_PYTHON=1,
@@ -48,6 +50,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   run_step cpu-tests "$build/tests/swapffn_cpu_tests" --gtest_brief=1
   run_step gpu-tests "$build/tests/swapffn_gpu_tests" --gtest_filter="${GTEST_FILTER:-*}" --gtest_brief=1 \
     --gtest_output="xml:$out/gpu-tests.xml"
+  run_step nvfp4-cpu-tests "$build/nvfp4/swapffn_nvfp4_cpu_tests" --gtest_brief=1
+  run_step nvfp4-gpu-tests "$build/nvfp4/swapffn_nvfp4_gpu_tests" --gtest_filter="${GTEST_FILTER:-*}" --gtest_brief=1 \
+    --gtest_output="xml:$out/nvfp4-gpu-tests.xml"
 fi
 
 # Each tool over two groups of GPU tests, each with its own time limit (racecheck over both at once
@@ -60,10 +65,10 @@ engine_filter=${SANITIZER_ENGINE_FILTER:-"Presets/UnfusedCheck.*/tiny_B3_T6:Path
 :Paths/FusedFp8Check.*/tiny_10:Fp8Quantize.*:Shapes/Fp8Gemm.*:Shapes/Sm90Fp8DualGemm.*"}
 nvfp4_filter=${SANITIZER_NVFP4_FILTER:-"Nvfp4Gpu.GemvBitExact:Nvfp4Gpu.GemvTmaBitExact:Nvfp4Gpu.GemmBitExact\
 :Nvfp4Gpu.DualGemmWithinTolerance:Nvfp4Gpu.GroupedGemmBitExact"}
-sanitize() {  # sanitize TOOL GROUP FILTER: compute-sanitizer TOOL over the GPU tests FILTER names
-  local tool=$1 log="$out/sanitizer-$1-$2.log" sanitizer_filter=$3
+sanitize() {  # sanitize TOOL GROUP FILTER BINARY: compute-sanitizer TOOL over the GPU tests FILTER names
+  local tool=$1 log="$out/sanitizer-$1-$2.log" sanitizer_filter=$3 binary=$4
   timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool "$tool" --error-exitcode 1 --print-limit 1000 \
-    "$build/tests/swapffn_gpu_tests" --gtest_filter="$sanitizer_filter" --gtest_brief=1 > "$log" 2>&1
+    "$binary" --gtest_filter="$sanitizer_filter" --gtest_brief=1 > "$log" 2>&1
   local rc=$?
   [ $rc -eq 124 ] && echo "compute-sanitizer $tool: stopped after ${SANITIZER_TIMEOUT:-300} s"
   grep -E '^========= (ERROR|RACECHECK|SYNCCHECK|LEAK) SUMMARY|^\[  (PASSED|FAILED) ' "$log"
@@ -91,8 +96,8 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
       # hazard reported. The unfused step's kernels with shared memory (core_film,
       # router_select_swap, rmsnorm_bf16) run in the fused checks racecheck covers; its swiglu has none.
       [ "$tool" = racecheck ] && group_filter=${engine_filter//"Presets/UnfusedCheck.*/tiny_B3_T6:"/}
-      run_step "sanitizer-$tool-engine" sanitize "$tool" engine "$group_filter"
-      run_step "sanitizer-$tool-nvfp4" sanitize "$tool" nvfp4 "$nvfp4_filter"
+      run_step "sanitizer-$tool-engine" sanitize "$tool" engine "$group_filter" "$build/tests/swapffn_gpu_tests"
+      run_step "sanitizer-$tool-nvfp4" sanitize "$tool" nvfp4 "$nvfp4_filter" "$build/nvfp4/swapffn_nvfp4_gpu_tests"
     done
   else
     echo "== [sanitizer] compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
@@ -138,7 +143,10 @@ if [ "${SKIP_PYTHON:-0}" != 1 ]; then
       -C cmake.define.SWAPFFN_CUTLASS_DIR=$S/cutlass/include -C cmake.define.SWAPFFN_NVML_INCLUDE_DIR=$S/nvml \
       -C cmake.define.CMAKE_PREFIX_PATH=$S/usr -C cmake.define.CLI11_DIR=$S/usr/share/cmake/CLI11 \
       -C cmake.define.nlohmann_json_DIR=$S/usr/share/cmake/nlohmann_json ."
-  run_step python-tests "${py_env[@]}" SWAPFFN_CLI="$bin" python3 -m pytest -q -p no:cacheprovider python/tests
+  run_step python-tests "${py_env[@]}" SWAPFFN_CLI="$bin" python3 -m pytest -q -p no:cacheprovider python/tests \
+    nvfp4/python/tests
+  # What an eager NVFP4 call costs beyond its CUDA-graph replay, every benchmark shape (docs/NVFP4.md).
+  run_step nvfp4-overhead "${py_env[@]}" python3 nvfp4/scripts/nvfp4_overhead.py --json "$out/nvfp4-overhead.json"
 fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

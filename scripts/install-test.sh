@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `pip install .` as a new user runs it: a fresh virtual environment, pip's build isolation (the
-# build requirements from PyPI), then `import swapffn` and the `swapffn` command from that
-# environment. With nvcc: once with the CUDA backends and once as a machine without nvcc builds
+# build requirements from PyPI), then `import swapffn` (and its NVFP4 module) and the `swapffn` and
+# `swapffn-nvfp4` commands from that environment. With nvcc: once with the CUDA backends and once as a machine without nvcc builds
 # (SWAPFFN_CUDA=OFF); without nvcc, the second only. CI (.ci/run) runs it after the tests.
 # Usage: scripts/install-test.sh [cuda|cpu]...   (default: both where nvcc is present, else cpu)
 set -euo pipefail
@@ -27,13 +27,16 @@ for v in "${variants[@]}"; do
   (cd "$work" && "$venv/bin/python" - "$v" <<'PY'
 import sys
 import swapffn
+from swapffn import _nvfp4
 built = swapffn.backends(runnable=False)
 want_cuda = sys.argv[1] == "cuda"
 assert ("fused" in built) == want_cuda, f"backends built: {built}"
+assert _nvfp4.with_cuda == want_cuda, f"swapffn._nvfp4.with_cuda: {_nvfp4.with_cuda}"
 print(f"import swapffn {swapffn.__version__}: backends built {built}, run here {swapffn.backends()}")
 PY
   )
   "$venv/bin/swapffn" --version
+  "$venv/bin/swapffn-nvfp4" --version
   "$venv/bin/swapffn" init --config tiny --seed 1 --out "$work/m.safetensors" >/dev/null
   "$venv/bin/swapffn" run --model "$work/m.safetensors" --backend reference --batch 1 --tokens 2 | grep '^checksum'
 done

@@ -3,7 +3,7 @@
 
   tokps:  tok/s against batch size per backend, with the floor and the anchor as lines.
           One panel per JSON (e.g. one per device), from `swapffn bench --json`.
-  nvfp4:  % of SOL per shape, from `swapffn nvfp4 bench --json`.
+  nvfp4:  % of SOL per shape, from `swapffn-nvfp4 bench --json`.
 
 Examples:
   scripts/plot_bench.py tokps bench/baselines/h100-fp8.json bench/baselines/h200-fp8.json \

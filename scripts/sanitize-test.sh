@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cmake --preset debug >&2
-cmake --build build/debug -j "$(nproc)" --target swapffn_cpu_tests >&2  # builds the CLI too
+cmake --build build/debug -j "$(nproc)" --target swapffn_cpu_tests swapffn_nvfp4_cpu_tests >&2  # and the CLIs
 
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -1,5 +1,5 @@
 // The `swapffn` command line on a Hopper GPU, run as a separate process: tune, bench with its
-// anchor, matched floors and Python row, and the NVFP4 bench.
+// anchor, matched floors and Python row.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -50,25 +50,6 @@ TEST_F(Cli, TuneWritesACacheThatTheFusedBackendRuns) {
                "tuning cache " + path("missing.json") + ": cannot open");
   expect_error("bench --config tiny --backends fused --batches 1 --tune " + broken,
                "tuning cache " + broken + " is not valid JSON");
-}
-
-// `nvfp4 bench --no-search` times each shape's default config alone: one candidate line per shape
-// on stderr, the best config reported is the default, and the result still matches cuBLAS.
-TEST_F(Cli, Nvfp4BenchWithoutSearchTimesTheDefaultAlone) {
-  const std::string json = path("bench.json");
-  const Result r = cli("nvfp4 bench --op dual --shape 256x512x512 --shape 128x384x768 --no-search --reps 3 --json " + json);
-  ASSERT_EQ(r.code, 0) << r.err;
-  size_t candidates = 0;
-  for (size_t at = r.err.find("candidate"); at != std::string::npos; at = r.err.find("candidate", at + 1)) ++candidates;
-  EXPECT_EQ(candidates, 2u) << r.err;
-  const nlohmann::json j = nlohmann::json::parse(slurp(json));
-  EXPECT_NE(j["method"].get<std::string>().find("--no-search"), std::string::npos) << j["method"];
-  ASSERT_EQ(j["results"].size(), 2u);
-  for (const auto& row : j["results"]) {
-    EXPECT_EQ(row["best_config"], row["default_config"]) << row;
-    EXPECT_EQ(row["us"], row["default_us"]) << row;
-    EXPECT_EQ(row["mismatches_vs_cublas"], 0) << row;
-  }
 }
 
 // On a GPU the points run batch by batch (the anchor, then every backend at one batch size

@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   const swapffn::GpuInfo gpu = swapffn::query_gpu();
   if (!gpu.is_hopper()) {
-    std::fprintf(stderr, "swapffn_gpu_tests: no Hopper GPU (%s): these tests need one\n", gpu.why_not_hopper().c_str());
+    std::fprintf(stderr, "%s: no Hopper GPU (%s): these tests need one\n", argv[0], gpu.why_not_hopper().c_str());
     return 1;
   }
   return RUN_ALL_TESTS();

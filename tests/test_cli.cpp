@@ -150,7 +150,6 @@ TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
       {"run --model " + m + " --batch abc", "abc", "'swapffn run --help'"},
       {"run --batch 2", "--model", "'swapffn run --help'"},
       {"init --config tiny --out", "--out", "'swapffn init --help'"},
-      {"nvfp4 bench --reps 1000", "1000", "'swapffn nvfp4 bench --help'"},
   };
   for (const auto& c : cases) {
     const Result r = cli(c.args);
@@ -161,7 +160,7 @@ TEST_F(Cli, UsageErrorsExitTwoWithOneLine) {
     EXPECT_NE(r.err.find(c.help), std::string::npos) << c.args << "\nstderr: " << r.err;
     EXPECT_TRUE(r.out.empty()) << c.args << "\nstdout: " << r.out;
   }
-  for (const std::string args : {"--help", "run --help", "nvfp4 bench --help", "--version"}) {
+  for (const std::string args : {"--help", "run --help", "--version"}) {
     const Result r = cli(args);
     EXPECT_EQ(r.code, 0) << args << "\nstderr: " << r.err;
     EXPECT_FALSE(r.out.empty()) << args;

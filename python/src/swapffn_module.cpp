@@ -1,5 +1,5 @@
 // The `swapffn._swapffn` extension: the engine, its state pools and slot steps, for the Python
-// package (python/swapffn); CUDA builds add the NVFP4 kernels (submodule nvfp4, nvfp4_module.cpp).
+// package (python/swapffn). (The NVFP4 kernels are another module, swapffn._nvfp4: nvfp4/python.)
 // Arrays cross by DLPack (nanobind ndarrays): NumPy and torch CPU arrays take the host path, CUDA
 // arrays (torch, CuPy, JAX) the device path on the caller's stream. The Python layer checks dtypes,
 // shapes, devices and slot ids and names the argument; this layer checks again what it must to stay
@@ -30,9 +30,6 @@
 #include "swapffn/file_input.hpp"
 #include "swapffn/limits.hpp"
 #include "swapffn/weights.hpp"
-#ifdef SWAPFFN_WITH_CUDA
-#include "nvfp4_module.hpp"
-#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -276,9 +273,6 @@ NB_MODULE(_swapffn, m) {
   m.def("step_device", &step_device);
   m.def("decode_device", &decode_device);
   m.def("check_slot_ids", [](const std::vector<int32_t>& ids, int64_t slots) { check_slot_ids(ids, slots, true); });
-#ifdef SWAPFFN_WITH_CUDA
-  bind_nvfp4(m);
-#endif
 }
 
 }  // namespace swapffn::python

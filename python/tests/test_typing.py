@@ -1,4 +1,4 @@
-"""The package is typed (PEP 561): it ships py.typed and the extension module's stubs, and every public
+"""The package is typed (PEP 561): it ships py.typed and the extension modules' stubs, and every public
 function and method of swapffn (and of swapffn.nvfp4 where torch imports) annotates each parameter and
 its result."""
 import importlib
@@ -47,6 +47,14 @@ def test_the_extension_module_ships_its_stubs():
     assert stub.is_file(), "the build installs swapffn/_swapffn.pyi (nanobind_add_stub)"
     text = stub.read_text()
     for name in ("def load_engine(", "def make_pool(", "def step_host(", "class Engine", "class Pool"):
+        assert name in text, name
+
+
+def test_the_nvfp4_extension_module_ships_its_stubs():
+    stub = importlib.resources.files("swapffn") / "_nvfp4.pyi"
+    assert stub.is_file(), "the build installs swapffn/_nvfp4.pyi (nanobind_add_stub, nvfp4/CMakeLists.txt)"
+    text = stub.read_text()
+    for name in ("def gemv(", "def gemm(", "def dual_gemm_swiglu(", "def grouped_gemm(", "def exchange("):
         assert name in text, name
 
 
