@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <queue>
 #include <utility>
 #include <string>
@@ -234,8 +236,8 @@ double grouped_rs_time(const GroupedGemmProblem& p, int wide_n, int sm_count) {
 // 4096x7168 x 8 groups 136 us with wide_n = 12 vs 160 all-narrow; 7168x2048 x 8 all wide 94 vs
 // 111; the two-group shapes all narrow. Grids of more than 8 waves of wide tiles stay all wide.
 // Weight scales TMA cannot copy keep `128x128rs`, which falls back to `128x128wg`.
-TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count) {
-  require_sm_count("choose_grouped_config", sm_count);
+namespace {
+TileConfig search_grouped_config(const GroupedGemmProblem& p, int sm_count) {
   int64_t sum_m = 0, tiles256 = 0;
   int max_wide = 0;
   bool tma_scales = true;
@@ -270,6 +272,24 @@ TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count) {
     c.wide_n = best == max_wide ? -1 : best;
   }
   return c;
+}
+}  // namespace
+
+// The search simulates the grid once per wide_n: ~130 us of host time for 8 groups of N = 7168 (H100
+// host), more than the kernel. Its inputs are the groups' shapes, the SM count and whether TMA can
+// copy each group's scales, and a serving loop repeats its shapes: the choices are memoised.
+TileConfig choose_grouped_config(const GroupedGemmProblem& p, int sm_count) {
+  require_sm_count("choose_grouped_config", sm_count);
+  std::vector<int64_t> key{sm_count};
+  key.reserve(1 + 4 * p.groups.size());
+  for (const auto& g : p.groups)
+    key.insert(key.end(), {g.m, g.n, g.k, reinterpret_cast<uintptr_t>(g.b.scales) % 16 == 0});
+  static std::mutex mutex;
+  static std::map<std::vector<int64_t>, TileConfig> chosen;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = chosen.find(key); it != chosen.end()) return it->second;
+  if (chosen.size() >= 4096) chosen.clear();  // bounded: a workload of ever-new shapes searches each
+  return chosen[key] = search_grouped_config(p, sm_count);
 }
 
 // ---- search candidates: the chosen config first, then every built tile at a few splits ----
