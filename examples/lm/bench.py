@@ -44,6 +44,7 @@ except ImportError:
 import swapffn
 import serve
 from model import LM, PRESETS, KVCache, ModelError, ffn_file
+from swapffn.kernel_profile import kernel_table
 from swapffn.torch import SwapFFN
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -150,6 +151,9 @@ def served(path: str, backend: str, batch: int, a: argparse.Namespace) -> Dict:
         else:
             dec = Decoder.capture(server.model_step, serve.step_inputs(reqs), graphs=False)
         step_ms = timed(dec.step, cuda, a.warmup, a.steps, a.repeats)
+        if a.profile and cuda:
+            print(kernel_table(lambda: [dec.step() for _ in range(a.steps)], a.steps,
+                               f"served {server.backend}, B = {batch}, the whole decode step"), flush=True)
         x = torch.randn(dec.inputs.shape[1], server.lm.cfg.d_model, generator=torch.Generator().manual_seed(0))
         x, ids = x.to(server.device), dec.inputs[2].to(torch.int32)
 
@@ -301,6 +305,8 @@ def main() -> None:
     ap.add_argument("--device", type=int, default=0, help="CUDA device")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads of the reference backend (0: all)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--profile", action="store_true", help="also print the kernels of the served decode step at "
+                    "each B (torch.profiler; GPU only): where the glue's time goes")
     a = ap.parse_args()
     for name in ("steps", "repeats"):
         if getattr(a, name) < 1:
@@ -323,11 +329,12 @@ def main() -> None:
         sys.exit(f"bench.py: {e}")
     lm.ffns.to(DTYPES[a.torch_dtype])
     # Positions each sequence takes: the prompt, then (served) the step that captures the graph, the
-    # Server.step loop, the warm-up and the timed steps.
-    positions = PROMPT_LEN + 1 + a.steps + a.warmup + a.repeats * a.steps
+    # Server.step loop, the warm-up, the timed steps and the profiled ones.
+    positions = PROMPT_LEN + 1 + a.steps + a.warmup + a.repeats * a.steps + a.steps * a.profile
     if positions > lm.cfg.max_seq:
         sys.exit(f"bench.py: {positions} positions per sequence (a prompt of {PROMPT_LEN}, then 1 + --steps + "
-                 f"--warmup + --repeats x --steps decode steps) exceed the KV cache's {lm.cfg.max_seq}")
+                 f"--warmup + --repeats x --steps decode steps, + --steps with --profile) exceed the KV cache's "
+                 f"{lm.cfg.max_seq}")
     if cuda:
         torch.cuda.set_device(device)
     device_name = torch.cuda.get_device_name(device) if cuda else f"cpu ({platform.machine()})"
@@ -336,8 +343,8 @@ def main() -> None:
           f"{lm.cfg.d_model}; served ({a.backend}) vs PyTorch's SwapFFN modules ({a.torch_dtype}"
           f"{', also compiled' if compiles else ''}); median of {a.repeats} x {a.steps} steps after {a.warmup}")
     if not cuda:
-        print("CPU mode (reference backend, eager PyTorch, no torch.compile): this checks the script, it is not "
-              "a performance measurement")
+        print("CPU mode (reference backend, eager PyTorch, no torch.compile" + (", no --profile" if a.profile else "")
+              + "): this checks the script, it is not a performance measurement")
     print(TABLE_HEAD, flush=True)
     rows: List[Dict] = []
     compile_failure: Optional[str] = None

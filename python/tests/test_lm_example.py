@@ -238,9 +238,10 @@ def check_bench_rows(result, served_mode, pytorch_paths):
 
 
 def test_bench_on_the_cpu_checks_its_paths_and_says_it_measures_nothing(trained, tmp_path, monkeypatch, capsys):
-    result = bench_json(trained, tmp_path, monkeypatch, "--backend", "reference")
+    result = bench_json(trained, tmp_path, monkeypatch, "--backend", "reference", "--profile")
     out = capsys.readouterr().out
     assert "not a performance measurement" in out and bench.TABLE_HEAD in out and "| 2 | pytorch-eager |" in out
+    assert "no --profile" in out and "kernels per step" not in out
     assert result["performance_measurement"] is False and result["device"].startswith("cpu")
     assert result["settings"]["compile"] is False and result["targets"] == []
     check_bench_rows(result, "eager", ["pytorch-eager"])
@@ -314,7 +315,7 @@ def test_gpu_graph_steps_equal_eager_steps_and_a_requests_tokens_ignore_its_neig
 
 @needs_hopper
 def test_gpu_bench_times_the_served_graph_against_the_pytorch_model_in_a_graph(trained, tmp_path, monkeypatch):
-    result = bench_json(trained, tmp_path, monkeypatch, "--no-compile", "--torch-dtype", "fp32")
+    result = bench_json(trained, tmp_path, monkeypatch, "--no-compile", "--torch-dtype", "fp32", "--profile")
     assert result["performance_measurement"] is True and result["settings"]["compile"] is False
     check_bench_rows(result, "graph", ["pytorch-graph"])
     assert {r["backend"] for r in result["speedups"]} == {"fused"}
