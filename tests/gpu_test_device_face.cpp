@@ -171,23 +171,30 @@ TEST(DeviceFace, CapturedStepStaysValidAcrossSmallerBatches) {
   EXPECT_EQ(0, std::memcmp(got1.data(), want1.data(), got1.size() * sizeof(float)));
   for (int32_t slot = 0; slot < 4; ++slot) EXPECT_TRUE(p0->get(slot) == pool->get(slot)) << "slot " << slot;
 
-  // A capture at a batch larger than any run so far is refused (its buffers must grow), recording
-  // nothing; the same batch then runs outside the capture.
-  const std::vector<int32_t> three = {0, 1, 2};
-  ids.upload(three);
-  cuda::DeviceBuffer<float> x3(size_t(3 * D)), d3(size_t(3 * D));
-  CUDA_CHECK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
-  try {
-    g.enqueue_step_slots(x3.get(), ids.get(), 3, d3.get(), *pool, s.s);
-    ADD_FAILURE() << "a capture at a batch larger than any run so far was accepted";
-  } catch (const Error& err) {
-    EXPECT_NE(std::string(err.what()).find("outside the CUDA graph capture first"), std::string::npos) << err.what();
-  }
-  CUDA_CHECK(cudaStreamEndCapture(s.s, &graph));
-  CUDA_CHECK(cudaGraphDestroy(graph));
+  // A capture at a batch size that has not run outside one is refused, recording nothing and leaving
+  // the engine's buffers where they were: larger than any so far (the buffers would grow) or smaller
+  // (cuBLASLt's algorithm choice and the first launches would be recorded).
+  const std::vector<int32_t> four = {0, 1, 2, 3};
+  cuda::DeviceBuffer<float> x4(size_t(4 * D)), d4(size_t(4 * D));
+  const auto refused_capture = [&](int64_t batch) {
+    const std::vector<int32_t> first(four.begin(), four.begin() + batch);
+    ids.upload(first);
+    CUDA_CHECK(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeThreadLocal));
+    try {
+      g.enqueue_step_slots(x4.get(), ids.get(), batch, d4.get(), *pool, s.s);
+      ADD_FAILURE() << "a capture at batch " << batch << ", never run outside one, was accepted";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("outside the capture first"), std::string::npos) << err.what();
+    }
+    CUDA_CHECK(cudaStreamEndCapture(s.s, &graph));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+  };
+  refused_capture(3);
   EXPECT_EQ(g.buffers_generation(), generation);
-  const std::vector<float> y3 = device_steps(g, *pool, three, decode_inputs(83, 1, 3, D), 1, s.s);
-  for (float v : y3) ASSERT_TRUE(std::isfinite(v));
+  const std::vector<float> y4 = device_steps(g, *pool, four, decode_inputs(83, 1, 4, D), 1, s.s);
+  for (float v : y4) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(g.buffers_generation(), generation + 1);
+  refused_capture(3);
   EXPECT_EQ(g.buffers_generation(), generation + 1);
 }
 

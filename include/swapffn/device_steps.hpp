@@ -18,9 +18,8 @@ class DeviceSteps {
   virtual int device() const = 0;
   // One slot step enqueued on `stream`: x, delta [B, D] fp32 and slot_ids [B] int32 in device
   // memory of device(); an id outside [0, S) is padding (zero delta, no slot changes). Recorded by
-  // the caller's CUDA graph capture once a step of this batch size or a larger one has run outside
-  // one (else refused). Repeated ids are not checked (the device holds them): the caller checks
-  // where it can.
+  // the caller's CUDA graph capture once a step of this batch size has run outside one (else
+  // refused). Repeated ids are not checked (the device holds them): the caller checks where it can.
   virtual void enqueue_step_slots(const float* x, const int32_t* slot_ids, int64_t batch, float* delta,
                                   StatePool& pool, Stream stream) = 0;
   // `tokens` slot steps of the same rows (x, delta [tokens, B, D]) on the engine's own stream, ordered

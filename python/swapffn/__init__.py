@@ -10,7 +10,7 @@ in slots (SPEC section 7).
 
 Host arrays (NumPy, CPU torch tensors) run through a host round trip on any backend; CUDA tensors
 (torch) run on the engine's device on torch's current stream, so a step can be captured in the
-caller's CUDA graph once its batch size (or a larger one) has run outside capture (valid while
+caller's CUDA graph once its batch size has run outside capture (valid while
 engine.buffers_generation is unchanged: the engine's buffers grow to the largest batch so far and
 serve every smaller one in place). A slot id of -1 is a padding row:
 its delta is zero and no slot changes.

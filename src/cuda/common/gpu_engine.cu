@@ -98,14 +98,14 @@ void GpuEngine::require_usable() const {
 }
 
 void GpuEngine::forget_batch_after_failure(bool capturing) noexcept {
+  batch_ = 0;
+  if (capturing) return;
   // A fault that breaks the context (an illegal address, a trap) shows at the next synchronisation
   // and stays; a failed allocation or launch configuration does not, and only its error is cleared.
-  if (!capturing)
-    if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess && broken_.empty())
-      broken_ = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess && broken_.empty())
+    broken_ = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
   cudaGetLastError();
   drop_graphs();
-  batch_ = 0;
 }
 
 void GpuEngine::ensure_batch(int64_t batch, bool capturing) {
@@ -119,11 +119,10 @@ void GpuEngine::ensure_batch(int64_t batch, bool capturing) {
                 n_partial = checked_product({batch, collapse_chunks(C), K, D}, of_batch + " collapse partials"),
                 n_pooled = checked_product({batch, K, D}, of_batch + " collapse pools"),
                 n_zc = checked_product({batch, cfg_.collapse_r}, of_batch + " collapse codes");
-  const bool grows = batch > sized_batch_;
-  if (grows) {
-    SWAPFFN_REQUIRE(!capturing, of_batch + " is larger than any this engine has run (" +
-                                    std::to_string(sized_batch_) + "): run one step at this batch size outside "
-                                    "the CUDA graph capture first (its buffers must grow, which a capture cannot record)");
+  SWAPFFN_REQUIRE(!capturing || set_up_.count(batch) > 0,
+                  of_batch + " has not run on this engine outside a CUDA graph capture: run one step at this batch "
+                             "size outside the capture first (its set-up, buffers and first launches, cannot be recorded)");
+  if (batch > sized_batch_) {
     const double state_bytes = 4.0 * n_h + 2.0 * n_ram + M + 4.0 * n_partial + 4.0 * n_pooled + 4.0 * n_zc;
     size_t free_bytes = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
@@ -155,6 +154,7 @@ void GpuEngine::ensure_batch(int64_t batch, bool capturing) {
     zc_.release();
     release_batch();
     sized_batch_ = 0;
+    set_up_.clear();
     ++generation_;
     forget_batch_after_failure();
     throw OutOfDeviceMemory(of_batch + " does not fit in the GPU's memory: " + e.what());
@@ -168,6 +168,7 @@ void GpuEngine::ensure_batch(int64_t batch, bool capturing) {
     drop_graphs();
   }
   sized_batch_ = std::max(sized_batch_, batch);
+  if (!capturing) set_up_.insert(batch);
   batch_ = batch;
 }
 

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,7 @@ class GpuEngine : public Engine, public DeviceSteps {
 
   int64_t batch_ = 0;
   int64_t sized_batch_ = 0;  // the largest batch the per-row buffers have room for
+  std::set<int64_t> set_up_;  // batch sizes set up outside a capture (a capture may switch to them)
   DeviceBuffer<float> h_, partial_, pooled_, zc_;
   DeviceBuffer<bf16> ram_;
   DeviceBuffer<uint8_t> map_;
@@ -122,11 +124,12 @@ class GpuEngine : public Engine, public DeviceSteps {
   void host_decode(const float* x, float* delta, int64_t tokens, State& state, std::vector<Trace>* record);
   DeviceStatePool& own_pool(StatePool& pool) const;
   // Makes `batch` the current batch size. A batch no larger than the largest so far reuses the
-  // buffers (no synchronisation); a larger one grows them, which a caller's stream capture
-  // (`capturing`) cannot record: refused there.
+  // buffers (no synchronisation); a larger one grows them. Inside a caller's stream capture
+  // (`capturing`) only a batch size set up outside one before is taken (its buffers, cuBLASLt's
+  // algorithm choice and first launches cannot be recorded): others are refused, nothing changed.
   void ensure_batch(int64_t batch, bool capturing = false);
-  // After a call failed past its checks: no batch, no graph; a broken context is remembered (not
-  // looked for inside a capture, where no synchronisation is allowed).
+  // After a call failed past its checks: no batch, no graph; a broken context is remembered. Inside
+  // a capture (where nothing may synchronise or be destroyed, and no buffer moved) only no batch.
   void forget_batch_after_failure(bool capturing = false) noexcept;
   void require_usable() const;
   void set_io(const StepIO& io);

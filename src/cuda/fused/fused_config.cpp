@@ -1,5 +1,7 @@
 #include "cuda/fused/fused_config.hpp"
 
+#include <cuda_runtime.h>
+
 #include "cuda/kernels/folded_event_router.hpp"
 #include "swapffn/device.hpp"
 #include "swapffn/error.hpp"
@@ -9,9 +11,19 @@ namespace {
 
 // The defaults for `rows` = B * C rows on this GPU (why: one line each; docs/PERFORMANCE.md has the
 // measurements and the rejected options).
+// The current device's SM count, 0 without one. Asked at every batch switch (a prefill at B = 1
+// between decode steps), so one attribute query rather than the whole device properties.
+int64_t current_sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
 FusedKernelConfig defaults(const Config& cfg, int64_t rows) {
-  const GpuInfo gpu = query_gpu();
-  const int64_t sms = gpu.present ? gpu.sm_count : 0;
+  const int64_t sms = current_sm_count();
   const int64_t up_tiles = (rows + 127) / 128 * ((2 * cfg.d_ff + 255) / 256);
   FusedKernelConfig k;
   // One tile per CTA while the tiles fit one wave (B = 1: 128 CTAs on 132 SMs; the persistent walk
