@@ -147,7 +147,9 @@ def served(path: str, backend: str, batch: int, a: argparse.Namespace) -> Dict:
     loop_ms = (time.perf_counter() - t0) * 1e3 / a.steps
     with torch.no_grad():
         if cuda:
-            dec = Decoder.of_graph(server.graph, batch)
+            g = server.graph
+            assert g is not None, "the served step's graph went stale during the bench (the engines' buffers moved)"
+            dec = Decoder.of_graph(g, batch)
         else:
             dec = Decoder.capture(server.model_step, serve.step_inputs(reqs), graphs=False)
         step_ms = timed(dec.step, cuda, a.warmup, a.steps, a.repeats)

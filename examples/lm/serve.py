@@ -361,7 +361,9 @@ class Server:
         """Runs the step on `inputs` eagerly, then captures it with `inputs` as the graph's static input.
         Returns the eager step's logits."""
         bucket = inputs.shape[1]
-        self._graphs.pop(bucket, None)  # a stale graph's memory goes before the new one's
+        now = self._generations()
+        for stale in [b for b, (_, gens) in self._graphs.items() if b == bucket or gens != now]:
+            del self._graphs[stale]  # their memory goes before the new graph's
         g = StepGraph(self.model_step, inputs)
         self._graphs[bucket] = (g, self._generations())
         self.stats.graph_captures += 1
