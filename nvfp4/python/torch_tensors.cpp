@@ -119,7 +119,9 @@ bool is_torch_tensor(PyObject* o) { return PyObject_TypeCheck(o, torch().tensor_
 
 void view_of(PyObject* o, TensorView& v) {
   const Torch& t = torch();
-  if (t.api == nullptr) return view_by_attributes(t, o, v);
+  // The exchange API is torch.Tensor's own: a subclass (a Parameter, a fake or functional tensor)
+  // goes through its Python attributes, which its overrides answer.
+  if (t.api == nullptr || Py_TYPE(o) != t.tensor_type) return view_by_attributes(t, o, v);
   dl::dltensor d;
   if (t.api->dltensor_from_py_object_no_sync(o, &d) != 0) throw nb::python_error();
   v.object = o;
