@@ -198,6 +198,46 @@ TEST(DeviceFace, CapturedStepStaysValidAcrossSmallerBatches) {
   EXPECT_EQ(g.buffers_generation(), generation + 1);
 }
 
+// The engine keeps its own graphs for at most 16 batch sizes: decode steps at 18 sizes and then the
+// first again (its graph evicted, captured anew) give bitwise what an engine given the same calls one
+// size at a time, each size on a fresh engine with the same slot state, gives.
+TEST(DeviceFace, GraphCacheEvictsBeyondSixteenBatchSizes) {
+  const Weights& w = gpu_test::weights_of("tiny");
+  const int64_t D = w.cfg.d_model, T = 3, kSizes = 18;
+  cuda::OwnedStream s;
+  const auto decode = [&](Engine& e, StatePool& pool, int64_t b, uint64_t seed) {
+    std::vector<int32_t> ids(static_cast<size_t>(b));
+    for (int64_t i = 0; i < b; ++i) ids[size_t(i)] = int32_t(i);
+    const std::vector<float> x = decode_inputs(seed, T, b, D);
+    cuda::DeviceBuffer<float> xd, dd(x.size());
+    xd.upload(x);
+    cuda::DeviceBuffer<int32_t> idd;
+    idd.upload(ids);
+    e.device_steps()->enqueue_decode_slots(xd.get(), dd.get(), T, pool, idd.get(), b, s.s);
+    CUDA_CHECK(cudaStreamSynchronize(s.s));
+    return dd.download();
+  };
+  auto e = make_engine("fused", w);
+  auto pool = e->make_pool(kSizes);
+  std::vector<std::vector<float>> got;
+  for (int64_t b = 1; b <= kSizes; ++b) got.push_back(decode(*e, *pool, b, 90 + uint64_t(b)));
+  got.push_back(decode(*e, *pool, 1, 200));
+  // The same calls, each on a fresh engine whose pool starts from the slots as they were.
+  auto ref_pool_src = make_engine("fused", w);
+  auto slots = ref_pool_src->make_pool(kSizes);
+  for (int64_t call = 0; call <= kSizes; ++call) {
+    const int64_t b = call < kSizes ? call + 1 : 1;
+    auto fresh = make_engine("fused", w);
+    auto p = fresh->make_pool(kSizes);
+    for (int32_t i = 0; i < int32_t(kSizes); ++i) p->set(i, slots->get(i));
+    const std::vector<float> want = decode(*fresh, *p, b, call < kSizes ? 90 + uint64_t(b) : 200);
+    for (int32_t i = 0; i < int32_t(kSizes); ++i) slots->set(i, p->get(i));
+    ASSERT_EQ(got[size_t(call)].size(), want.size()) << "call " << call;
+    EXPECT_EQ(0, std::memcmp(got[size_t(call)].data(), want.data(), want.size() * sizeof(float))) << "call " << call;
+  }
+  for (int32_t i = 0; i < int32_t(kSizes); ++i) EXPECT_TRUE(slots->get(i) == pool->get(i)) << "slot " << i;
+}
+
 // Every entry point leaves the caller's current device as it found it; with a second GPU current,
 // an engine made on device 0 still runs there and gives the same bits.
 TEST(DeviceFace, EntryPointsRestoreTheCurrentDevice) {

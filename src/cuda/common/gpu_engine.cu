@@ -207,8 +207,21 @@ void GpuEngine::enqueue_slot_step() {
   enqueue_step();
 }
 
+GpuEngine::StepGraphs& GpuEngine::graphs_of_batch() {
+  if (graphs_.count(batch_) == 0 && graphs_.size() >= kCachedBatchSizes) {
+    const auto oldest = std::min_element(graphs_.begin(), graphs_.end(), [](const auto& a, const auto& b) {
+      return a.second.last_used < b.second.last_used;
+    });
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // its last replay may still run
+    graphs_.erase(oldest);
+  }
+  StepGraphs& g = graphs_[batch_];
+  g.last_used = ++graph_uses_;
+  return g;
+}
+
 void GpuEngine::run_tokens(int64_t tokens, bool slots) {
-  StepGraphs& of_batch = graphs_[batch_];
+  StepGraphs& of_batch = graphs_of_batch();
   StepGraph& g = slots ? of_batch.slots : of_batch.dense;
   const auto enqueue = [this, slots] {
     if (slots)

@@ -159,8 +159,15 @@ class GpuEngine : public Engine, public DeviceSteps {
   DeviceBuffer<int32_t> slot_ids_dev_;
   struct StepGraphs {
     StepGraph dense, slots;
+    uint64_t last_used = 0;  // run_tokens' call count at its last use
   };
-  std::map<int64_t, StepGraphs> graphs_;  // per batch size, while the buffers stay where they are
+  // Per batch size, while the buffers stay where they are; the least recently used goes beyond
+  // kCachedBatchSizes (a loop over ever-new batch sizes would otherwise keep every one).
+  static constexpr size_t kCachedBatchSizes = 16;
+  std::map<int64_t, StepGraphs> graphs_;
+  uint64_t graph_uses_ = 0;
+  // The batch's graphs, made (after evicting the least recently used beyond kCachedBatchSizes) if new.
+  StepGraphs& graphs_of_batch();
   OwnedEvent caller_ready_, steps_done_;
   OwnedEvent last_done_;                 // recorded after the last work enqueued (on last_stream_)
   std::optional<cudaStream_t> last_stream_;  // none: nothing enqueued is left unordered
