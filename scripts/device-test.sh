@@ -18,7 +18,8 @@
 #      unfused,fused,fused-fp8), SKIP_TESTS=1, SKIP_SANITIZER=1, SKIP_CHECKS=1, SKIP_PYTHON=1,
 #      SKIP_BENCH=1, SKIP_LM=1, LM_BATCHES (default 1,8,64), LM_BACKENDS (default auto), QUICK=1
 #      (fewer tokens and repeats), SANITIZER_ENGINE_FILTER and SANITIZER_NVFP4_FILTER (defaults
-#      below), SANITIZER_TIMEOUT (s per tool and group, 300). All of it takes more than one device
+#      below), SANITIZER_TIMEOUT (s per tool and group, 300), GPU_TESTS_TIMEOUT (s per GPU test
+#      binary, 500: a hang fails its step). All of it takes more than one device
 #      call (10 minutes): split it with the SKIP_ variables.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,10 +49,11 @@ run_step info "$bin" info
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   run_step cpu-tests "$build/tests/swapffn_cpu_tests" --gtest_brief=1
-  run_step gpu-tests "$build/tests/swapffn_gpu_tests" --gtest_filter="${GTEST_FILTER:-*}" --gtest_brief=1 \
+  # A kernel that hangs fails its step instead of holding the device call until it is killed.
+  run_step gpu-tests timeout "${GPU_TESTS_TIMEOUT:-500}" "$build/tests/swapffn_gpu_tests" --gtest_filter="${GTEST_FILTER:-*}" --gtest_brief=1 \
     --gtest_output="xml:$out/gpu-tests.xml"
   run_step nvfp4-cpu-tests "$build/nvfp4/swapffn_nvfp4_cpu_tests" --gtest_brief=1
-  run_step nvfp4-gpu-tests "$build/nvfp4/swapffn_nvfp4_gpu_tests" --gtest_filter="${GTEST_FILTER:-*}" --gtest_brief=1 \
+  run_step nvfp4-gpu-tests timeout "${GPU_TESTS_TIMEOUT:-500}" "$build/nvfp4/swapffn_nvfp4_gpu_tests" --gtest_filter="${GTEST_FILTER:-*}" --gtest_brief=1 \
     --gtest_output="xml:$out/nvfp4-gpu-tests.xml"
 fi
 
