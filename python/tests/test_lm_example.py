@@ -276,12 +276,11 @@ def test_scripts_say_in_one_line_that_they_need_torch(name):
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0 and "needs PyTorch" in r.stderr, r.stderr
 
 
-# fused-fp8 in each scaling of SPEC 5. Its tolerance, 0.06, bounds one layer's delta; here a prompt's error
-# compounds over its prefill tokens (the RAM carries it) and the blocks. Measured on an H100 (bb5cec4+): rows
-# at most 0.045 over the eight prompts; blocks 0.010-0.033 on seven and 0.074 on the longest (13 tokens).
+# fused-fp8 in SPEC 5's rows scaling, within its fp8 tolerance 0.06 (at most 0.045 over the eight prompts on an
+# H100). The blocks scaling misses it on the longest prompt (0.074: the error compounds over the prefill and the
+# blocks), which issue 57 records; its per-layer agreement is the engine checks'.
 @needs_hopper
-@pytest.mark.parametrize("backend,kernels,tolerance", [("fused", "", 2e-2), ("fused-fp8", "scales=rows", 0.06),
-                                                       ("fused-fp8", "scales=blocks", 0.1)])
+@pytest.mark.parametrize("backend,kernels,tolerance", [("fused", "", 2e-2), ("fused-fp8", "scales=rows", 0.06)])
 def test_gpu_first_tokens_of_eight_prompts_agree_with_the_pytorch_model(trained, backend, kernels, tolerance):
     server = serve.Server(trained, backend=backend, slots=8, record_logits=True, kernels=kernels)
     reqs = serve.run_requests(server, EIGHT_PROMPTS, max_new_tokens=6, arrive_every=1)
