@@ -8,8 +8,8 @@
 // argument.
 #include <nanobind/nanobind.h>
 
+#include <map>
 #include <string>
-#include <vector>
 
 #include "nvfp4_arguments.hpp"
 #include "swapffn/error.hpp"
@@ -59,8 +59,8 @@ struct DeviceFacts {
 };
 
 const DeviceFacts& device_facts(int device) {
-  static std::vector<DeviceFacts>* facts = new std::vector<DeviceFacts>;  // under the GIL, kept to exit
-  if (device >= int(facts->size())) facts->resize(device + 1);
+  // Under the GIL, kept to exit; a map, so that a reference handed out stays valid as devices are added.
+  static auto* facts = new std::map<int, DeviceFacts>;
   DeviceFacts& f = (*facts)[device];
   if (f.sm_count == 0) {
     cudaDeviceProp p{};
