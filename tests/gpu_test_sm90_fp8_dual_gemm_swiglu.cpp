@@ -210,9 +210,10 @@ TEST(Sm90Fp8DualGemmRows, RowsHaveTheSameBitsAtAnyRowCount) {
 // u differs from the host's in the last bits: each row's scale within 5e-3 of block_scale(host
 // amax); the largest code of a row with a normal scale exactly 448 (amax / scale rounds to it: every
 // tile used the whole row's amax, none a larger one); each code within one e4m3 step of the host's
-// u quantised with the kernel's own scale, or within 1% of 448, at most 5% of them different. Rows
-// whose scale is far below fp32's normal range (the tiny rows: the division path) are checked on
-// the values, code * scale against u. Every output is poisoned first; the workspace must be zero
+// u quantised with the kernel's own scale, or within 1% of 448, at most 1% of them different (one
+// output channel dominates, so a tile that used a partial amax fails). Rows whose scale is far
+// below fp32's normal range (the tiny rows: the division path) are checked on the values, code *
+// scale against u. Every output is poisoned first; the workspace must be zero
 // again after each launch (the last unit of each m tile resets it); runs, row counts, graph replays
 // and launches side by side give the same bits. A kernel that deadlocks aborts the run after 60 s.
 
@@ -300,6 +301,9 @@ RowsCase rows_case(int64_t m, int64_t f, int64_t k, uint64_t seed, bool tiny_row
   std::mt19937_64 rng(seed);
   RowsCase c{random_weight(f, k, rng, 0.05f, "w1", fp8::Scaling::rows),
              random_weight(f, k, rng, 0.05f, "w3", fp8::Scaling::rows), {}};
+  // One dominant output channel (w3's scale x 8), in one n tile: a tile that quantised with its own
+  // amax instead of the row's would give codes about 8 times too large, far beyond one e4m3 step.
+  c.w3.scale[size_t(f / 2 + 5)] *= 8.f;
   c.x = random_rows(m, k, rng, tiny_rows, fp8::Scaling::rows);
   return c;
 }
@@ -365,7 +369,7 @@ TEST_P(Sm90Fp8DualGemmRowsScaling, FollowsTheRecipe) {
               static_cast<long long>(m), static_cast<long long>(f), static_cast<long long>(k),
               static_cast<long long>(differ), static_cast<long long>(checked), worst_scale,
               static_cast<long long>(tiny_checked));
-  EXPECT_LE(differ, checked / 20);
+  EXPECT_LE(differ, checked / 100);
   if (tiny_rows) {
     EXPECT_GT(tiny_checked, 0) << "no row small enough for its scale to divide";
   }

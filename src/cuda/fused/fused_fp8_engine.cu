@@ -187,7 +187,16 @@ std::unique_ptr<Engine> make_fused_fp8_engine(const Weights& w, const EngineOpti
                                                      ": the model's FFN is stored in fp8 with scaling '" +
                                                      fp8::scaling_name(scaling) + "'");
   const FusedKernelConfig k = select_fused_config(w.cfg, 1, opt.fused);  // a choice that cannot run: fail now
-  return std::make_unique<FusedFp8Engine>(w, opt, scaling, k.fp8_up);
+  Fp8UpGemm up = k.fp8_up;
+  // The rows dual GEMM needs every unit of a row resident at once: wider FFNs take cuBLASLt's path.
+  if (scaling == fp8::Scaling::rows && up == Fp8UpGemm::sm90 && !fp8_dual_gemm_rows_fits(w.cfg.d_ff)) {
+    SWAPFFN_REQUIRE(!opt.fused.pinned.fp8_up, "kernel choice fp8up=sm90: in the rows scaling d_ff = " +
+                                                  std::to_string(w.cfg.d_ff) +
+                                                  " is too wide for this GPU (a row's units must be resident at "
+                                                  "once); use fp8up=cublas");
+    up = Fp8UpGemm::cublas;
+  }
+  return std::make_unique<FusedFp8Engine>(w, opt, scaling, up);
 }
 
 }  // namespace swapffn::cuda

@@ -121,6 +121,11 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* at) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(at) : "memory");
   return v;
 }
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 // The 128 threads of consumer c: named barrier 1 + c (0 is __syncthreads'), an immediate so that
 // ptxas counts the kernel's two barriers, not all 16.
 static_assert(kConsumers == 2, "consumer_sync names one barrier per consumer");
@@ -232,7 +237,13 @@ __device__ __forceinline__ void consume_unit_rows(const Params& p, int unit, int
   if (t_in == 0) {
     __threadfence();
     arrive_release(arrivals);
-    for (unsigned ns = 32; load_acquire(arrivals) < n_units; ns = ns < 1024 ? 2 * ns : ns) __nanosleep(ns);
+    // A wait that outlives any launch (1 s; the kernel takes microseconds) means co-residency failed:
+    // trap, so the caller gets a launch error instead of a GPU that hangs.
+    const uint64_t t_start = globaltimer_ns();
+    for (unsigned ns = 32; load_acquire(arrivals) < n_units; ns = ns < 1024 ? 2 * ns : ns) {
+      __nanosleep(ns);
+      if (globaltimer_ns() - t_start > 1000000000ull) __trap();
+    }
     __threadfence();  // as cooperative_groups' grid barrier, for the other threads' reads below
   }
   consumer_sync(c);  // the acquire above orders the reads of the row maxima below
@@ -468,6 +479,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
+namespace {
+// As many clusters as are resident at once (one CTA per SM: the stages take most of its shared
+// memory), each walking every grid-th unit. The occupancy query is kept per device.
+int resident_clusters(bool rows) {
+  const auto kernel = rows ? sm90_fp8_dual_gemm_swiglu_kernel<true> : sm90_fp8_dual_gemm_swiglu_kernel<false>;
+  static std::atomic<int> resident_on[2][kMaxDevices] = {};
+  return once_per_device(resident_on[rows], [kernel] {
+    const int n = max_active_clusters(kernel, dim3(kThreads), dim3(1, kClusterM, 1), kSmemBytes);
+    SWAPFFN_REQUIRE(n > 0, "fp8 dual GEMM: no cluster of " + std::to_string(kClusterM) + " CTAs fits the GPU");
+    return n;
+  });
+}
+}  // namespace
+
+bool fp8_dual_gemm_rows_fits(int64_t f) { return 2 * f / kBN <= resident_clusters(true); }
+
 void launch_fp8_dual_gemm_swiglu(const Fp8DualGemmSwigluArgs& a, cudaStream_t stream) {
   SWAPFFN_REQUIRE(a.m > 0 && a.f > 0 && a.f % kFp8Block == 0 && a.k > 0 && a.k % kBK == 0,
                   "fp8 dual GEMM: m = " + std::to_string(a.m) + ", f = " + std::to_string(a.f) + ", k = " +
@@ -482,14 +509,7 @@ void launch_fp8_dual_gemm_swiglu(const Fp8DualGemmSwigluArgs& a, cudaStream_t st
   const Params p{a.x_scale,  a.w1_scale,     a.w3_scale, a.scale_stride, a.u,     a.u_scale,
                  a.row_amax, a.row_arrivals, a.m,        a.f,            a.k / kBK, n_tiles, n_tiles * m_units};
   const auto kernel = rows ? sm90_fp8_dual_gemm_swiglu_kernel<true> : sm90_fp8_dual_gemm_swiglu_kernel<false>;
-  // As many clusters as are resident at once (one CTA per SM: the stages take most of its shared
-  // memory), each walking every grid-th unit. The occupancy query is kept per device.
-  static std::atomic<int> resident_on[2][kMaxDevices] = {};
-  const int resident = once_per_device(resident_on[rows], [kernel] {
-    const int n = max_active_clusters(kernel, dim3(kThreads), dim3(1, kClusterM, 1), kSmemBytes);
-    SWAPFFN_REQUIRE(n > 0, "fp8 dual GEMM: no cluster of " + std::to_string(kClusterM) + " CTAs fits the GPU");
-    return n;
-  });
+  const int resident = resident_clusters(rows);
   if (!rows) {
     const unsigned clusters = static_cast<unsigned>(std::min(p.units, resident));
     launch_kernel_ex(kernel, dim3(1, clusters * kClusterM, 1), dim3(kThreads), dim3(1, kClusterM, 1), kSmemBytes,

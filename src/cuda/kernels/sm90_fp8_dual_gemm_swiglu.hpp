@@ -46,6 +46,10 @@ inline int64_t fp8_dual_gemm_row_tiles(int64_t m) { return (m + 63) / 64; }
 // resident on the GPU (66 on a 132-SM Hopper: f <= 8448), else it throws.
 void launch_fp8_dual_gemm_swiglu(const Fp8DualGemmSwigluArgs& a, cudaStream_t stream);
 
+// Whether the rows scaling runs for d_ff = f on the current device (its f / 128 units of a row
+// resident at once), so that an engine chooses its path when it is built, not at its first step.
+bool fp8_dual_gemm_rows_fits(int64_t f);
+
 // w1 [f, k] and w3 [f, k] e4m3 interleaved in blocks of 8 rows into [2f, k] (rows 16g..16g+7 =
 // w1[8g..8g+7], rows 16g+8..16g+15 = w3[8g..8g+7]): a thread's accumulators then hold the gate and up
 // values of the same outputs. f must be a multiple of 8.
