@@ -7,12 +7,11 @@
 // values they compute, ffn_operand; the cuBLAS head's bf16 rows are quantised by fp8_quantize_rows,
 // since they are also its router's operand); the up projection into e4m3 u (fp8up=cublas:
 // cuBLASLt's w1|w3 GEMM into bf16 [rows, 2F], then SwiGLU and quantisation, fp8_swiglu_quantize;
-// fp8up=sm90: our kernel, sm90_fp8_dual_gemm_swiglu, with both in its epilogue, in the rows scaling
-// with each row's amax reduced across its CTAs); the w2 GEMM adding into h
+// fp8up=sm90: our kernel, sm90_fp8_dual_gemm_swiglu, with both in its epilogue (blocks), or the
+// SwiGLU with u in bf16 [rows, F], then its per-row quantisation (rows)); the w2 GEMM adding into h
 // in place (fp32, beta = 1). The cuBLASLt GEMMs are its scaled fp8 matmul (Hopper), pinned per
 // shape for batch invariance (BatchInvariantGemm). Its up GEMM writes bf16: the output is quantised
 // to e4m3 next, and bf16's rounding (2^-9) is far below e4m3's (2^-4) at half the bytes of fp32.
-#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -23,7 +22,6 @@
 #include "cuda/kernels/fp8_quantize_rows.hpp"
 #include "cuda/kernels/fp8_swiglu_quantize.hpp"
 #include "cuda/kernels/sm90_fp8_dual_gemm_swiglu.hpp"
-#include "cuda/runtime/cuda_check.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/fp8.hpp"
 
@@ -84,18 +82,8 @@ class FusedFp8Engine final : public FusedEngineBase {
     bool moved = xq_.reserve(size_t(rows * D), "the quantised FFN operand");
     moved |= xs_.reserve(size_t(rows * fp8::row_scale_count(scaling_, D)), "the FFN operand's scales");
     if (up_gemm_) moved |= gu_.reserve(size_t(rows * 2 * F), "the gate and up projections");
-    if (!up_gemm_ && scaling_ == fp8::Scaling::rows) {
-      // The dual GEMM's row amax workspace, indexed by row as the rest (the groups start at whole
-      // 64-row tiles); zeros before its first launch, and each launch leaves it so.
-      const bool amax_moved = ua_.reserve(size_t(rows), "the dual GEMM's row maxima");
-      const bool arrivals_moved = uc_.reserve(size_t(fp8_dual_gemm_row_tiles(rows)), "the dual GEMM's tile counters");
-      if (amax_moved || arrivals_moved) {  // on the legacy stream: wait for it (the engine's do not)
-        CUDA_CHECK(cudaMemset(ua_.get(), 0, ua_.size() * sizeof(float)));
-        CUDA_CHECK(cudaMemset(uc_.get(), 0, uc_.size() * sizeof(uint32_t)));
-        CUDA_CHECK(cudaDeviceSynchronize());
-      }
-      moved |= amax_moved || arrivals_moved;
-    }
+    if (!up_gemm_ && scaling_ == fp8::Scaling::rows)
+      moved |= ub_.reserve(size_t(rows * F), "the SwiGLU output in bf16");
     moved |= uq_.reserve(size_t(rows * F), "the quantised SwiGLU output");
     moved |= us_.reserve(size_t(rows * fp8::row_scale_count(scaling_, F)), "the SwiGLU output's scales");
     return moved;
@@ -105,8 +93,7 @@ class FusedFp8Engine final : public FusedEngineBase {
     xq_.release();
     xs_.release();
     gu_.release();
-    ua_.release();
-    uc_.release();
+    ub_.release();
     uq_.release();
     us_.release();
   }
@@ -129,18 +116,19 @@ class FusedFp8Engine final : public FusedEngineBase {
     if (const FfnOperand in = ffn_operand(g); in.bf16)  // the head's bf16 rows
       launch_quantize_rows_e4m3(scaling_, in.bf16, rows, D, xq, xs, stream, /*pdl=*/true);
     if (up_ == Fp8UpGemm::sm90 && scaling_ == fp8::Scaling::rows) {
-      SWAPFFN_ASSERT(g0 % 64 == 0, "fused-fp8: row group at row " + std::to_string(g0) + " is not at a 64-row tile");
+      bf16* ub = ub_.get() + g0 * F;
       launch_fp8_dual_gemm_swiglu({.scaling = scaling_, .x = xq, .x_scale = xs, .w13 = w13_.get(),
                                    .w1_scale = w13_scale_.get(), .w3_scale = w13_scale_.get() + F, .scale_stride = 0,
-                                   .u = uq, .u_scale = us, .row_amax = ua_.get() + g0,
-                                   .row_arrivals = uc_.get() + g0 / 64, .m = int(rows), .f = int(F), .k = int(D)},
+                                   .u = nullptr, .u_scale = nullptr, .u_bf16 = as_nv(ub), .m = int(rows), .f = int(F),
+                                   .k = int(D)},
                                   stream);
+      launch_quantize_rows_e4m3(scaling_, as_nv(ub), rows, F, uq, us, stream, /*pdl=*/true);
     } else if (up_ == Fp8UpGemm::sm90) {
       const int64_t stride = weight_scale_stride(D);
       launch_fp8_dual_gemm_swiglu({.scaling = scaling_, .x = xq, .x_scale = xs, .w13 = w13_.get(),
                                    .w1_scale = w13_scale_.get(), .w3_scale = w13_scale_.get() + fp8::blocks(F) * stride,
-                                   .scale_stride = int(stride), .u = uq, .u_scale = us, .row_amax = nullptr,
-                                   .row_arrivals = nullptr, .m = int(rows), .f = int(F), .k = int(D)},
+                                   .scale_stride = int(stride), .u = uq, .u_scale = us, .u_bf16 = nullptr,
+                                   .m = int(rows), .f = int(F), .k = int(D)},
                                   stream);
     } else {
       up_gemm_->run(rows, ScaledOperand{w13_.get(), w13_scale_.get()}, ScaledOperand{xq, xs}, gu, workspace(g),
@@ -160,8 +148,7 @@ class FusedFp8Engine final : public FusedEngineBase {
   DeviceBuffer<uint8_t> xq_, uq_;             // e4m3 [M, D] and [M, F]
   DeviceBuffer<float> xs_, us_;               // their scales
   DeviceBuffer<bf16> gu_;                     // [M, 2F] (fp8up=cublas)
-  DeviceBuffer<float> ua_;                    // [M]: the rows dual GEMM's row maxima (fp8up=sm90, rows)
-  DeviceBuffer<uint32_t> uc_;                 // [M / 64]: its per-tile counters
+  DeviceBuffer<bf16> ub_;                     // [M, F] (fp8up=sm90 in the rows scaling)
 };
 
 }  // namespace
@@ -187,16 +174,7 @@ std::unique_ptr<Engine> make_fused_fp8_engine(const Weights& w, const EngineOpti
                                                      ": the model's FFN is stored in fp8 with scaling '" +
                                                      fp8::scaling_name(scaling) + "'");
   const FusedKernelConfig k = select_fused_config(w.cfg, 1, opt.fused);  // a choice that cannot run: fail now
-  Fp8UpGemm up = k.fp8_up;
-  // The rows dual GEMM needs every unit of a row resident at once: wider FFNs take cuBLASLt's path.
-  if (scaling == fp8::Scaling::rows && up == Fp8UpGemm::sm90 && !fp8_dual_gemm_rows_fits(w.cfg.d_ff)) {
-    SWAPFFN_REQUIRE(!opt.fused.pinned.fp8_up, "kernel choice fp8up=sm90: in the rows scaling d_ff = " +
-                                                  std::to_string(w.cfg.d_ff) +
-                                                  " is too wide for this GPU (a row's units must be resident at "
-                                                  "once); use fp8up=cublas");
-    up = Fp8UpGemm::cublas;
-  }
-  return std::make_unique<FusedFp8Engine>(w, opt, scaling, up);
+  return std::make_unique<FusedFp8Engine>(w, opt, scaling, k.fp8_up);
 }
 
 }  // namespace swapffn::cuda

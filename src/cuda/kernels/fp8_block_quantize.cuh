@@ -68,16 +68,6 @@ __device__ __forceinline__ uint32_t encode_e4m3x4(const float (&v)[4], float sca
   return uint32_t(lo) | (uint32_t(hi) << 16);
 }
 
-// The codes of two values of a group whose scale is `scale`, rounded as encode_e4m3x4 rounds them,
-// for callers holding a group's values in pairs (the dual GEMM's accumulators); inv = __frcp_rn(scale),
-// computed once per group.
-__device__ __forceinline__ __nv_fp8x2_storage_t encode_e4m3x2(float a, float b, float scale, float inv) {
-  const bool refine = scale >= kMinRefinedScale && scale < INFINITY;
-  const float ca = refine ? div_by_scale(a, scale, inv) : __fdiv_rn(a, scale);
-  const float cb = refine ? div_by_scale(b, scale, inv) : __fdiv_rn(b, scale);
-  return __nv_cvt_float2_to_fp8x2(make_float2(ca, cb), __NV_SATFINITE, __NV_E4M3);
-}
-
 // The largest magnitude of four values, then its maximum over the warp (every lane gets it).
 __device__ __forceinline__ float amax4(const float (&v)[4]) {
   return fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));

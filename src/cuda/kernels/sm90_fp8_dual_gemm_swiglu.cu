@@ -19,7 +19,6 @@
 // epilogue computes u, the row's amax over its 128 outputs (a quad shuffle), and stores the e4m3
 // codes and the block's scale. Its arithmetic is the fast kind (exp2 and reciprocal approximations,
 // u times 1/scale): the tensor cores' block sums already differ from the recipe's in the last bits.
-// The rows scaling (consume_unit_rows) needs each row's amax over all n tiles: see there.
 #include "cuda/kernels/sm90_fp8_dual_gemm_swiglu.hpp"
 
 #include <cuda.h>
@@ -83,8 +82,7 @@ struct Params {
   int scale_stride;
   uint8_t* u;
   float* u_scale;
-  float* row_amax;         // rows scaling: the workspace (Fp8DualGemmSwigluArgs)
-  uint32_t* row_arrivals;
+  __nv_bfloat16* u_bf16;  // rows scaling
   int m, f, k_tiles, n_tiles, units;  // a unit: kClusterM m tiles (one per CTA of a cluster) of one n tile
 };
 
@@ -97,75 +95,13 @@ __device__ __forceinline__ void fence(float (&acc)[kAcc]) {
 // negative g, as exactly).
 __device__ __forceinline__ float silu_mul(float g, float up) { return __fdividef(g, 1.f + __expf(-g)) * up; }
 
-// The row amax across CTAs: gpu-scope atomics and loads (the units of a row run on other SMs).
-// Non-negative floats order as their bits, so the max is an unsigned one (order-free: the same bits
-// whatever order the units arrive in).
-__device__ __forceinline__ void publish_amax(float* at, float amax) {
-  atomicMax(reinterpret_cast<unsigned*>(at), __float_as_uint(amax));
-}
-__device__ __forceinline__ float load_amax(const float* at) {
-  float v;
-  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];" : "=f"(v) : "l"(at) : "memory");
-  return v;
-}
-__device__ __forceinline__ void arrive_release(uint32_t* at) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(at) : "memory");
-}
-__device__ __forceinline__ uint32_t arrive_acq_rel(uint32_t* at) {
-  uint32_t old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(at) : "memory");
-  return old;
-}
-__device__ __forceinline__ uint32_t load_acquire(const uint32_t* at) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(at) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint64_t globaltimer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-// The 128 threads of consumer c: named barrier 1 + c (0 is __syncthreads'), an immediate so that
-// ptxas counts the kernel's two barriers, not all 16.
-static_assert(kConsumers == 2, "consumer_sync names one barrier per consumer");
-__device__ __forceinline__ void consumer_sync(int c) {
-  if (c == 0)
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-  else
-    asm volatile("bar.sync 2, 128;" ::: "memory");
-}
-
 // The rows scaling's consumer of one unit: both halves' accumulators run over all of k (no
-// promotion: the scales are one per row and per output channel), then the epilogue scales them and
-// computes u in fp32 registers. A row's scale needs its amax over all n tiles, which other CTAs
-// compute: each unit max-reduces |u| of its rows into row_amax, arrives on its m tile's counter
-// (release), waits until the tile's n_tiles units have arrived (acquire), reads the rows' amax,
-// quantises its registers with the scale of fp8_quantize_rows (group_scale_e4m3, encode_e4m3x2:
-// the recipe's rounding of these fp32 values) and stores the codes; n tile 0 stores the scales.
-// Then it departs (a second count on the same counter): the last of 2 n_tiles zeroes the tile's
-// row_amax and counter for the next launch, once every unit has read them.
-//
-// Why the waits cannot deadlock. The grid is at most the resident clusters and the launch is
-// cooperative, so every CTA runs at once, also beside another instance on a row group's stream (a
-// plain launch could leave some clusters waiting for SMs that spinning CTAs hold). The launcher
-// makes the clusters a multiple of n_tiles (unit_step % n_tiles == 0): the n_tiles units of an m
-// tile pair are then the same position j (the CTA's j-th unit) on n_tiles clusters, so a unit at
-// position j waits only for units at position j. A unit arrives right after its mainloop, having
-// released all of its stages, and before it waits. The mainloop of position j needs (a) the stages
-// of positions < j consumed, by both consumers of both CTAs of its cluster (the producer's ring is
-// FIFO, and empty barriers count both CTAs since each multicasts into the other), which happens
-// in their mainloops, and (b) its own consumer free: position j - 2's epilogue done (the other
-// consumer took j - 1 and runs it meanwhile). By induction on j every position's mainloops and then
-// epilogues complete: mainloop j needs mainloops < j and epilogues <= j - 2, epilogue j needs the
-// mainloops of position j only. A waiting consumer holds no stage, so the peer CTA and the other
-// consumer keep consuming what the producers multicast. A CTA past the last row (an odd m tile
-// count) has no counter: it runs the mainloop for the multicast and stores nothing.
-__device__ __forceinline__ void consume_unit_rows(const Params& p, int unit, int j, int c, int cy, int t_in,
+// promotion: the scales are one per row and per output channel), then the epilogue scales them,
+// computes u and stores it in bf16 for the per-row quantisation that follows (a row's scale needs
+// all of its n tiles).
+__device__ __forceinline__ void consume_unit_rows(const Params& p, int unit, int j, int cy, int lane, int r0,
                                                   uint64_t* my_full, uint64_t* empty, uint32_t& phases,
                                                   uint64_t desc_a, uint64_t desc_b) {
-  const int warp = t_in / 32, lane = t_in % 32;
-  const int r0 = warp * 16 + lane / 4;  // this thread's rows within the tile: r0 and r0 + 8
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
   const int n_tile = unit % p.n_tiles, m_tile = (unit / p.n_tiles) * kClusterM + cy;
@@ -202,10 +138,9 @@ __device__ __forceinline__ void consume_unit_rows(const Params& p, int unit, int
 
   // Output group g of a half: gate block 2g and up block 2g + 1 of the accumulators, outputs
   // f0 = 128 n_tile + 64 half + 8 g + 2 (lane % 4) and f0 + 1 (entries e = 0, 1), rows r0 and r0 + 8
-  // (entries 2 h + e). u is written over the gate entries.
+  // (entries 2 h + e).
   const int m0 = m_tile * kBM + r0;
   const float sx[2] = {m0 < p.m ? __ldg(p.x_scale + m0) : 0.f, m0 + 8 < p.m ? __ldg(p.x_scale + m0 + 8) : 0.f};
-  float amax[2] = {0.f, 0.f};
 #pragma unroll
   for (int half = 0; half < kHalves; ++half)
 #pragma unroll
@@ -215,65 +150,13 @@ __device__ __forceinline__ void consume_unit_rows(const Params& p, int unit, int
       const float2 su = *reinterpret_cast<const float2*>(p.w3_scale + f0);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        const int m = m0 + 8 * h;
         const int gi = 4 * (2 * g) + 2 * h, ui = 4 * (2 * g + 1) + 2 * h;
-        acc[half][gi] = silu_mul(acc[half][gi] * sx[h] * sg.x, acc[half][ui] * sx[h] * su.x);
-        acc[half][gi + 1] = silu_mul(acc[half][gi + 1] * sx[h] * sg.y, acc[half][ui + 1] * sx[h] * su.y);
-        amax[h] = fmaxf(amax[h], fmaxf(fabsf(acc[half][gi]), fabsf(acc[half][gi + 1])));
+        const float u0 = silu_mul(acc[half][gi] * sx[h] * sg.x, acc[half][ui] * sx[h] * su.x);
+        const float u1 = silu_mul(acc[half][gi + 1] * sx[h] * sg.y, acc[half][ui + 1] * sx[h] * su.y);
+        if (m < p.m) *reinterpret_cast<__nv_bfloat162*>(p.u_bf16 + int64_t(m) * p.f + f0) = __floats2bfloat162_rn(u0, u1);
       }
     }
-  // Uniform over the warpgroup: a tile past the last row has no rows and no counter.
-  if (m_tile * kBM >= p.m) return;
-  // The row's 128 outputs of this tile lie in the quad of lanes sharing lane / 4 (fmaxf from 0: a NaN
-  // never enters, so the bits stay those of a non-negative float).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
-    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
-    if (lane % 4 == 0 && m0 + 8 * h < p.m) publish_amax(p.row_amax + m0 + 8 * h, amax[h]);
-  }
-  uint32_t* const arrivals = p.row_arrivals + m_tile;
-  const uint32_t n_units = uint32_t(p.n_tiles);
-  consumer_sync(c);  // every row's max published before the arrival releases them
-  if (t_in == 0) {
-    __threadfence();
-    arrive_release(arrivals);
-    // A wait that outlives any launch (1 s; the kernel takes microseconds) means co-residency failed:
-    // trap, so the caller gets a launch error instead of a GPU that hangs.
-    const uint64_t t_start = globaltimer_ns();
-    for (unsigned ns = 32; load_acquire(arrivals) < n_units; ns = ns < 1024 ? 2 * ns : ns) {
-      __nanosleep(ns);
-      if (globaltimer_ns() - t_start > 1000000000ull) __trap();
-    }
-    __threadfence();  // as cooperative_groups' grid barrier, for the other threads' reads below
-  }
-  consumer_sync(c);  // the acquire above orders the reads of the row maxima below
-
-  const int col0 = n_tile * kFp8Block + 2 * (lane % 4);  // the output of group 0, column 0
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = m0 + 8 * h;
-    if (m >= p.m) continue;
-    const float scale = group_scale_e4m3(load_amax(p.row_amax + m)), inv = __frcp_rn(scale);
-    uint8_t* row = p.u + int64_t(m) * p.f + col0;
-#pragma unroll
-    for (int half = 0; half < kHalves; ++half)
-#pragma unroll
-      for (int g = 0; g < kAcc / 8; ++g) {
-        const float* v = acc[half] + 4 * (2 * g) + 2 * h;
-        *reinterpret_cast<__nv_fp8x2_storage_t*>(row + half * (kHalfN / 2) + 8 * g) =
-            encode_e4m3x2(v[0], v[1], scale, inv);
-      }
-    if (n_tile == 0 && lane % 4 == 0) p.u_scale[m] = scale;
-  }
-
-  consumer_sync(c);  // every read of the row maxima done before the departure
-  if (warp == 0) {
-    const uint32_t before = __shfl_sync(0xffffffffu, lane == 0 ? arrive_acq_rel(arrivals) : 0u, 0);
-    if (before == 2 * n_units - 1) {  // the tile's last departure: nobody reads its state any more
-      for (int r = lane; r < kBM && m_tile * kBM + r < p.m; r += 32) p.row_amax[m_tile * kBM + r] = 0.f;
-      if (lane == 0) *arrivals = 0;
-    }
-  }
 }
 
 template <bool kRows>
@@ -356,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint64_t desc_a = sm90::sw128_desc(smem_a), desc_b = sm90::sw128_desc(smem_b);
   if constexpr (kRows) {
     for (int j = c, unit = unit0 + c * unit_step; unit < p.units; j += kConsumers, unit += kConsumers * unit_step)
-      consume_unit_rows(p, unit, j, c, cy, t_in, my_full, empty, phases, desc_a, desc_b);
+      consume_unit_rows(p, unit, j, cy, lane, r0, my_full, empty, phases, desc_a, desc_b);
     cute::cluster_arrive();
     cute::cluster_wait();
     return;
@@ -479,54 +362,31 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
-namespace {
-// As many clusters as are resident at once (one CTA per SM: the stages take most of its shared
-// memory), each walking every grid-th unit. The occupancy query is kept per device.
-int resident_clusters(bool rows) {
-  const auto kernel = rows ? sm90_fp8_dual_gemm_swiglu_kernel<true> : sm90_fp8_dual_gemm_swiglu_kernel<false>;
-  static std::atomic<int> resident_on[2][kMaxDevices] = {};
-  return once_per_device(resident_on[rows], [kernel] {
-    const int n = max_active_clusters(kernel, dim3(kThreads), dim3(1, kClusterM, 1), kSmemBytes);
-    SWAPFFN_REQUIRE(n > 0, "fp8 dual GEMM: no cluster of " + std::to_string(kClusterM) + " CTAs fits the GPU");
-    return n;
-  });
-}
-}  // namespace
-
-bool fp8_dual_gemm_rows_fits(int64_t f) { return 2 * f / kBN <= resident_clusters(true); }
-
 void launch_fp8_dual_gemm_swiglu(const Fp8DualGemmSwigluArgs& a, cudaStream_t stream) {
   SWAPFFN_REQUIRE(a.m > 0 && a.f > 0 && a.f % kFp8Block == 0 && a.k > 0 && a.k % kBK == 0,
                   "fp8 dual GEMM: m = " + std::to_string(a.m) + ", f = " + std::to_string(a.f) + ", k = " +
                       std::to_string(a.k) + " (f and k must be positive multiples of 128)");
   const bool rows = a.scaling == fp8::Scaling::rows;
-  SWAPFFN_ASSERT(a.u != nullptr && a.u_scale != nullptr && (!rows || (a.row_amax != nullptr && a.row_arrivals != nullptr)),
-                 "fp8 dual GEMM: u and u_scale are required, and in the rows scaling its workspace");
+  SWAPFFN_ASSERT(rows ? a.u_bf16 != nullptr : a.u != nullptr && a.u_scale != nullptr,
+                 "fp8 dual GEMM: the rows scaling writes u_bf16, the blocks scaling u and u_scale");
   const uint64_t k = uint64_t(a.k), m = uint64_t(a.m), n2 = 2 * uint64_t(a.f);
   const CUtensorMap tx = make_tma_3d_u8(a.x, k, m, 1, k, k * m, kBK, kBM, /*swizzle_128b=*/true);
   const CUtensorMap tw = make_tma_3d_u8(a.w13, k, n2, 1, k, k * n2, kBK, kBN / kClusterM, /*swizzle_128b=*/true);
   const int n_tiles = int(n2 / kBN), m_units = ((a.m + kBM - 1) / kBM + kClusterM - 1) / kClusterM;
-  const Params p{a.x_scale,  a.w1_scale,     a.w3_scale, a.scale_stride, a.u,     a.u_scale,
-                 a.row_amax, a.row_arrivals, a.m,        a.f,            a.k / kBK, n_tiles, n_tiles * m_units};
+  const Params p{a.x_scale, a.w1_scale, a.w3_scale, a.scale_stride, a.u,         a.u_scale,
+                 a.u_bf16,    a.m,        a.f,        a.k / kBK,      n_tiles, n_tiles * m_units};
   const auto kernel = rows ? sm90_fp8_dual_gemm_swiglu_kernel<true> : sm90_fp8_dual_gemm_swiglu_kernel<false>;
-  const int resident = resident_clusters(rows);
-  if (!rows) {
-    const unsigned clusters = static_cast<unsigned>(std::min(p.units, resident));
-    launch_kernel_ex(kernel, dim3(1, clusters * kClusterM, 1), dim3(kThreads), dim3(1, kClusterM, 1), kSmemBytes,
-                     stream, /*pdl=*/true, tx, tw, p);
-    return;
-  }
-  // rows: whole m tile pairs per round of the walk (clusters a multiple of n_tiles; units is one),
-  // so that a unit waits only for units at its own position (consume_unit_rows), at the cost of up
-  // to n_tiles - 1 idle clusters (66 -> 64 at f = 4096).
-  SWAPFFN_REQUIRE(n_tiles <= resident, "fp8 dual GEMM, rows scaling: f = " + std::to_string(a.f) + " has " +
-                                           std::to_string(n_tiles) + " tiles of 128 outputs per row, more than the " +
-                                           std::to_string(resident) +
-                                           " clusters resident on this GPU, which its per-row amax needs at once "
-                                           "(use fp8up=cublas)");
-  const unsigned clusters = static_cast<unsigned>(std::min(p.units, resident / n_tiles * n_tiles));
-  launch_kernel_ex_cooperative(kernel, dim3(1, clusters * kClusterM, 1), dim3(kThreads), dim3(1, kClusterM, 1),
-                               kSmemBytes, stream, /*pdl=*/true, tx, tw, p);
+  // As many clusters as are resident at once (one CTA per SM: the stages take most of its shared
+  // memory), each walking every grid-th unit. The occupancy query is kept per device.
+  static std::atomic<int> resident_on[2][kMaxDevices] = {};
+  const int resident = once_per_device(resident_on[rows], [kernel] {
+    const int n = max_active_clusters(kernel, dim3(kThreads), dim3(1, kClusterM, 1), kSmemBytes);
+    SWAPFFN_REQUIRE(n > 0, "fp8 dual GEMM: no cluster of " + std::to_string(kClusterM) + " CTAs fits the GPU");
+    return n;
+  });
+  const unsigned clusters = static_cast<unsigned>(std::min(p.units, resident));
+  launch_kernel_ex(kernel, dim3(1, clusters * kClusterM, 1), dim3(kThreads),
+                   dim3(1, kClusterM, 1), kSmemBytes, stream, /*pdl=*/true, tx, tw, p);
 }
 
 std::vector<uint8_t> interleave_w13_e4m3(const std::vector<uint8_t>& w1, const std::vector<uint8_t>& w3, int64_t f,

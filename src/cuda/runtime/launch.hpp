@@ -77,17 +77,16 @@ int once_per_device(std::atomic<int> (&table)[kMaxDevices], Compute compute) {
   return v;
 }
 
-namespace detail {
 template <class Kernel, class... Args>
-void launch_with_attributes(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int smem_bytes, cudaStream_t stream,
-                            bool pdl, bool cooperative, Args... args) {
+void launch_kernel_ex(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int smem_bytes, cudaStream_t stream, bool pdl,
+                      Args... args) {
   allow_dynamic_smem(kernel, smem_bytes);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   cfg.stream = stream;
-  cudaLaunchAttribute attrs[3];
+  cudaLaunchAttribute attrs[2];
   unsigned n = 0;
   if (cluster.x * cluster.y * cluster.z > 1) {
     attrs[n].id = cudaLaunchAttributeClusterDimension;
@@ -101,31 +100,10 @@ void launch_with_attributes(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, 
     attrs[n].val.programmaticStreamSerializationAllowed = 1;
     ++n;
   }
-  if (cooperative) {
-    attrs[n].id = cudaLaunchAttributeCooperative;
-    attrs[n].val.cooperative = 1;
-    ++n;
-  }
   cfg.attrs = attrs;
   cfg.numAttrs = n;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
   SWAPFFN_CHECK_LAUNCH();
-}
-}  // namespace detail
-
-template <class Kernel, class... Args>
-void launch_kernel_ex(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int smem_bytes, cudaStream_t stream, bool pdl,
-                      Args... args) {
-  detail::launch_with_attributes(kernel, grid, block, cluster, smem_bytes, stream, pdl, false, args...);
-}
-
-// launch_kernel_ex, cooperative: every CTA of the grid is resident at once, whatever runs beside it
-// on other streams (the CUDA guarantee a kernel whose CTAs wait for each other needs; the grid must
-// fit one wave: max_active_clusters, max_ctas_per_wave).
-template <class Kernel, class... Args>
-void launch_kernel_ex_cooperative(Kernel kernel, dim3 grid, dim3 block, dim3 cluster, int smem_bytes,
-                                  cudaStream_t stream, bool pdl, Args... args) {
-  detail::launch_with_attributes(kernel, grid, block, cluster, smem_bytes, stream, pdl, true, args...);
 }
 
 // A cooperative launch: every block of the grid is resident at once, so the kernel may use grid
