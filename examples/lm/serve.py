@@ -33,7 +33,7 @@ except ImportError:
     sys.exit("serve.py needs PyTorch (pip install torch): the language model around the engines is PyTorch")
 
 import swapffn
-from model import LM, PRESETS, VOCAB, KVCache, ModelError, ffn_file, preset, read_saved
+from model import LM, PRESETS, VOCAB, KVCache, ModelError, ffn_file, preset, read_saved, step_mask
 
 T = TypeVar("T")
 
@@ -99,8 +99,9 @@ def decode_step(lm: LM, cache: KVCache, inputs: torch.Tensor, ffn: FfnStep) -> t
     ids = slots.to(torch.int32)
     rows = torch.where(slots < 0, cache.scratch, slots)  # padding rows write the scratch row
     x = lm.embed(tokens, pos)
+    hidden = step_mask(pos, lm.cfg.max_seq, lm.cfg.n_heads)
     for layer, block in enumerate(lm.blocks):
-        x = x + block.attn.step(block.norm1(x), cache.k[layer], cache.v[layer], rows, pos)
+        x = x + block.attn.step(block.norm1(x), cache.kv[layer], rows, pos, hidden)
         x = x + ffn(layer, block.norm2(x), ids)
     return lm.logits(x)
 
@@ -296,7 +297,7 @@ class Server:
         n = len(req.prompt)
         x = self.lm.embed(torch.tensor(req.prompt, device=self.device), torch.arange(n, device=self.device))
         for layer, block in enumerate(self.lm.blocks):
-            x = x + block.attn.prefill(block.norm1(x), self.cache.k[layer], self.cache.v[layer], req.slot)
+            x = x + block.attn.prefill(block.norm1(x), self.cache.kv[layer], req.slot)
             xs = block.norm2(x)[:, None].contiguous()  # [T, 1, D]
             x = x + self.engines[layer].decode(xs, self.pools[layer], [req.slot])[:, 0]
         return self.lm.logits(x[-1])
