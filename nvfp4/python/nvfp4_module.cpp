@@ -86,6 +86,7 @@ void launch(const Call& call, const Problem& p, Choose choose, Run run) {
   const auto stream = static_cast<cudaStream_t>(current_stream(device));
   const WorkspaceLease ws(device, stream, workspace_bytes(p, config));
   run(p, config, ws.get(), stream);
+  ws.launched();
 }
 #else
 template <class Problem, class Choose, class Run>
@@ -151,6 +152,9 @@ NB_MODULE(_nvfp4, m) {
   m.doc() = "NVFP4 kernels on torch tensors (use swapffn.nvfp4, not this module)";
 #ifdef SWAPFFN_WITH_CUDA
   m.attr("with_cuda") = true;
+  m.def("_stream_workspaces", &stream_workspaces, "device"_a,
+        "How many streams of the device keep a workspace (at most _max_stream_workspaces; for the tests).");
+  m.attr("_max_stream_workspaces") = kStreamWorkspaces;
 #else
   m.attr("with_cuda") = false;
 #endif

@@ -1,12 +1,20 @@
 #include "workspaces.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <utility>
 
 #include "cuda/runtime/cuda_check.hpp"
 
 namespace swapffn::nvfp4::python {
+
+struct StreamWorkspace {
+  Workspace ws;
+  cudaEvent_t last_use = nullptr;  // recorded after each call's kernels
+  uint64_t used_at = 0;            // lease count at the last use: the least recent is evicted
+};
+
 namespace {
 
 // Allocated and its counters zeroed on `stream`, before the kernels that use it.
@@ -17,14 +25,35 @@ void* allocate(size_t bytes, cudaStream_t stream) {
   return p;
 }
 
-// The workspaces of the streams (under the GIL). Never destroyed: freeing at exit could run after
-// the CUDA runtime has torn the context down.
-std::map<std::pair<int, cudaStream_t>, Workspace>& by_stream() {
-  static auto* m = new std::map<std::pair<int, cudaStream_t>, Workspace>;
+// The workspaces of the streams by (device, stream id), under the GIL. Never destroyed: freeing at
+// exit could run after the CUDA runtime has torn the context down.
+using Key = std::pair<int, unsigned long long>;
+std::map<Key, StreamWorkspace>& by_stream() {
+  static auto* m = new std::map<Key, StreamWorkspace>;
   return *m;
+}
+uint64_t leases = 0;
+
+// Frees the least recently used workspace of `device`, on `stream` after its last use.
+void evict_one(int device, cudaStream_t stream) {
+  auto& m = by_stream();
+  auto victim = m.end();
+  for (auto it = m.lower_bound({device, 0}); it != m.end() && it->first.first == device; ++it)
+    if (victim == m.end() || it->second.used_at < victim->second.used_at) victim = it;
+  StreamWorkspace& v = victim->second;
+  if (v.last_use != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, v.last_use, 0));
+  if (v.ws.ptr != nullptr) CUDA_CHECK(cudaFreeAsync(v.ws.ptr, stream));
+  if (v.last_use != nullptr) CUDA_CHECK(cudaEventDestroy(v.last_use));  // released once its work is done
+  m.erase(victim);
 }
 
 }  // namespace
+
+size_t stream_workspaces(int device) {
+  size_t n = 0;
+  for (const auto& [key, w] : by_stream()) n += key.first == device;
+  return n;
+}
 
 WorkspaceLease::WorkspaceLease(int device, cudaStream_t stream, size_t bytes) : stream_(stream) {
   if (bytes == 0) return;
@@ -35,13 +64,29 @@ WorkspaceLease::WorkspaceLease(int device, cudaStream_t stream, size_t bytes) : 
     own_ = true;
     return;
   }
-  Workspace& w = by_stream()[{device, stream}];
-  if (w.bytes < bytes) {
-    if (w.ptr != nullptr) CUDA_CHECK(cudaFreeAsync(w.ptr, stream));  // after the kernels that used it
-    w = {};  // none, should the allocation throw
-    w = {allocate(bytes, stream), bytes};
+  unsigned long long id = 0;
+  CUDA_CHECK(cudaStreamGetId(stream, &id));
+  auto& m = by_stream();
+  auto it = m.find({device, id});
+  if (it == m.end()) {
+    if (stream_workspaces(device) >= kStreamWorkspaces) evict_one(device, stream);
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    it = m.emplace(Key{device, id}, StreamWorkspace{{}, e, 0}).first;
   }
-  ws_ = w;
+  StreamWorkspace& w = it->second;
+  if (w.ws.bytes < bytes) {
+    if (w.ws.ptr != nullptr) CUDA_CHECK(cudaFreeAsync(w.ws.ptr, stream));  // after the kernels that used it
+    w.ws = {};  // none, should the allocation throw
+    w.ws = {allocate(bytes, stream), bytes};
+  }
+  w.used_at = ++leases;
+  ws_ = w.ws;
+  kept_ = &w;
+}
+
+void WorkspaceLease::launched() const {
+  if (kept_ != nullptr) CUDA_CHECK(cudaEventRecord(kept_->last_use, stream_));
 }
 
 WorkspaceLease::~WorkspaceLease() {

@@ -536,6 +536,32 @@ def test_a_graph_of_calls_with_workspaces_replays_beside_eager_calls_that_grow_t
         assert not mismatches(big[-1], ref_gemm(*big[:4]), exact=True)
 
 
+@needs_hopper
+def test_streams_made_as_a_server_goes_keep_a_bounded_number_of_workspaces():
+    """Each new stream's split-K call gets a workspace; beyond _max_stream_workspaces streams the least
+    recently used one is freed after its last use (its stream is gone by then), and every call stays right."""
+    from swapffn import _nvfp4
+    device = torch.cuda.current_device()
+    limit = _nvfp4._max_stream_workspaces
+    x = gemm_inputs(128, 4096, 7168, 1, device="cuda")  # split-K: a workspace
+    want = ref_gemm(*x[:4])
+    outputs = []
+    for i in range(limit + 5):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            c = torch.full_like(x[-1], float("nan"))
+            nvfp4.gemm(*x[:-1], c)
+        outputs.append(c)
+        c.record_stream(s)
+        del s  # the stream goes; its workspace stays until evicted
+        assert _nvfp4._stream_workspaces(device) <= limit
+    torch.cuda.synchronize()
+    assert _nvfp4._stream_workspaces(device) == limit
+    for c in outputs:
+        assert not mismatches(c, want, exact=True)
+
+
 _ATTRIBUTES_ON_THE_GPU = """
 import torch
 del torch.Tensor.__dlpack_c_exchange_api__
