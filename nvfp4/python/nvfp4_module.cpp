@@ -152,9 +152,10 @@ NB_MODULE(_nvfp4, m) {
   m.doc() = "NVFP4 kernels on torch tensors (use swapffn.nvfp4, not this module)";
 #ifdef SWAPFFN_WITH_CUDA
   m.attr("with_cuda") = true;
-  m.def("_stream_workspaces", &stream_workspaces, "device"_a,
-        "How many streams of the device keep a workspace (at most _max_stream_workspaces; for the tests).");
-  m.attr("_max_stream_workspaces") = kStreamWorkspaces;
+  m.def("_stream_workspaces", &stream_workspaces, "device"_a, "How many streams of the device keep a workspace.");
+  m.def("_stream_workspace_limit", &stream_workspace_limit, "At most how many streams per device keep one.");
+  m.def("_set_stream_workspace_limit", &set_stream_workspace_limit, "n"_a,
+        "Lower or raise that limit (for the tests: streams beyond it evict each other).");
 #else
   m.attr("with_cuda") = false;
 #endif

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <utility>
 
 #include "cuda/runtime/cuda_check.hpp"
@@ -33,17 +34,32 @@ std::map<Key, StreamWorkspace>& by_stream() {
   return *m;
 }
 uint64_t leases = 0;
+size_t limit = 64;
 
-// Frees the least recently used workspace of `device`, on `stream` after its last use.
-void evict_one(int device, cudaStream_t stream) {
+// The stream on which evicted workspaces are freed, per device (created on the current one), so
+// that the evicting call's stream does not wait for the victim stream's work.
+cudaStream_t reaper(int device) {
+  static auto* streams = new std::map<int, cudaStream_t>;
+  auto it = streams->find(device);
+  if (it == streams->end()) {
+    cudaStream_t s = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    it = streams->emplace(device, s).first;
+  }
+  return it->second;
+}
+
+// Frees the least recently used workspace of `device` after its last use.
+void evict_one(int device) {
   auto& m = by_stream();
   auto victim = m.end();
   for (auto it = m.lower_bound({device, 0}); it != m.end() && it->first.first == device; ++it)
     if (victim == m.end() || it->second.used_at < victim->second.used_at) victim = it;
   StreamWorkspace& v = victim->second;
-  if (v.last_use != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, v.last_use, 0));
-  if (v.ws.ptr != nullptr) CUDA_CHECK(cudaFreeAsync(v.ws.ptr, stream));
-  if (v.last_use != nullptr) CUDA_CHECK(cudaEventDestroy(v.last_use));  // released once its work is done
+  const cudaStream_t r = reaper(device);
+  CUDA_CHECK(cudaStreamWaitEvent(r, v.last_use, 0));
+  if (v.ws.ptr != nullptr) CUDA_CHECK(cudaFreeAsync(v.ws.ptr, r));
+  CUDA_CHECK(cudaEventDestroy(v.last_use));  // released once its work is done
   m.erase(victim);
 }
 
@@ -53,6 +69,11 @@ size_t stream_workspaces(int device) {
   size_t n = 0;
   for (const auto& [key, w] : by_stream()) n += key.first == device;
   return n;
+}
+size_t stream_workspace_limit() { return limit; }
+void set_stream_workspace_limit(size_t n) {
+  if (n < 1) throw std::invalid_argument("the stream workspace limit must be at least 1");
+  limit = n;  // streams beyond it are evicted as they next need a workspace
 }
 
 WorkspaceLease::WorkspaceLease(int device, cudaStream_t stream, size_t bytes) : stream_(stream) {
@@ -69,9 +90,10 @@ WorkspaceLease::WorkspaceLease(int device, cudaStream_t stream, size_t bytes) : 
   auto& m = by_stream();
   auto it = m.find({device, id});
   if (it == m.end()) {
-    if (stream_workspaces(device) >= kStreamWorkspaces) evict_one(device, stream);
+    while (stream_workspaces(device) >= limit) evict_one(device);
     cudaEvent_t e = nullptr;
     CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(e, stream));  // a last use before any, should the allocation throw
     it = m.emplace(Key{device, id}, StreamWorkspace{{}, e, 0}).first;
   }
   StreamWorkspace& w = it->second;
@@ -86,11 +108,16 @@ WorkspaceLease::WorkspaceLease(int device, cudaStream_t stream, size_t bytes) : 
 }
 
 void WorkspaceLease::launched() const {
-  if (kept_ != nullptr) CUDA_CHECK(cudaEventRecord(kept_->last_use, stream_));
+  if (kept_ == nullptr) return;
+  marked_ = true;
+  CUDA_CHECK(cudaEventRecord(kept_->last_use, stream_));
 }
 
+// Nothing to report from a destructor: a capture fails with its free, and a call that threw reports
+// its own error.
 WorkspaceLease::~WorkspaceLease() {
-  if (own_) cudaFreeAsync(ws_.ptr, stream_);  // nothing to report from a destructor: the capture fails with it
+  if (own_) cudaFreeAsync(ws_.ptr, stream_);
+  if (kept_ != nullptr && !marked_) cudaEventRecord(kept_->last_use, stream_);
 }
 
 }  // namespace swapffn::nvfp4::python

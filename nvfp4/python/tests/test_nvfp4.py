@@ -537,29 +537,40 @@ def test_a_graph_of_calls_with_workspaces_replays_beside_eager_calls_that_grow_t
 
 
 @needs_hopper
-def test_streams_made_as_a_server_goes_keep_a_bounded_number_of_workspaces():
-    """Each new stream's split-K call gets a workspace; beyond _max_stream_workspaces streams the least
-    recently used one is freed after its last use (its stream is gone by then), and every call stays right."""
+def test_streams_beyond_the_limit_evict_workspaces_still_in_use_safely():
+    """With the limit lowered to 3, split-K calls on 7 streams (each behind a long kernel, so every victim's
+    GEMM is still pending when its workspace is evicted) keep at most 3 workspaces, and every result is
+    right: an eviction frees only after the victim's last use. A call refused by its checks leaves the
+    count alone."""
     from swapffn import _nvfp4
     device = torch.cuda.current_device()
-    limit = _nvfp4._max_stream_workspaces
+    limit = _nvfp4._stream_workspace_limit()
+    assert limit >= 32  # torch's pool of streams (32 per priority) never evicts
+    with pytest.raises(ValueError):
+        _nvfp4._set_stream_workspace_limit(0)
     x = gemm_inputs(128, 4096, 7168, 1, device="cuda")  # split-K: a workspace
     want = ref_gemm(*x[:4])
-    outputs = []
-    for i in range(limit + 5):
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            c = torch.full_like(x[-1], float("nan"))
-            nvfp4.gemm(*x[:-1], c)
-        outputs.append(c)
-        c.record_stream(s)
-        del s  # the stream goes; its workspace stays until evicted
-        assert _nvfp4._stream_workspaces(device) <= limit
     torch.cuda.synchronize()
-    assert _nvfp4._stream_workspaces(device) == limit
-    for c in outputs:
-        assert not mismatches(c, want, exact=True)
+    _nvfp4._set_stream_workspace_limit(3)
+    try:
+        outputs, streams = [], [torch.cuda.Stream() for _ in range(7)]
+        torch.cuda._sleep(200_000_000)  # ~0.1 s: everything below stays queued behind it
+        for s in streams:
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                c = torch.full_like(x[-1], float("nan"))
+                nvfp4.gemm(*x[:-1], c)
+                outputs.append(c)
+            assert _nvfp4._stream_workspaces(device) <= 3
+        before = _nvfp4._stream_workspaces(device)
+        with torch.cuda.stream(streams[0]), pytest.raises(Exception):
+            nvfp4.gemm(*x[:-1], x[-1][:64])
+        assert _nvfp4._stream_workspaces(device) == before
+        torch.cuda.synchronize()
+        for c in outputs:
+            assert not mismatches(c, want, exact=True)
+    finally:
+        _nvfp4._set_stream_workspace_limit(limit)
 
 
 _ATTRIBUTES_ON_THE_GPU = """
