@@ -138,11 +138,11 @@ class Attention(nn.Module):
         return self.proj(y.view(x.shape[0], -1))
 
 
-def step_mask(pos: torch.Tensor, max_seq: int, n_heads: int) -> torch.Tensor:
-    """The decode step's attention bias [B * n_heads, 1, max_seq] (row b's heads together): 0 at the
-    positions 0..pos[b] that row b sees, -inf beyond."""
+def step_mask(pos: torch.Tensor, max_seq: int, n_heads: int, dtype: torch.dtype) -> torch.Tensor:
+    """The decode step's attention bias [B * n_heads, 1, max_seq] (row b's heads together) in the
+    activations' dtype: 0 at the positions 0..pos[b] that row b sees, -inf beyond."""
     hidden = torch.arange(max_seq, device=pos.device) > pos[:, None]
-    bias = torch.zeros(hidden.shape, device=pos.device).masked_fill_(hidden, float("-inf"))
+    bias = torch.zeros(hidden.shape, device=pos.device, dtype=dtype).masked_fill_(hidden, float("-inf"))
     return bias.repeat_interleave(n_heads, 0)[:, None]
 
 

@@ -99,7 +99,7 @@ def decode_step(lm: LM, cache: KVCache, inputs: torch.Tensor, ffn: FfnStep) -> t
     ids = slots.to(torch.int32)
     rows = torch.where(slots < 0, cache.scratch, slots)  # padding rows write the scratch row
     x = lm.embed(tokens, pos)
-    hidden = step_mask(pos, lm.cfg.max_seq, lm.cfg.n_heads)
+    hidden = step_mask(pos, lm.cfg.max_seq, lm.cfg.n_heads, x.dtype)
     for layer, block in enumerate(lm.blocks):
         x = x + block.attn.step(block.norm1(x), cache.kv[layer], rows, pos, hidden)
         x = x + ffn(layer, block.norm2(x), ids)
