@@ -563,7 +563,7 @@ def test_streams_beyond_the_limit_evict_workspaces_still_in_use_safely():
                 outputs.append(c)
             assert _nvfp4._stream_workspaces(device) <= 3
         before = _nvfp4._stream_workspaces(device)
-        with torch.cuda.stream(streams[0]), pytest.raises(Exception):
+        with torch.cuda.stream(streams[0]), pytest.raises(swapffn.Error, match="c: expected shape"):
             nvfp4.gemm(*x[:-1], x[-1][:64])
         assert _nvfp4._stream_workspaces(device) == before
         torch.cuda.synchronize()
