@@ -7,25 +7,27 @@ row groups overlap) and the gaps (the span minus that union). docs/PERFORMANCE.m
 tables come from this script.
 
 usage: PYTHONPATH=<swapffn package> step_breakdown.py MODEL [--backend fused] [--batch 1] [--steps 16]
+       [--kernels ffn=split]   (pinned kernel choices, as `swapffn run --kernels`)
 """
 import argparse
 import sys
 
 
-def breakdown(model: str, backend: str, batch: int, steps: int) -> str:
+def breakdown(model: str, backend: str, batch: int, steps: int, kernels: str = "") -> str:
     import torch
 
     import swapffn
     from swapffn.kernel_profile import kernel_table
 
-    eng = swapffn.Engine.load(model, backend=backend)
+    eng = swapffn.Engine.load(model, backend=backend, kernels=kernels)
     pool = swapffn.StatePool(eng, batch)
     ids = list(range(batch))
     pool.reset(ids)
     xs = torch.randn(steps, batch, eng.config["d_model"], device=f"cuda:{eng.device}")
     for _ in range(2):  # allocation, capture, then warm replays
         eng.decode(xs, pool, ids)
-    title = f"{backend}, B = {batch}, {torch.cuda.get_device_name(eng.device)} (row groups overlap)"
+    pinned = f" [{kernels}]" if kernels else ""
+    title = f"{backend}{pinned}, B = {batch}, {torch.cuda.get_device_name(eng.device)} (row groups overlap)"
     return kernel_table(lambda: eng.decode(xs, pool, ids), steps, title)
 
 
@@ -35,8 +37,9 @@ def main() -> int:
     p.add_argument("--backend", default="fused")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--kernels", default="", help="pinned kernel choices, as `swapffn run --kernels`")
     a = p.parse_args()
-    print(breakdown(a.model, a.backend, a.batch, a.steps))
+    print(breakdown(a.model, a.backend, a.batch, a.steps, a.kernels))
     return 0
 
 
