@@ -7,7 +7,7 @@ row groups overlap) and the gaps (the span minus that union). docs/PERFORMANCE.m
 tables come from this script.
 
 usage: PYTHONPATH=<swapffn package> step_breakdown.py MODEL [--backend fused] [--batch 1] [--steps 16]
-       [--kernels ffn=split]   (pinned kernel choices, as `swapffn run --kernels`)
+       [--kernels up=bn256_st4_sk1_mc1_p]   (pinned kernel choices, as `swapffn run --kernels`)
 """
 import argparse
 import sys
