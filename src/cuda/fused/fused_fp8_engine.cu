@@ -9,9 +9,10 @@
 // cuBLASLt's w1|w3 GEMM into bf16 [rows, 2F], then SwiGLU and quantisation, fp8_swiglu_quantize;
 // fp8up=sm90: our kernel, sm90_fp8_dual_gemm_swiglu, with both in its epilogue (blocks), or the
 // SwiGLU with u in bf16 [rows, F], then its per-row quantisation (rows)); the w2 GEMM adding into h
-// in place (fp32, beta = 1). The cuBLASLt GEMMs are its scaled fp8 matmul (Hopper), pinned per
-// shape for batch invariance (BatchInvariantGemm). Its up GEMM writes bf16: the output is quantised
-// to e4m3 next, and bf16's rounding (2^-9) is far below e4m3's (2^-4) at half the bytes of fp32.
+// in place (fp32, beta = 1; rows: ours, sm90_fp8_rows_gemm_residual). The cuBLASLt GEMMs are its
+// scaled fp8 matmul (Hopper), pinned per shape for batch invariance (BatchInvariantGemm). Its up GEMM
+// writes bf16: the output is quantised to e4m3 next, and bf16's rounding (2^-9) is far below e4m3's
+// (2^-4) at half the bytes of fp32.
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -20,6 +21,8 @@
 #include "cuda/backends.hpp"
 #include "cuda/fused/fused_engine_base.hpp"
 #include "cuda/kernels/fp8_quantize_rows.hpp"
+#include "cuda/kernels/sm90_fp8_rows_gemm_residual.hpp"
+#include "cuda/runtime/launch.hpp"
 #include "cuda/kernels/fp8_swiglu_quantize.hpp"
 #include "cuda/kernels/sm90_fp8_dual_gemm_swiglu.hpp"
 #include "swapffn/error.hpp"
@@ -58,11 +61,15 @@ class FusedFp8Engine final : public FusedEngineBase {
     if (up_ == Fp8UpGemm::cublas)
       up_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, 2 * F, D, CUDA_R_16BF, false, C, kGemmWorkspaceBytes,
                                                       GemmOperands::scaled_e4m3(scaling));
-    down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, D, F, CUDA_R_32F, cfg_.ffn_residual, C,
-                                                      kGemmWorkspaceBytes, GemmOperands::scaled_e4m3(scaling));
+    // rows: our w2 GEMM (no promotion, so its tile follows the row count at the same bits); blocks:
+    // cuBLASLt's, pinned for batch invariance.
+    if (scaling == fp8::Scaling::blocks)
+      down_gemm_ = std::make_unique<BatchInvariantGemm>(lt_.h, D, F, CUDA_R_32F, cfg_.ffn_residual, C,
+                                                        kGemmWorkspaceBytes, GemmOperands::scaled_e4m3(scaling));
     if (gemm_log_enabled())
       std::fprintf(stderr, "fused-fp8 (scaling %s): w1|w3 GEMM %s\nfused-fp8: w2 GEMM %s\n", fp8::scaling_name(scaling),
-                   up_gemm_ ? up_gemm_->describe().c_str() : "sm90_fp8_dual_gemm_swiglu", down_gemm_->describe().c_str());
+                   up_gemm_ ? up_gemm_->describe().c_str() : "sm90_fp8_dual_gemm_swiglu",
+                   down_gemm_ ? down_gemm_->describe().c_str() : "sm90_fp8_rows_gemm_residual");
   }
   std::string name() const override { return "fused-fp8"; }
   Precision precision() const override { return Precision::fp8; }
@@ -72,6 +79,7 @@ class FusedFp8Engine final : public FusedEngineBase {
     const int64_t D = cfg_.d_model, F = cfg_.d_ff;
     for (const auto& [r0, n] : groups_) {
       if (up_gemm_) up_gemm_->set_rows(n);
+      if (!down_gemm_) continue;
       down_gemm_->set_rows(n);
       if (gemm_log_enabled())
         std::fprintf(stderr, "fused-fp8: %lld rows: w2 GEMM %s\n", static_cast<long long>(n),
@@ -135,14 +143,21 @@ class FusedFp8Engine final : public FusedEngineBase {
                     stream);
       launch_swiglu_quantize_e4m3(scaling_, as_nv(gu), rows, F, uq, us, stream, /*pdl=*/true);
     }
-    down_gemm_->run(rows, ScaledOperand{w2_.get(), w2_scale_.get()}, ScaledOperand{uq, us}, h_.get() + g0 * D,
-                    workspace(g), stream);
+    if (down_gemm_) {
+      down_gemm_->run(rows, ScaledOperand{w2_.get(), w2_scale_.get()}, ScaledOperand{uq, us}, h_.get() + g0 * D,
+                      workspace(g), stream);
+    } else {
+      launch_fp8_rows_gemm({.a = uq, .a_scale = us, .w = w2_.get(), .w_scale = w2_scale_.get(), .h = h_.get() + g0 * D,
+                            .m = int(rows), .n = int(D), .k = int(F), .residual = cfg_.ffn_residual},
+                           fp8_rows_gemm_tile(rows, D, sms_), stream);
+    }
   }
 
  private:
   fp8::Scaling scaling_;
+  int sms_ = sm_count();
   Fp8UpGemm up_;                                       // at every batch size (select_fused_config)
-  std::unique_ptr<BatchInvariantGemm> up_gemm_, down_gemm_;  // up_gemm_: fp8up=cublas only
+  std::unique_ptr<BatchInvariantGemm> up_gemm_, down_gemm_;  // up_gemm_: fp8up=cublas only; down_gemm_: blocks
   DeviceBuffer<uint8_t> w13_, w2_;           // e4m3 [2F, D] ([W1; W3], or interleaved for sm90) and [D, F]
   DeviceBuffer<float> w13_scale_, w2_scale_;  // their scales (weight_scales' layout)
   DeviceBuffer<uint8_t> xq_, uq_;             // e4m3 [M, D] and [M, F]
