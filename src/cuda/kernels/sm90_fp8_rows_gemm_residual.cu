@@ -2,13 +2,16 @@
 // Persistent: a CTA per SM walks the output tiles (row block major). Warpgroup 0 produces (one thread
 // issues TMA loads of 128 of k per stage into a ring of about 192 KB, W's first stage before the wait
 // for the previous kernel), warpgroups 1 and 2 consume every stage: at 64 x 64 each takes 32 of the
-// columns (both read the stage's A), at 128 x 128 each takes 64 of the rows. The epilogue loads the
+// columns (both read the stage's A), at 128 x 128 and 128 x 256 each takes 64 of the rows. The epilogue loads the
 // tile's h first, then writes h + (acc * sa) * sw: one fp32 rounding per operation in that order.
 #include "cuda/kernels/sm90_fp8_rows_gemm_residual.hpp"
 
 #include <cuda.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <tuple>
 #include <string>
 #include <utility>
 
@@ -41,10 +44,15 @@ template <>
 struct E4m3Atom<128> {
   using Op = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
 };
+template <>
+struct E4m3Atom<256> {
+  using Op = cute::SM90::GMMA::MMA_64x256x32_F32E4M3E4M3_SS_TN<>;
+};
 
 template <int BM, int BN>
 struct Tile {
-  static_assert((BM == 64 && BN == 64) || (BM == 128 && BN == 128), "compiled tiles: 64 x 64 and 128 x 128");
+  static_assert((BM == 64 && BN == 64) || (BM == 128 && (BN == 128 || BN == 256)),
+                "compiled tiles: 64 x 64, 128 x 128 and 128 x 256");
   static constexpr bool kSplitCols = BM == 64;               // consumers split the columns (else the rows)
   static constexpr int kWN = kSplitCols ? BN / 2 : BN;       // a consumer's columns
   static constexpr int kAcc = kWN / 2;                       // m64 x kWN fp32 accumulators per thread
@@ -158,34 +166,40 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence(acc);
     if (t % 32 == 0) EmptyBarrier::arrive(&empty[(g + S - 1) % S]);
 
-    // Entry 4 j + 2 half + e: row row0 + 8 half, column col0 + 8 j + e. h is loaded for the whole
-    // tile first: loads interleaved with the stores would each wait for the store before it (h is
-    // written through the same pointer), a chain of round trips.
+    // Entry 4 j + 2 half + e: row row0 + 8 half, column col0 + 8 j + e. h is loaded 64 columns at a
+    // time before they are stored: loads interleaved with the stores would each wait for the store
+    // before it (h is written through the same pointer), a chain of round trips.
     const int row0 = m_tile * BM + (T::kSplitCols ? 0 : c * 64) + a0.row;
     const int col0 = n_tile * BN + (T::kSplitCols ? c * T::kWN : 0) + a0.col;
     float sa[2];
-    float2 hv[T::kAcc / 2];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = row0 + 8 * half;
-      sa[half] = row < p.m ? __ldg(p.a_scale + row) : 0.f;
+    for (int half = 0; half < 2; ++half) sa[half] = row0 + 8 * half < p.m ? __ldg(p.a_scale + row0 + 8 * half) : 0.f;
+    constexpr int kJ = T::kWN / 8, kChunk = kJ < 8 ? kJ : 8;
 #pragma unroll
-      for (int j = 0; j < T::kWN / 8; ++j)
-        hv[2 * j + half] = p.residual && row < p.m
-                               ? *reinterpret_cast<const float2*>(p.h + int64_t(row) * p.n + col0 + 8 * j)
-                               : make_float2(0.f, 0.f);
-    }
+    for (int j0 = 0; j0 < kJ; j0 += kChunk) {
+      float2 hv[kChunk][2];
 #pragma unroll
-    for (int j = 0; j < T::kWN / 8; ++j) {
-      const float2 sw = __ldg(reinterpret_cast<const float2*>(p.w_scale + col0 + 8 * j));
+      for (int j = 0; j < kChunk; ++j)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = row0 + 8 * half;
-        if (row >= p.m) continue;  // the last row block's rows past m (a read them as zeros)
-        const float v0 = acc[4 * j + 2 * half] * sa[half] * sw.x, v1 = acc[4 * j + 2 * half + 1] * sa[half] * sw.y;
-        const float2 h = hv[2 * j + half];
-        *reinterpret_cast<float2*>(p.h + int64_t(row) * p.n + col0 + 8 * j) =
-            p.residual ? make_float2(h.x + v0, h.y + v1) : make_float2(v0, v1);
+        for (int half = 0; half < 2; ++half) {
+          const int row = row0 + 8 * half;
+          hv[j][half] = p.residual && row < p.m
+                            ? *reinterpret_cast<const float2*>(p.h + int64_t(row) * p.n + col0 + 8 * (j0 + j))
+                            : make_float2(0.f, 0.f);
+        }
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        const float2 sw = __ldg(reinterpret_cast<const float2*>(p.w_scale + col0 + 8 * (j0 + j)));
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = row0 + 8 * half;
+          if (row >= p.m) continue;  // the last row block's rows past m (a read them as zeros)
+          const int e = 4 * (j0 + j) + 2 * half;
+          const float v0 = acc[e] * sa[half] * sw.x, v1 = acc[e + 1] * sa[half] * sw.y;
+          const float2 h = hv[j][half];
+          *reinterpret_cast<float2*>(p.h + int64_t(row) * p.n + col0 + 8 * (j0 + j)) =
+              p.residual ? make_float2(h.x + v0, h.y + v1) : make_float2(v0, v1);
+        }
       }
     }
   }
@@ -211,21 +225,32 @@ void launch_tile(const Fp8RowsGemmArgs& a, cudaStream_t stream) {
 }  // namespace
 
 Fp8RowsTile fp8_rows_gemm_tile(int64_t m, int64_t n, int sms) {
-  const int64_t small_tiles = (m + 63) / 64 * (n / 64);
-  return small_tiles <= sms || n % 128 != 0 ? Fp8RowsTile::m64n64 : Fp8RowsTile::m128n128;
+  // Each round of tiles over the SMs costs about what an SM loads, (BM + BN) * k: the fewest rounds
+  // of the smallest tiles that fill them.
+  const auto cost = [&](int bm, int bn) {
+    return n % bn != 0 ? INT64_MAX : ((m + bm - 1) / bm * (n / bn) + sms - 1) / sms * (bm + bn);
+  };
+  Fp8RowsTile best = Fp8RowsTile::m64n64;
+  int64_t best_cost = cost(64, 64);
+  for (const auto& [tile, bm, bn] : {std::tuple{Fp8RowsTile::m128n128, 128, 128}, {Fp8RowsTile::m128n256, 128, 256}})
+    if (const int64_t c = cost(bm, bn); c < best_cost) best = tile, best_cost = c;
+  return best;
 }
 
 void launch_fp8_rows_gemm(const Fp8RowsGemmArgs& a, Fp8RowsTile tile, cudaStream_t stream) {
   SWAPFFN_REQUIRE(a.m > 0 && a.n > 0 && a.n % 64 == 0 && a.k > 0 && a.k % kBK == 0,
                   "fp8 rows GEMM: m = " + std::to_string(a.m) + ", n = " + std::to_string(a.n) + ", k = " +
                       std::to_string(a.k) + " (n must be a positive multiple of 64, k of 128)");
-  SWAPFFN_REQUIRE(tile != Fp8RowsTile::m128n128 || a.n % 128 == 0,
-                  "fp8 rows GEMM: the 128 x 128 tile needs n % 128 == 0, got n = " + std::to_string(a.n));
+  const int bn = tile == Fp8RowsTile::m64n64 ? 64 : tile == Fp8RowsTile::m128n128 ? 128 : 256;
+  SWAPFFN_REQUIRE(a.n % bn == 0, "fp8 rows GEMM: a tile " + std::to_string(bn) + " wide needs n % " +
+                                     std::to_string(bn) + " == 0, got n = " + std::to_string(a.n));
   SWAPFFN_REQUIRE(a.a && a.a_scale && a.w && a.w_scale && a.h, "fp8 rows GEMM: an operand pointer is null");
   if (tile == Fp8RowsTile::m64n64)
     launch_tile<64, 64>(a, stream);
-  else
+  else if (tile == Fp8RowsTile::m128n128)
     launch_tile<128, 128>(a, stream);
+  else
+    launch_tile<128, 256>(a, stream);
 }
 
 }  // namespace swapffn::cuda

@@ -16,18 +16,19 @@ struct Fp8RowsGemmArgs {
   const uint8_t* w;      // [n, k] e4m3 (W2)
   const float* w_scale;  // [n]
   float* h;              // [m, n] fp32, updated in place
-  int m, n, k;           // n a multiple of 64, k of 128
+  int m, n, k;           // n a multiple of the tile's width (64 at least), k of 128
   bool residual;         // h += product (else h = product)
 };
 
-// Output tiles; each consumer warpgroup owns whole outputs, so both give the same bits.
+// Output tiles; each consumer warpgroup owns whole outputs, so all give the same bits.
 enum class Fp8RowsTile {
   m64n64,    // one wave at small m: 128 CTAs at 512 rows and n = 1024
-  m128n128,  // half the operand bytes per output where the tiles fill the SMs anyway (n % 128 == 0)
+  m128n128,  // half the operand bytes per output once 64 x 64 tiles take more than one wave
+  m128n256,  // a third fewer again where its tiles still fill the SMs (n % 256 == 0)
 };
 
-// The tile for m rows on `sms` multiprocessors (the one place this choice is made): 64 x 64 while
-// its tiles fit one wave, or where n is not a multiple of 128; else 128 x 128.
+// The tile for m rows on `sms` multiprocessors (the one place this choice is made): the fewest
+// rounds of tiles over the SMs, each weighed by what an SM loads for a tile.
 Fp8RowsTile fp8_rows_gemm_tile(int64_t m, int64_t n, int sms);
 
 // Checks the shapes and launches as a programmatic dependent of the previous kernel (it waits for it
