@@ -64,7 +64,8 @@ fi
 # lines go to this log, its report to sanitizer-<tool>-<group>.log.
 engine_filter=${SANITIZER_ENGINE_FILTER:-"Presets/UnfusedCheck.*/tiny_B3_T6:Paths/FusedCheck.*/tiny_1\
 :Paths/FusedCheck.*/tiny_3:Paths/FusedCheck.*/tiny_9:Paths/FusedFp8Check.*/tiny_3:Paths/FusedFp8Check.*/tiny_4\
-:Paths/FusedFp8Check.*/tiny_10:Fp8Quantize.*:Shapes/Fp8Gemm.*:Shapes/Sm90Fp8DualGemm.*"}
+:Paths/FusedFp8Check.*/tiny_10:Paths/FusedFp8Check.*/tiny_15:Fp8Quantize.*:Shapes/Fp8Gemm.*\
+:Shapes/Sm90Fp8DualGemm.*:Shapes/Fp8RowsGemm.*/2:Shapes/Fp8RowsGemm.*/3"}
 nvfp4_filter=${SANITIZER_NVFP4_FILTER:-"Nvfp4Gpu.GemvBitExact:Nvfp4Gpu.GemvTmaBitExact:Nvfp4Gpu.GemmBitExact\
 :Nvfp4Gpu.DualGemmWithinTolerance:Nvfp4Gpu.GroupedGemmBitExact"}
 sanitize() {  # sanitize TOOL GROUP FILTER BINARY: compute-sanitizer TOOL over the GPU tests FILTER names
