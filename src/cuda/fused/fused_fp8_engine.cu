@@ -21,10 +21,10 @@
 #include "cuda/backends.hpp"
 #include "cuda/fused/fused_engine_base.hpp"
 #include "cuda/kernels/fp8_quantize_rows.hpp"
-#include "cuda/kernels/sm90_fp8_rows_gemm_residual.hpp"
-#include "cuda/runtime/launch.hpp"
 #include "cuda/kernels/fp8_swiglu_quantize.hpp"
 #include "cuda/kernels/sm90_fp8_dual_gemm_swiglu.hpp"
+#include "cuda/kernels/sm90_fp8_rows_gemm_residual.hpp"
+#include "cuda/runtime/launch.hpp"
 #include "swapffn/error.hpp"
 #include "swapffn/fp8.hpp"
 

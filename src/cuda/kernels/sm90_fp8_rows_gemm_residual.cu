@@ -2,17 +2,16 @@
 // Persistent: a CTA per SM walks the output tiles (row block major). Warpgroup 0 produces (one thread
 // issues TMA loads of 128 of k per stage into a ring of about 192 KB, W's first stage before the wait
 // for the previous kernel), warpgroups 1 and 2 consume every stage: at 64 x 64 each takes 32 of the
-// columns (both read the stage's A), at 128 x 128 and 128 x 256 each takes 64 of the rows. The epilogue loads the
-// tile's h first, then writes h + (acc * sa) * sw: one fp32 rounding per operation in that order.
+// columns (both read the stage's A), at 128 x 128 and 128 x 256 each takes 64 of the rows. The
+// epilogue writes h + (acc * sa) * sw: one fp32 rounding per operation in that order.
 #include "cuda/kernels/sm90_fp8_rows_gemm_residual.hpp"
 
 #include <cuda.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <cute/arch/copy_sm90_tma.hpp>
