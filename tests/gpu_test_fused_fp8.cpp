@@ -114,19 +114,23 @@ TEST(FusedFp8, NoResidualNoSiluAndDegenerateCountsAgree) {
     // 0.42 / 0.13 with ours (fp32 products), whose h moves the router's logits enough to flip one
     // decision of margin 0.36 (so its tau is 0.5; cuBLASLt's path keeps 0.25): the same order as the
     // 30-40% error of h itself. Both heads and both up projections are run and printed.
-    const Weights w = Weights::random(cfg, 17).quantized_fp8(fp8::Scaling::blocks);
-    for (const char* kernels : {"router=folded", "router=cublas", "router=folded,fp8up=cublas"}) {
-      Tolerance tol = Tolerance::fp8();
-      if (!cfg.ffn_residual) {
-        tol.delta_rel_l2 = 0.5;
-        tol.state_rel_l2 = 0.2;
-        // Only our up GEMM's fp32 products move a decision that far; cuBLASLt's keeps SPEC's tau.
-        if (std::string(kernels).find("fp8up=cublas") == std::string::npos) tol.tau = 0.5;
+    // Both scalings: rows runs its own w2 GEMM, whose h = product path (no residual) only these configs take.
+    for (const fp8::Scaling scaling : {fp8::Scaling::blocks, fp8::Scaling::rows}) {
+      const Weights w = Weights::random(cfg, 17).quantized_fp8(scaling);
+      for (const char* kernels : {"router=folded", "router=cublas", "router=folded,fp8up=cublas"}) {
+        Tolerance tol = Tolerance::fp8();
+        if (!cfg.ffn_residual) {
+          tol.delta_rel_l2 = 0.5;
+          tol.state_rel_l2 = 0.2;
+          // Only our up GEMM's fp32 products move a decision that far; cuBLASLt's keeps SPEC's tau.
+          if (std::string(kernels).find("fp8up=cublas") == std::string::npos) tol.tau = 0.5;
+        }
+        auto e = fused_fp8(w, true, kernels);
+        const CheckReport r = check_backend(w, *e, 2, 1, 5, tol);
+        const std::string name = label + kernels + " scales=" + fp8::scaling_name(scaling);
+        std::printf("[fused-fp8 %s] %s\n", name.c_str(), r.summary().c_str());
+        EXPECT_TRUE(r.passed()) << name << ": " << r.summary();
       }
-      auto e = fused_fp8(w, true, kernels);
-      const CheckReport r = check_backend(w, *e, 2, 1, 5, tol);
-      std::printf("[fused-fp8 %s%s] %s\n", label.c_str(), kernels, r.summary().c_str());
-      EXPECT_TRUE(r.passed()) << label << kernels << ": " << r.summary();
     }
   }
 }

@@ -14,12 +14,35 @@ namespace swapffn::cuda {
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-// Multiprocessors of the current device (grids sized to the machine: persistent GEMMs, router CTA widths).
-inline int sm_count() {
-  int dev = 0, n = 0;
+// A launcher's per-device answer to an occupancy query, computed once per device: the query costs
+// microseconds of host time, more than a small kernel (eager steps, timing loops). Each launcher
+// (kernel variant) keeps its own table; compute() must return a positive count.
+inline constexpr int kMaxDevices = 64;
+template <class Compute>
+int once_per_device(std::atomic<int> (&table)[kMaxDevices], Compute compute) {
+  int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
+  SWAPFFN_ASSERT(dev >= 0 && dev < kMaxDevices,
+                 "device " + std::to_string(dev) + " is beyond the launchers' per-device tables (" +
+                     std::to_string(kMaxDevices) + " devices)");
+  int v = table[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = compute();
+    table[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// Multiprocessors of the current device (grids sized to the machine: persistent GEMMs, router CTA
+// widths), asked of the driver once per device since launchers call it on every launch.
+inline int sm_count() {
+  static std::atomic<int> table[kMaxDevices];
+  return once_per_device(table, [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  });
 }
 
 // Lets `kernel` take smem_bytes of dynamic shared memory (above 48 KB it must opt in).
@@ -56,25 +79,6 @@ int max_ctas_per_wave(Kernel kernel, dim3 block, int smem_bytes) {
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(block.x * block.y * block.z),
                                                            static_cast<size_t>(smem_bytes)));
   return per_sm * sm_count();
-}
-
-// A launcher's per-device answer to an occupancy query, computed once per device: the query costs
-// microseconds of host time, more than a small kernel (eager steps, timing loops). Each launcher
-// (kernel variant) keeps its own table; compute() must return a positive count.
-inline constexpr int kMaxDevices = 64;
-template <class Compute>
-int once_per_device(std::atomic<int> (&table)[kMaxDevices], Compute compute) {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  SWAPFFN_ASSERT(dev >= 0 && dev < kMaxDevices,
-                 "device " + std::to_string(dev) + " is beyond the launchers' per-device tables (" +
-                     std::to_string(kMaxDevices) + " devices)");
-  int v = table[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    v = compute();
-    table[dev].store(v, std::memory_order_relaxed);
-  }
-  return v;
 }
 
 template <class Kernel, class... Args>
