@@ -14,9 +14,9 @@ namespace swapffn::cuda {
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-// A launcher's per-device answer to an occupancy query, computed once per device: the query costs
-// microseconds of host time, more than a small kernel (eager steps, timing loops). Each launcher
-// (kernel variant) keeps its own table; compute() must return a positive count.
+// A per-device answer to a device query (an occupancy, the SM count), computed once per device: a
+// query can cost microseconds of host time, more than a small kernel (eager steps, timing loops).
+// Each caller (kernel variant) keeps its own table; compute() must return a positive count.
 inline constexpr int kMaxDevices = 64;
 template <class Compute>
 int once_per_device(std::atomic<int> (&table)[kMaxDevices], Compute compute) {
